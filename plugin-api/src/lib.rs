@@ -1,0 +1,321 @@
+//! The stable ABI between the `kernmlops` host and its plugins.
+//!
+//! Every type that crosses a plugin boundary lives here and nothing else does:
+//! this crate depends on `abi_stable` only, never on BPF or Arrow crates.
+//!
+//! # Evolution rules
+//! - [`PluginMod`] is a prefix type: new fields go at the end only. Fields
+//!   after the `last_prefix_field` are optional, so a host can load a plugin
+//!   built before a field existed (the accessor returns `None`).
+//! - Trait objects ([`Probe`], [`Graph`], [`Benchmark`]) may
+//!   gain methods at the end only, after their `last_prefix_field`.
+//! - Enumerations that must grow are plain integers with named constants
+//!   ([`ColumnKind`], [`PowerScope`]), so an unknown value is a validation
+//!   error, not undefined behaviour.
+//! - Every entry point returns errors as values. A panic must never cross the
+//!   boundary: `kernmlops-plugin-sdk` wraps every call in `catch_unwind`.
+#![allow(non_camel_case_types)] // abi_stable generates `*_Ref` and `*_TO` names.
+#![allow(non_local_definitions)] // emitted by `#[sabi_trait]`.
+
+use abi_stable::{
+    declare_root_module_statics,
+    library::RootModule,
+    sabi_trait,
+    sabi_types::VersionStrings,
+    std_types::{RBox, RResult, RStr, RString, RVec},
+    StableAbi,
+};
+
+/// Version of the data contract between host and plugins (table layout
+/// rules, record encoding). abi_stable checks the type layouts; this number
+/// covers meaning that layouts cannot express. Bump on incompatible change.
+pub const DATA_CONTRACT_VERSION: u32 = 1;
+
+/// Name of the timestamp column every time-series table must declare:
+/// `CLOCK_BOOTTIME` in microseconds, as a `u64`.
+pub const TIMESTAMP_COLUMN: &str = "ts_uptime_us";
+
+/// Name of the column the host adds to every table.
+pub const COLLECTION_ID_COLUMN: &str = "collection_id";
+
+/// An error crossing the boundary: a message, with the host adding context.
+pub type PluginResult<T> = RResult<T, RString>;
+
+/// The type of one column of a declared table.
+///
+/// A plain integer so that newer plugins can declare kinds an older host
+/// does not know: the host rejects them by validation, naming the column.
+#[repr(transparent)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ColumnKind(pub u32);
+
+impl ColumnKind {
+    pub const U8: Self = Self(1);
+    pub const U16: Self = Self(2);
+    pub const U32: Self = Self(3);
+    pub const U64: Self = Self(4);
+    pub const I8: Self = Self(5);
+    pub const I16: Self = Self(6);
+    pub const I32: Self = Self(7);
+    pub const I64: Self = Self(8);
+    pub const F32: Self = Self(9);
+    pub const F64: Self = Self(10);
+    pub const BOOL: Self = Self(11);
+    /// Fixed-size byte buffer holding UTF-8 text, ended by the first NUL (or
+    /// the buffer's end). Decoded to an Arrow `Utf8` column.
+    pub const STR: Self = Self(12);
+    /// An unsigned integer of `size` bytes (1, 2 or 4) mapped through the
+    /// column's `labels` (value `i` is `labels[i]`). Decoded to `Utf8`.
+    pub const LABEL: Self = Self(13);
+
+    /// Human-readable name, `None` for a kind this crate does not know.
+    pub fn name(self) -> Option<&'static str> {
+        Some(match self {
+            Self::U8 => "u8",
+            Self::U16 => "u16",
+            Self::U32 => "u32",
+            Self::U64 => "u64",
+            Self::I8 => "i8",
+            Self::I16 => "i16",
+            Self::I32 => "i32",
+            Self::I64 => "i64",
+            Self::F32 => "f32",
+            Self::F64 => "f64",
+            Self::BOOL => "bool",
+            Self::STR => "str",
+            Self::LABEL => "label",
+            _ => return None,
+        })
+    }
+
+    /// The byte size a column of this kind must have, `None` when the
+    /// declaration chooses it (`STR`, `LABEL`) or the kind is unknown.
+    pub fn fixed_size(self) -> Option<u32> {
+        Some(match self {
+            Self::U8 | Self::I8 | Self::BOOL => 1,
+            Self::U16 | Self::I16 => 2,
+            Self::U32 | Self::I32 | Self::F32 => 4,
+            Self::U64 | Self::I64 | Self::F64 => 8,
+            _ => return None,
+        })
+    }
+}
+
+/// One column of a declared table: where its value sits in a record.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct ColumnDecl {
+    /// lowercase_snake_case, unit suffix where it has one (`_us`, `_bytes`).
+    pub name: RString,
+    pub kind: ColumnKind,
+    /// Byte offset of the value inside a record.
+    pub offset: u32,
+    /// Byte size of the value inside a record.
+    pub size: u32,
+    /// Unit of the value (`us`, `bytes`, `pages`, `count`), empty if none.
+    pub unit: RString,
+    /// One line saying what the value is.
+    pub description: RString,
+    /// Labels for [`ColumnKind::LABEL`] columns, empty otherwise.
+    pub labels: RVec<RString>,
+}
+
+/// A table a probe produces: fixed-size little-endian records.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct TableDecl {
+    /// lowercase_snake_case, unique across every loaded plugin.
+    pub name: RString,
+    pub description: RString,
+    /// Size of one record in bytes; records are packed back to back.
+    pub record_size: u32,
+    pub columns: RVec<ColumnDecl>,
+}
+
+/// A probe: something that attaches to the kernel and produces tables.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct ProbeDecl {
+    pub name: RString,
+    pub description: RString,
+    pub tables: RVec<TableDecl>,
+}
+
+/// A graph: renders images from the tables of a collection.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct GraphDecl {
+    pub name: RString,
+    pub description: RString,
+    /// Tables the graph reads; it is offered when all of them exist.
+    pub tables: RVec<RString>,
+}
+
+/// A workload benchmark the host can run while collecting.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct BenchmarkDecl {
+    pub name: RString,
+    pub description: RString,
+}
+
+/// What a power source measures.
+#[repr(transparent)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PowerScope(pub u32);
+
+impl PowerScope {
+    pub const PACKAGE: Self = Self(1);
+    pub const CORE: Self = Self(2);
+    pub const UNCORE: Self = Self(3);
+    pub const DRAM: Self = Self(4);
+    pub const PLATFORM: Self = Self(5);
+    pub const DEVICE: Self = Self(6);
+}
+
+/// A power or energy source (RAPL, hwmon, a vendor's interface). It fills
+/// tables like a probe does and also states its scope and update interval.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct PowerSourceDecl {
+    pub name: RString,
+    pub description: RString,
+    pub scope: PowerScope,
+    /// How often the underlying counter updates, in microseconds.
+    pub update_interval_us: u64,
+    pub tables: RVec<TableDecl>,
+}
+
+/// Static facts about a plugin.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct PluginInfo {
+    /// The plugin's name (its crate name), unique among loaded plugins.
+    pub name: RString,
+    /// The plugin's own version.
+    pub version: RString,
+    pub description: RString,
+    /// [`DATA_CONTRACT_VERSION`] the plugin was built with.
+    pub data_contract: u32,
+}
+
+/// Records of one table, drained from a probe. The host owns the buffer and
+/// hands it back cleared for the next drain, so it is allocated once.
+#[repr(C)]
+#[derive(StableAbi, Debug, Default)]
+pub struct Batch {
+    /// Packed records, `records * record_size` bytes.
+    pub data: RVec<u8>,
+    /// Number of records in `data`.
+    pub records: u64,
+    /// Cumulative count of events the probe lost for this table since it
+    /// started (ring buffer full, map full). Monotonic.
+    pub lost_total: u64,
+}
+
+/// Settings the host passes to a component when it creates it.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct StartArgs {
+    /// The plugin's own settings as a JSON object (may be `{}`).
+    pub config_json: RString,
+    /// Bytes for each ring buffer (a power of two, multiple of the page size).
+    pub ring_bytes: u64,
+    /// Only record this thread group, 0 for all.
+    pub filter_tgid: u32,
+    /// The collector's own process id, which probes may exclude.
+    pub self_tgid: u32,
+}
+
+/// A running probe. Created by [`PluginMod::new_probe`], already attached.
+#[sabi_trait]
+pub trait Probe: Send {
+    /// Waits up to `timeout_ms` for data, then appends every available
+    /// record to `batches[i]` for the probe's i-th declared table and updates
+    /// each batch's `lost_total`. `batches` has one entry per table.
+    fn drain(&mut self, timeout_ms: u32, batches: &mut RVec<Batch>) -> PluginResult<()>;
+
+    /// Detaches from the kernel. `drain` is called once more afterwards to
+    /// collect what was still buffered.
+    #[sabi(last_prefix_field)]
+    fn stop(&mut self) -> PluginResult<()>;
+}
+
+/// A boxed, ABI-stable [`Probe`].
+pub type ProbeBox = Probe_TO<'static, RBox<()>>;
+
+/// A graph renderer.
+#[sabi_trait]
+pub trait Graph: Send {
+    /// Renders from the collection in `collection_dir` into `out_dir`,
+    /// returning the paths written.
+    #[sabi(last_prefix_field)]
+    fn render(&mut self, collection_dir: RStr<'_>, out_dir: RStr<'_>)
+        -> PluginResult<RVec<RString>>;
+}
+
+/// A boxed, ABI-stable [`Graph`].
+pub type GraphBox = Graph_TO<'static, RBox<()>>;
+
+/// State of a benchmark after [`Benchmark::poll`].
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BenchmarkStatus {
+    /// True once the workload has ended.
+    pub finished: bool,
+    /// Exit code once finished (non-zero is a failed run).
+    pub exit_code: i32,
+}
+
+/// A workload benchmark.
+#[sabi_trait]
+pub trait Benchmark: Send {
+    /// Checks the software is there and the config is complete.
+    fn is_configured(&self) -> PluginResult<()>;
+    /// Prepares the machine (page cache, THP mode).
+    fn setup(&mut self) -> PluginResult<()>;
+    /// Starts the workload and returns immediately.
+    fn launch(&mut self) -> PluginResult<()>;
+    /// Reports whether the workload has ended.
+    fn poll(&mut self) -> PluginResult<BenchmarkStatus>;
+    /// Stops the workload and everything it started.
+    #[sabi(last_prefix_field)]
+    fn kill(&mut self) -> PluginResult<()>;
+}
+
+/// A boxed, ABI-stable [`Benchmark`].
+pub type BenchmarkBox = Benchmark_TO<'static, RBox<()>>;
+
+/// The root module every plugin exports (one per `.so`).
+#[repr(C)]
+#[derive(StableAbi)]
+#[sabi(kind(Prefix(prefix_ref = PluginMod_Ref)))]
+#[sabi(missing_field(option))]
+pub struct PluginMod {
+    pub info: extern "C" fn() -> PluginInfo,
+    /// Probes this plugin offers, with the tables each declares.
+    pub probes: extern "C" fn() -> PluginResult<RVec<ProbeDecl>>,
+    /// Creates, loads and attaches the named probe.
+    #[sabi(last_prefix_field)]
+    pub new_probe: extern "C" fn(name: RStr<'_>, args: &StartArgs) -> PluginResult<ProbeBox>,
+    /// Graphs this plugin offers.
+    pub graphs: extern "C" fn() -> PluginResult<RVec<GraphDecl>>,
+    pub new_graph: extern "C" fn(name: RStr<'_>, args: &StartArgs) -> PluginResult<GraphBox>,
+    /// Workload benchmarks this plugin offers.
+    pub benchmarks: extern "C" fn() -> PluginResult<RVec<BenchmarkDecl>>,
+    pub new_benchmark:
+        extern "C" fn(name: RStr<'_>, args: &StartArgs) -> PluginResult<BenchmarkBox>,
+    /// Power sources this plugin offers; each runs as a probe of the same
+    /// name through `new_probe`.
+    pub power_sources: extern "C" fn() -> PluginResult<RVec<PowerSourceDecl>>,
+}
+
+impl RootModule for PluginMod_Ref {
+    declare_root_module_statics! {PluginMod_Ref}
+    const BASE_NAME: &'static str = "kernmlops_plugin";
+    const NAME: &'static str = "kernmlops_plugin";
+    const VERSION_STRINGS: VersionStrings = abi_stable::package_version_strings!();
+}
+
+/// Re-exported so plugins and the host name one `abi_stable`.
+pub use abi_stable;

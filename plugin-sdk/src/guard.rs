@@ -1,0 +1,116 @@
+//! Panic guards: every call from the host runs inside `catch_unwind`, so a
+//! panicking plugin returns an error instead of aborting the host.
+
+use std::{
+    any::Any,
+    panic::{catch_unwind, AssertUnwindSafe},
+    time::Duration,
+};
+
+use abi_stable::{
+    sabi_trait::TD_Opaque,
+    std_types::{RResult, RString, RVec},
+};
+use kernmlops_plugin_api::{
+    Batch, PluginInfo, PluginResult, Probe, ProbeBox, Probe_TO, StartArgs, DATA_CONTRACT_VERSION,
+};
+
+use crate::ProbeImpl;
+
+/// Text of a panic payload.
+fn panic_message(payload: Box<dyn Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic payload".to_owned()
+    }
+}
+
+/// Runs `f`, turning a panic or an error into an error string.
+fn guarded<T>(what: &str, f: impl FnOnce() -> crate::Result<T>) -> PluginResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => RResult::ROk(v),
+        Ok(Err(e)) => RResult::RErr(RString::from(e.0)),
+        Err(payload) => RResult::RErr(RString::from(format!(
+            "{what} panicked: {}",
+            panic_message(payload)
+        ))),
+    }
+}
+
+pub fn info(name: &str, version: &str, description: &str) -> PluginInfo {
+    PluginInfo {
+        name: name.into(),
+        version: version.into(),
+        description: description.into(),
+        data_contract: DATA_CONTRACT_VERSION,
+    }
+}
+
+pub fn list<T>(f: impl FnOnce() -> Vec<T>) -> PluginResult<RVec<T>> {
+    guarded("listing components", || Ok(RVec::from(f())))
+}
+
+pub fn no_such_probe(name: &str) -> PluginResult<ProbeBox> {
+    RResult::RErr(format!("this plugin has no probe named {name}").into())
+}
+
+pub fn new_probe<P: ProbeImpl>(args: &StartArgs) -> PluginResult<ProbeBox> {
+    guarded("starting the probe", || P::start(args)).map(|p| {
+        Probe_TO::from_value(
+            Guarded {
+                inner: p,
+                poisoned: false,
+                batches: Vec::new(),
+            },
+            TD_Opaque,
+        )
+    })
+}
+
+/// A probe behind the ABI. After a panic it refuses further calls, since its
+/// state may be half-updated.
+struct Guarded<P> {
+    inner: P,
+    poisoned: bool,
+    /// Scratch space to expose the host's batches as a slice.
+    batches: Vec<Batch>,
+}
+
+impl<P: ProbeImpl> Guarded<P> {
+    fn call<T>(&mut self, what: &str, f: impl FnOnce(&mut P) -> crate::Result<T>) -> PluginResult<T> {
+        if self.poisoned {
+            return RResult::RErr(format!("{what}: the probe panicked earlier and is stopped").into());
+        }
+        let inner = &mut self.inner;
+        let r = guarded(what, || f(inner));
+        if let RResult::RErr(e) = &r {
+            if e.as_str().contains(" panicked: ") {
+                self.poisoned = true;
+            }
+        }
+        r
+    }
+}
+
+impl<P: ProbeImpl> Probe for Guarded<P> {
+    fn drain(&mut self, timeout_ms: u32, batches: &mut RVec<Batch>) -> PluginResult<()> {
+        // Move the host's batches into a Vec for the slice API and back, so
+        // buffers keep their allocations.
+        let mut scratch = std::mem::take(&mut self.batches);
+        scratch.clear();
+        scratch.extend(batches.drain(..));
+        let r = self.call("draining", |p| {
+            p.drain(Duration::from_millis(u64::from(timeout_ms)), &mut scratch)
+        });
+        batches.extend(scratch.drain(..));
+        self.batches = scratch;
+        r
+    }
+
+    fn stop(&mut self) -> PluginResult<()> {
+        self.call("stopping", |p| p.stop())
+    }
+}

@@ -1,0 +1,170 @@
+//! Glue shared by every kernmlops plugin, so that a plugin's own code is its
+//! BPF program, its table declarations and little else.
+//!
+//! - [`export_plugin!`] exports the ABI root module for a list of probes,
+//!   wrapping every entry point so a panic becomes an error, never an abort.
+//! - [`ProbeImpl`] is what a probe implements in plain Rust.
+//! - [`bpf::BpfProbe`] loads a libbpf-cargo skeleton, attaches every program
+//!   (checking each), drains its ring buffers into the host's batches and
+//!   reads the per-table lost-event counters kept by `bpf/kml.bpf.h`.
+//! - [`table::TableBuilder`] declares a table from the skeleton's generated
+//!   event type, so offsets and sizes come from the compiler.
+
+pub mod bpf;
+mod guard;
+pub mod table;
+
+use std::time::Duration;
+
+pub use kernmlops_plugin_api as api;
+pub use kernmlops_plugin_api::{Batch, ColumnKind, ProbeDecl, StartArgs, TableDecl};
+
+/// Error type of plugin code: a message the host shows with its own context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error(pub String);
+
+impl Error {
+    pub fn new(msg: impl Into<String>) -> Self {
+        Self(msg.into())
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<String> for Error {
+    fn from(s: String) -> Self {
+        Self(s)
+    }
+}
+
+impl From<&str> for Error {
+    fn from(s: &str) -> Self {
+        Self(s.to_owned())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A probe written in plain Rust. [`export_plugin!`] turns it into an ABI
+/// [`api::ProbeBox`] with every call guarded against panics.
+pub trait ProbeImpl: Sized + Send + 'static {
+    /// The probe's name, as users type it in `--plugins`.
+    const NAME: &'static str;
+
+    /// The probe and the tables it produces, in the order of `drain`'s
+    /// batches.
+    fn decl() -> ProbeDecl;
+
+    /// Creates, loads and attaches the probe.
+    fn start(args: &StartArgs) -> Result<Self>;
+
+    /// Waits up to `timeout` for data, then appends every available record to
+    /// `batches[i]` for the i-th declared table.
+    fn drain(&mut self, timeout: Duration, batches: &mut [Batch]) -> Result<()>;
+
+    /// Detaches from the kernel; a last `drain` follows.
+    fn stop(&mut self) -> Result<()>;
+}
+
+/// Not public API: used by the code [`export_plugin!`] generates.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::guard::{info, list, new_probe, no_such_probe};
+    pub use abi_stable;
+    pub use kernmlops_plugin_api::{
+        abi_stable::{
+            prefix_type::PrefixTypeTrait,
+            std_types::{RStr, RVec},
+        },
+        BenchmarkBox, BenchmarkDecl, GraphBox, GraphDecl, PluginInfo, PluginMod, PluginMod_Ref,
+        PluginResult, PowerSourceDecl, ProbeBox, ProbeDecl, StartArgs,
+    };
+}
+
+/// Exports the plugin's root module.
+///
+/// ```ignore
+/// kernmlops_plugin_sdk::export_plugin! {
+///     description: "Scheduler run lengths and run-queue waits",
+///     probes: [bpf::BpfProbe<QuantaRuntime>],
+/// }
+/// ```
+/// The plugin's name and version are its crate's.
+#[macro_export]
+macro_rules! export_plugin {
+    (description: $desc:expr, probes: [$($probe:ty),* $(,)?] $(,)?) => {
+        mod __kernmlops_plugin_export {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::__private as p;
+
+            extern "C" fn info() -> p::PluginInfo {
+                p::info(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"), $desc)
+            }
+
+            extern "C" fn probes() -> p::PluginResult<p::RVec<p::ProbeDecl>> {
+                p::list(|| vec![$(<$probe as $crate::ProbeImpl>::decl()),*])
+            }
+
+            extern "C" fn new_probe(
+                name: p::RStr<'_>,
+                args: &p::StartArgs,
+            ) -> p::PluginResult<p::ProbeBox> {
+                $(
+                    if name.as_str() == <$probe as $crate::ProbeImpl>::NAME {
+                        return p::new_probe::<$probe>(args);
+                    }
+                )*
+                p::no_such_probe(name.as_str())
+            }
+
+            extern "C" fn graphs() -> p::PluginResult<p::RVec<p::GraphDecl>> {
+                p::list(Vec::new)
+            }
+
+            extern "C" fn new_graph(
+                name: p::RStr<'_>,
+                _args: &p::StartArgs,
+            ) -> p::PluginResult<p::GraphBox> {
+                p::PluginResult::RErr(format!("this plugin has no graph named {name}").into())
+            }
+
+            extern "C" fn benchmarks() -> p::PluginResult<p::RVec<p::BenchmarkDecl>> {
+                p::list(Vec::new)
+            }
+
+            extern "C" fn new_benchmark(
+                name: p::RStr<'_>,
+                _args: &p::StartArgs,
+            ) -> p::PluginResult<p::BenchmarkBox> {
+                p::PluginResult::RErr(format!("this plugin has no benchmark named {name}").into())
+            }
+
+            extern "C" fn power_sources() -> p::PluginResult<p::RVec<p::PowerSourceDecl>> {
+                p::list(Vec::new)
+            }
+
+            #[p::abi_stable::export_root_module]
+            pub fn root_module() -> p::PluginMod_Ref {
+                use p::PrefixTypeTrait as _;
+                p::PluginMod {
+                    info,
+                    probes,
+                    new_probe,
+                    graphs,
+                    new_graph,
+                    benchmarks,
+                    new_benchmark,
+                    power_sources,
+                }
+                .leak_into_prefix()
+            }
+        }
+    };
+}

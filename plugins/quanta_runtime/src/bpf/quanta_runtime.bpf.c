@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* quanta_runtime: how long each task runs on a CPU (quanta_runtime) and how
+ * long it waits runnable before it runs (quanta_queued_time).
+ *
+ * A task's quantum starts at the previous switch on its CPU, so the start is
+ * kept per CPU. Waiting starts at wake-up, or at the switch that preempted a
+ * still-runnable task. */
+#include "kml.bpf.h"
+#include "quanta_runtime.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define TABLE_RUNTIME 0
+#define TABLE_QUEUED 1
+#define TASK_RUNNING 0
+
+KML_RING(runtime_ring);
+KML_RING(queued_ring);
+
+/* Time of the last switch on each CPU, in ns. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} last_switch_ns SEC(".maps");
+
+/* When each runnable task (by thread id) started waiting, in ns. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u64);
+} queued_since_ns SEC(".maps");
+
+/* Keep the record types in BTF so the skeleton generates them. */
+struct quanta_runtime_event _quanta_runtime_event = {};
+struct quanta_queued_event _quanta_queued_event = {};
+
+static __always_inline void mark_queued(struct task_struct *p, __u64 now_ns)
+{
+	__u32 pid = BPF_CORE_READ(p, pid);
+
+	if (pid == 0 || !kml_wanted(BPF_CORE_READ(p, tgid)))
+		return;
+	bpf_map_update_elem(&queued_since_ns, &pid, &now_ns, BPF_ANY);
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(handle_sched_wakeup, struct task_struct *p)
+{
+	mark_queued(p, bpf_ktime_get_boot_ns());
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(handle_sched_wakeup_new, struct task_struct *p)
+{
+	mark_queued(p, bpf_ktime_get_boot_ns());
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	__u64 now_ns = bpf_ktime_get_boot_ns();
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u32 zero = 0;
+	__u64 *last = bpf_map_lookup_elem(&last_switch_ns, &zero);
+
+	if (last) {
+		__u64 started = *last;
+		__u32 tgid = BPF_CORE_READ(prev, tgid);
+
+		*last = now_ns;
+		if (started && kml_wanted(tgid)) {
+			struct quanta_runtime_event *e =
+				kml_reserve(&runtime_ring, sizeof(*e), TABLE_RUNTIME);
+			if (e) {
+				e->ts_uptime_us = now_ns / 1000;
+				e->quanta_run_length_us = (now_ns - started) / 1000;
+				e->cpu = cpu;
+				e->pid = BPF_CORE_READ(prev, pid);
+				e->tgid = tgid;
+				e->_pad = 0;
+				kml_submit(&runtime_ring, e);
+			}
+		}
+	}
+
+	/* A preempted task is still runnable: it starts waiting now. */
+	if (prev_state == TASK_RUNNING)
+		mark_queued(prev, now_ns);
+
+	__u32 next_pid = BPF_CORE_READ(next, pid);
+	__u64 *since = bpf_map_lookup_elem(&queued_since_ns, &next_pid);
+	if (since) {
+		__u64 waited_ns = now_ns > *since ? now_ns - *since : 0;
+		__u32 tgid = BPF_CORE_READ(next, tgid);
+
+		bpf_map_delete_elem(&queued_since_ns, &next_pid);
+		if (kml_wanted(tgid)) {
+			struct quanta_queued_event *e =
+				kml_reserve(&queued_ring, sizeof(*e), TABLE_QUEUED);
+			if (e) {
+				e->ts_uptime_us = now_ns / 1000;
+				e->quanta_queued_time_us = waited_ns / 1000;
+				e->cpu = cpu;
+				e->pid = next_pid;
+				e->tgid = tgid;
+				e->_pad = 0;
+				kml_submit(&queued_ring, e);
+			}
+		}
+	}
+	return 0;
+}
