@@ -1,0 +1,509 @@
+//! A collection run: start the chosen probes, drain each on its own thread
+//! into its tables' sinks until the duration ends or a signal arrives, then
+//! stop, drain what is left, finish the files and complete the manifest.
+//!
+//! A probe that fails to start, or fails while running, is reported and
+//! recorded; the other probes keep running and its rows already collected
+//! stay on disk.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use abi_stable::std_types::{RResult, RVec};
+use kernmlops_plugin_api::{Batch, ProbeBox, ProbeDecl, StartArgs};
+
+use crate::{
+    clock,
+    decode::TableDecoder,
+    manifest::{self, Manifest, PluginEntry, ProbeEntry, RefusedPlugin, TableEntry},
+    plugin::{Plugin, Registry},
+    sink::{self, FlushPolicy, IpcSink},
+    system_info::SystemInfo,
+};
+
+/// Everything a run needs besides the plugins.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub probes: Vec<String>,
+    pub output: PathBuf,
+    /// `None`: until stopped.
+    pub duration: Option<Duration>,
+    pub ring_bytes: u64,
+    pub drain_interval: Duration,
+    pub flush: FlushPolicy,
+    pub strict: bool,
+    pub filter_tgid: u32,
+    /// The merged configuration, recorded in the manifest.
+    pub config: serde_json::Value,
+    pub command: Vec<String>,
+}
+
+/// Rows and losses of one table, updated live by its probe's thread.
+#[derive(Debug, Default)]
+pub struct TableCounters {
+    pub rows: AtomicU64,
+    pub lost: AtomicU64,
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct Summary {
+    pub collection_id: String,
+    pub dir: PathBuf,
+    pub tables: BTreeMap<String, TableEntry>,
+    pub errors: Vec<String>,
+    pub attach_ms: f64,
+}
+
+/// A new collection id: UTC start time and a short random suffix.
+pub fn new_collection_id() -> String {
+    let now = clock::unix_us();
+    let noise = (now as u64 ^ (u64::from(std::process::id()) << 20) ^ clock::uptime_us()) & 0xffff;
+    format!("{}-{noise:04x}", clock::compact_stamp(now))
+}
+
+struct Running {
+    name: String,
+    plugin: String,
+    tables: Vec<String>,
+    counters: Vec<Arc<TableCounters>>,
+    handle: thread::JoinHandle<Result<(), String>>,
+}
+
+/// Builds the arguments a probe gets.
+fn start_args(opts: &RunOptions) -> StartArgs {
+    StartArgs {
+        config_json: "{}".into(),
+        ring_bytes: opts.ring_bytes,
+        filter_tgid: opts.filter_tgid,
+        self_tgid: std::process::id(),
+    }
+}
+
+/// Runs a collection. `stop` ends it early (set by the signal handlers).
+pub fn run(
+    registry: &Registry,
+    opts: &RunOptions,
+    stop: Arc<AtomicBool>,
+) -> Result<Summary, String> {
+    let selected = registry.resolve(&opts.probes)?;
+    let collection_id = new_collection_id();
+    let dir = opts.output.join(&collection_id);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("creating output folder {}: {e}", dir.display()))?;
+
+    let sys = SystemInfo::gather();
+    let start = manifest::Instant::now();
+    let mut man = Manifest {
+        kernmlops_version: env!("CARGO_PKG_VERSION").into(),
+        collection_id: collection_id.clone(),
+        status: "running".into(),
+        command: opts.command.clone(),
+        config: opts.config.clone(),
+        hostname: sys.hostname.clone(),
+        kernel_release: sys.kernel_release.clone(),
+        kernel_version: sys.kernel_version.clone(),
+        start: start.clone(),
+        end: None,
+        plugins: plugin_entries(&selected),
+        refused_plugins: registry
+            .failures
+            .iter()
+            .map(|(p, e)| RefusedPlugin {
+                path: p.display().to_string(),
+                reason: e.to_string(),
+            })
+            .collect(),
+        probes: Vec::new(),
+        tables: BTreeMap::new(),
+        errors: Vec::new(),
+    };
+    let write_manifest = |m: &Manifest| {
+        m.write(&dir)
+            .map_err(|e| format!("writing {}: {e}", dir.join("manifest.json").display()))
+    };
+    write_manifest(&man)?;
+
+    let args = start_args(opts);
+    let attach_start = Instant::now();
+    let mut running: Vec<Running> = Vec::new();
+    for (plugin, decl) in &selected {
+        let name = decl.name.to_string();
+        let t0 = Instant::now();
+        let started = plugin.start_probe(&name, &args);
+        let attach_ms = t0.elapsed().as_secs_f64() * 1e3;
+        match started
+            .and_then(|probe| spawn_probe(probe, decl, &dir, &collection_id, opts, stop.clone()))
+        {
+            Ok((handle, counters)) => {
+                man.probes.push(ProbeEntry {
+                    name: name.clone(),
+                    plugin: plugin.name().to_owned(),
+                    status: "running".into(),
+                    error: None,
+                    attach_ms,
+                });
+                running.push(Running {
+                    name,
+                    plugin: plugin.name().to_owned(),
+                    tables: decl.tables.iter().map(|t| t.name.to_string()).collect(),
+                    counters,
+                    handle,
+                });
+            }
+            Err(e) => {
+                let msg = format!("probe {name} (plugin {}): {e}", plugin.name());
+                eprintln!("error: {}", first_line_with_detail(&msg));
+                man.probes.push(ProbeEntry {
+                    name,
+                    plugin: plugin.name().to_owned(),
+                    status: "failed".into(),
+                    error: Some(e),
+                    attach_ms,
+                });
+                man.errors.push(msg);
+                if opts.strict {
+                    stop.store(true, Ordering::SeqCst);
+                    break;
+                }
+            }
+        }
+    }
+    let attach_ms = attach_start.elapsed().as_secs_f64() * 1e3;
+    write_manifest(&man)?;
+
+    if running.is_empty() {
+        man.status = "failed".into();
+        man.end = Some(manifest::Instant::now());
+        write_manifest(&man)?;
+        return Err(format!(
+            "no probe could start; see {}",
+            dir.join("manifest.json").display()
+        ));
+    }
+    eprintln!(
+        "collecting {} into {} (attached in {attach_ms:.0} ms){}",
+        running
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        dir.display(),
+        match opts.duration {
+            Some(d) => format!(" for {:.1}s", d.as_secs_f64()),
+            None => "; press Ctrl+C to stop".into(),
+        }
+    );
+
+    // Wait for the end, refreshing the manifest's counts now and then.
+    let begun = Instant::now();
+    let mut last_manifest = Instant::now();
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        if opts.duration.is_some_and(|d| begun.elapsed() >= d) {
+            break;
+        }
+        if opts.strict && running.iter().any(|r| r.handle.is_finished()) {
+            break;
+        }
+        if last_manifest.elapsed() >= Duration::from_secs(5) {
+            fill_tables(&mut man, &running);
+            write_manifest(&man)?;
+            last_manifest = Instant::now();
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::SeqCst);
+
+    let mut failed = false;
+    let mut results = Vec::new();
+    for r in running {
+        let outcome = match r.handle.join() {
+            Ok(res) => res,
+            Err(_) => Err("collector thread panicked".to_owned()),
+        };
+        results.push((r.name, r.plugin, r.tables, r.counters, outcome));
+    }
+    for (name, plugin, tables, counters, outcome) in &results {
+        if let Some(p) = man.probes.iter_mut().find(|p| &p.name == name) {
+            match outcome {
+                Ok(()) => p.status = "ok".into(),
+                Err(e) => {
+                    failed = true;
+                    p.status = "failed".into();
+                    p.error = Some(e.clone());
+                    let msg = format!("probe {name} (plugin {plugin}): {e}");
+                    eprintln!("error: {}", first_line_with_detail(&msg));
+                    man.errors.push(msg);
+                }
+            }
+        }
+        for (t, c) in tables.iter().zip(counters) {
+            man.tables.insert(
+                t.clone(),
+                TableEntry {
+                    probe: name.clone(),
+                    file: format!("{t}.arrow"),
+                    rows: c.rows.load(Ordering::SeqCst),
+                    lost_events: c.lost.load(Ordering::SeqCst),
+                },
+            );
+        }
+    }
+
+    let plugin_names: Vec<String> = man.plugins.iter().map(|p| p.name.clone()).collect();
+    let sys_batch = sys
+        .to_batch(
+            &collection_id,
+            start.uptime_us,
+            start.unix_us,
+            &plugin_names,
+        )
+        .map_err(|e| format!("building system_info: {e}"))?;
+    sink::write_table(&dir.join("system_info.arrow"), &sys_batch).map_err(|e| e.to_string())?;
+    man.tables.insert(
+        "system_info".into(),
+        TableEntry {
+            probe: "host".into(),
+            file: "system_info.arrow".into(),
+            rows: 1,
+            lost_events: 0,
+        },
+    );
+
+    man.status = if failed || !man.errors.is_empty() {
+        "complete_with_errors".into()
+    } else {
+        "complete".into()
+    };
+    man.end = Some(manifest::Instant::now());
+    write_manifest(&man)?;
+    Ok(Summary {
+        collection_id,
+        dir,
+        tables: man.tables.clone(),
+        errors: man.errors.clone(),
+        attach_ms,
+    })
+}
+
+/// Shows the first line of an error and keeps multi-line detail (a
+/// verifier log) indented below it.
+fn first_line_with_detail(msg: &str) -> String {
+    msg.replace('\n', "\n    ")
+}
+
+fn plugin_entries(selected: &[(&Plugin, &ProbeDecl)]) -> Vec<PluginEntry> {
+    let mut out: Vec<PluginEntry> = Vec::new();
+    for (p, _) in selected {
+        if out.iter().all(|e| e.path != p.path.display().to_string()) {
+            out.push(PluginEntry {
+                name: p.name().to_owned(),
+                version: p.info.version.to_string(),
+                path: p.path.display().to_string(),
+                sha256: p.sha256.clone(),
+            });
+        }
+    }
+    out
+}
+
+fn fill_tables(man: &mut Manifest, running: &[Running]) {
+    for r in running {
+        for (t, c) in r.tables.iter().zip(&r.counters) {
+            man.tables.insert(
+                t.clone(),
+                TableEntry {
+                    probe: r.name.clone(),
+                    file: format!("{t}.arrow"),
+                    rows: c.rows.load(Ordering::Relaxed),
+                    lost_events: c.lost.load(Ordering::Relaxed),
+                },
+            );
+        }
+    }
+}
+
+type Spawned = (
+    thread::JoinHandle<Result<(), String>>,
+    Vec<Arc<TableCounters>>,
+);
+
+/// Creates the probe's sinks and its drain thread.
+fn spawn_probe(
+    probe: ProbeBox,
+    decl: &ProbeDecl,
+    dir: &Path,
+    collection_id: &str,
+    opts: &RunOptions,
+    stop: Arc<AtomicBool>,
+) -> Result<Spawned, String> {
+    let mut sinks = Vec::new();
+    for t in decl.tables.iter() {
+        let path = dir.join(format!("{}.arrow", t.name));
+        let sink = IpcSink::create(&path, TableDecoder::new(t, collection_id), opts.flush)
+            .map_err(|e| e.to_string())?;
+        sinks.push(sink);
+    }
+    let counters: Vec<Arc<TableCounters>> = sinks.iter().map(|_| Arc::default()).collect();
+    let thread_counters = counters.clone();
+    let drain_ms = u32::try_from(opts.drain_interval.as_millis()).unwrap_or(u32::MAX);
+    let handle = thread::Builder::new()
+        .name(format!("kml-{}", decl.name))
+        .spawn(move || drain_loop(probe, sinks, &thread_counters, drain_ms, &stop))
+        .map_err(|e| format!("starting its thread: {e}"))?;
+    Ok((handle, counters))
+}
+
+/// Drains a probe into its sinks until `stop`, then stops it, drains the
+/// rest and finishes the files. On a probe error the rows already taken are
+/// still written.
+pub fn drain_loop(
+    mut probe: ProbeBox,
+    mut sinks: Vec<IpcSink>,
+    counters: &[Arc<TableCounters>],
+    drain_ms: u32,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let mut batches: RVec<Batch> = sinks.iter().map(|_| Batch::default()).collect();
+    let mut error: Option<String> = None;
+    loop {
+        let stopping = stop.load(Ordering::Relaxed);
+        if stopping {
+            if let RResult::RErr(e) = probe.stop() {
+                error = Some(format!("stopping: {e}"));
+            }
+        }
+        let drained = probe.drain(if stopping { 0 } else { drain_ms }, &mut batches);
+        for ((batch, sink), c) in batches.iter_mut().zip(sinks.iter_mut()).zip(counters) {
+            if !batch.data.is_empty() && error.is_none() {
+                if let Err(e) = sink.push(&batch.data) {
+                    error = Some(e.to_string());
+                }
+            }
+            batch.data.clear();
+            batch.records = 0;
+            c.rows.store(sink.rows_accepted(), Ordering::Relaxed);
+            c.lost.store(batch.lost_total, Ordering::Relaxed);
+        }
+        if let RResult::RErr(e) = drained {
+            error.get_or_insert(e.into());
+        }
+        if stopping || error.is_some() {
+            break;
+        }
+    }
+    drop(probe);
+    for sink in sinks {
+        let path = sink.path().to_owned();
+        if let Err(e) = sink.finish() {
+            error.get_or_insert(format!("finishing {}: {e}", path.display()));
+        }
+    }
+    error.map_or(Ok(()), Err)
+}
+
+/// Result of `kernmlops check` for one probe.
+#[derive(Debug)]
+pub struct CheckResult {
+    pub probe: String,
+    pub plugin: String,
+    pub outcome: Result<f64, String>,
+}
+
+/// Starts (loads, verifies, attaches) each probe, drains it once, stops it
+/// and detaches, reporting each step's failure.
+pub fn check(
+    registry: &Registry,
+    probes: &[String],
+    ring_bytes: u64,
+) -> Result<Vec<CheckResult>, String> {
+    let selected = registry.resolve(probes)?;
+    let args = StartArgs {
+        config_json: "{}".into(),
+        ring_bytes,
+        filter_tgid: 0,
+        self_tgid: std::process::id(),
+    };
+    let mut out = Vec::new();
+    for (plugin, decl) in selected {
+        let name = decl.name.to_string();
+        let t0 = Instant::now();
+        let outcome = plugin.start_probe(&name, &args).and_then(|mut probe| {
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            let mut batches: RVec<Batch> = decl.tables.iter().map(|_| Batch::default()).collect();
+            if let RResult::RErr(e) = probe.drain(10, &mut batches) {
+                return Err(format!("draining: {e}"));
+            }
+            if let RResult::RErr(e) = probe.stop() {
+                return Err(format!("detaching: {e}"));
+            }
+            if let RResult::RErr(e) = probe.drain(0, &mut batches) {
+                return Err(format!("draining after detach: {e}"));
+            }
+            Ok(ms)
+        });
+        out.push(CheckResult {
+            probe: name,
+            plugin: plugin.name().to_owned(),
+            outcome,
+        });
+    }
+    Ok(out)
+}
+
+/// Repairs every table file of a collection after a crash and marks the
+/// manifest, returning (file, outcome) pairs.
+pub fn repair_collection(dir: &Path) -> Result<Vec<(PathBuf, sink::RepairOutcome)>, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "arrow"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(format!("{}: no .arrow files here", dir.display()));
+    }
+    let mut out = Vec::new();
+    for f in files {
+        let outcome = sink::repair(&f).map_err(|e| e.to_string())?;
+        out.push((f, outcome));
+    }
+    if let Ok(mut man) = Manifest::read(dir) {
+        for (f, outcome) in &out {
+            let table = f
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let rows = match outcome {
+                sink::RepairOutcome::Intact { rows }
+                | sink::RepairOutcome::Repaired { rows, .. } => *rows,
+            };
+            man.tables
+                .entry(table.clone())
+                .or_insert_with(|| TableEntry {
+                    probe: String::new(),
+                    file: format!("{table}.arrow"),
+                    rows,
+                    lost_events: 0,
+                })
+                .rows = rows;
+        }
+        if man.status == "running" {
+            man.status = "repaired".into();
+        }
+        man.write(dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,242 @@
+//! Run configuration: defaults in code (mirrored, with comments, by
+//! `kernmlops.toml` at the repository root), a user file merged on top
+//! (tables merge, values replace), then command-line flags. An unknown key
+//! or a wrong type is an error naming the key and the file.
+
+use std::{path::Path, time::Duration};
+
+use serde::{Deserialize, Serialize};
+
+/// The default configuration file, every key with its default.
+pub const DEFAULTS_TOML: &str = include_str!("../../kernmlops.toml");
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub collect: CollectConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectConfig {
+    /// Probes to run when `--plugins` is not given.
+    pub plugins: Vec<String>,
+    /// Where collections go: `<output>/<collection_id>/`.
+    pub output: String,
+    /// Where plugin `.so` files are found.
+    pub plugin_dir: String,
+    /// How long to collect; "0s" runs until Ctrl+C or SIGTERM.
+    pub duration: String,
+    /// Size of each probe ring buffer (power of two).
+    pub ring_size: String,
+    /// Longest wait between two drains of a probe.
+    pub drain_interval: String,
+    /// Longest time collected rows stay in memory before reaching the file.
+    pub flush_interval: String,
+    /// Rows buffered per table before a flush.
+    pub flush_rows: u64,
+    /// Fail the run when any probe fails instead of continuing without it.
+    pub strict: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            collect: CollectConfig {
+                plugins: vec!["quanta_runtime".into(), "process_trace".into()],
+                output: "data".into(),
+                plugin_dir: "plugins".into(),
+                duration: "0s".into(),
+                ring_size: "16MiB".into(),
+                drain_interval: "100ms".into(),
+                flush_interval: "1s".into(),
+                flush_rows: 1 << 20,
+                strict: false,
+            },
+        }
+    }
+}
+
+/// A configuration problem, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: {message}")]
+    Invalid { file: String, message: String },
+    #[error("{file}: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+}
+
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+fn one_line(e: &dyn std::fmt::Display) -> String {
+    e.to_string()
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with('|') && !l.chars().all(|c| c == '^' || c == ' ')
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Config {
+    /// Defaults with `file` (if any) merged on top.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut base: toml::Table =
+            toml::from_str(DEFAULTS_TOML).map_err(|e| ConfigError::Invalid {
+                file: "built-in defaults".into(),
+                message: one_line(&e),
+            })?;
+        let mut source = "built-in defaults".to_owned();
+        if let Some(path) = file {
+            source = path.display().to_string();
+            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+                file: source.clone(),
+                source: e,
+            })?;
+            let over: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+                file: source.clone(),
+                message: one_line(&e),
+            })?;
+            merge(&mut base, over);
+        }
+        let cfg: Config = toml::Value::Table(base)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Invalid {
+                file: source.clone(),
+                message: one_line(&e),
+            })?;
+        cfg.check().map_err(|message| ConfigError::Invalid {
+            file: source,
+            message,
+        })?;
+        Ok(cfg)
+    }
+
+    /// Checks values that parse as strings but must mean something.
+    pub fn check(&self) -> Result<(), String> {
+        let c = &self.collect;
+        parse_duration(&c.duration).map_err(|e| format!("collect.duration: {e}"))?;
+        parse_duration(&c.drain_interval).map_err(|e| format!("collect.drain_interval: {e}"))?;
+        parse_duration(&c.flush_interval).map_err(|e| format!("collect.flush_interval: {e}"))?;
+        ring_bytes(&c.ring_size).map_err(|e| format!("collect.ring_size: {e}"))?;
+        if c.flush_rows == 0 {
+            return Err("collect.flush_rows: must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Parses `250ms`, `10s`, `1.5s`, `2m`, `1h` (a bare number is seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (try 10s, 500ms, 2m)"))?;
+    let scale = match unit.trim() {
+        "ms" => 1e-3,
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {s:?} (use ms, s, m or h)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// Parses a ring size (`16MiB`, `4M`, `65536`) into a power-of-two byte
+/// count between 4 KiB and 1 GiB.
+pub fn ring_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (try 16MiB)"))?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" | "k" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {s:?} (use KiB, MiB or GiB)"
+            ))
+        }
+    };
+    let bytes = value.saturating_mul(scale);
+    if !bytes.is_power_of_two() || !(4096..=(1 << 30)).contains(&bytes) {
+        return Err(format!(
+            "{s:?} must be a power of two between 4KiB and 1GiB"
+        ));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_file_matches_code() {
+        assert_eq!(
+            Config::load(None).expect("defaults parse"),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn user_file_merges_and_rejects_unknown_keys() {
+        let dir = std::env::temp_dir().join(format!("kml-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let good = dir.join("good.toml");
+        std::fs::write(&good, "[collect]\nduration = \"5s\"\n").expect("write");
+        let cfg = Config::load(Some(&good)).expect("merge");
+        assert_eq!(cfg.collect.duration, "5s");
+        assert_eq!(cfg.collect.output, "data", "unset keys keep their defaults");
+
+        for (body, needle) in [
+            ("[collect]\nbogus = 1\n", "bogus"),
+            ("[collect]\nflush_rows = \"many\"\n", "flush_rows"),
+            ("[collect]\nring_size = \"3MiB\"\n", "collect.ring_size"),
+            ("[nope]\n", "nope"),
+        ] {
+            let bad = dir.join("bad.toml");
+            std::fs::write(&bad, body).expect("write");
+            let err = Config::load(Some(&bad)).expect_err(body).to_string();
+            assert!(
+                err.contains(needle) && err.contains("bad.toml"),
+                "{body:?} gave {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn parses_durations_and_sizes() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("ten").is_err() && parse_duration("5y").is_err());
+        assert_eq!(ring_bytes("16MiB"), Ok(16 << 20));
+        assert!(ring_bytes("1000").is_err() && ring_bytes("2GiB").is_err());
+    }
+}

@@ -1,0 +1,347 @@
+//! The `kernmlops` command: collect kernel-behaviour datasets from probe
+//! plugins into Arrow IPC files.
+
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::{atomic::AtomicBool, Arc},
+};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use kernmlops::{
+    collect::{self, RunOptions},
+    config::{self, Config},
+    plugin::Registry,
+    preflight,
+    sink::{FlushPolicy, RepairOutcome},
+};
+
+/// Collect kernel-behaviour datasets for machine learning.
+///
+/// Probes are plugins (.so files in the plugin folder) that attach BPF
+/// programs to the running kernel; each table they declare becomes an Arrow
+/// IPC file under <output>/<collection_id>/, with a manifest.json and a
+/// one-row system_info table.
+#[derive(Parser, Debug)]
+#[command(name = "kernmlops", version, propagate_version = true)]
+struct Cli {
+    /// Configuration file merged over the defaults (see `kernmlops.toml`).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Folder holding plugin .so files [default: collect.plugin_dir, "plugins"].
+    #[arg(long, global = true, value_name = "DIR", env = "KERNMLOPS_PLUGIN_DIR")]
+    plugin_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Collect data from probes until the duration ends or Ctrl+C/SIGTERM.
+    Run(RunArgs),
+    /// List discovered plugins, their probes, tables and columns, and the
+    /// plugins that were refused with the reason.
+    Plugins,
+    /// Load, verify, attach and detach probes; exit non-zero if any fails.
+    Check {
+        /// Probes to check, comma-separated [default: every probe found].
+        #[arg(long, value_delimiter = ',')]
+        plugins: Vec<String>,
+    },
+    /// Make the table files of a crashed collection readable again.
+    Repair {
+        /// A collection folder (<output>/<collection_id>).
+        collection: PathBuf,
+    },
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Probes to run, comma-separated [default: collect.plugins].
+    #[arg(long, short, value_delimiter = ',')]
+    plugins: Vec<String>,
+    /// How long to collect, e.g. 10s, 500ms, 5m [default: until Ctrl+C].
+    #[arg(long, short)]
+    duration: Option<String>,
+    /// Output folder; each run gets its own sub-folder [default: data].
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+    /// Size of each probe ring buffer, e.g. 16MiB.
+    #[arg(long)]
+    ring_size: Option<String>,
+    /// Longest time collected rows stay in memory before reaching disk.
+    #[arg(long)]
+    flush_interval: Option<String>,
+    /// Fail the run if any probe fails, instead of continuing without it.
+    #[arg(long)]
+    strict: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<ExitCode> {
+    let cfg = Config::load(cli.config.as_deref())?;
+    match cli.command {
+        Command::Run(args) => run(&cfg, cli.plugin_dir.as_deref(), args),
+        Command::Plugins => plugins(&cfg, cli.plugin_dir.as_deref()),
+        Command::Check { plugins } => check(&cfg, cli.plugin_dir.as_deref(), plugins),
+        Command::Repair { collection } => repair(&collection),
+    }
+}
+
+/// The plugin folder: the flag (or env), else the configured one relative to
+/// the working directory, else the one of the workspace holding this binary.
+fn plugin_dir(cfg: &Config, flag: Option<&Path>) -> Result<PathBuf> {
+    if let Some(dir) = flag {
+        if !dir.is_dir() {
+            bail!("plugin folder {} does not exist", dir.display());
+        }
+        return Ok(dir.to_owned());
+    }
+    let configured = PathBuf::from(&cfg.collect.plugin_dir);
+    if configured.is_dir() || configured.is_absolute() {
+        return Ok(configured);
+    }
+    let beside_binary = std::env::current_exe().ok().and_then(|exe| {
+        exe.ancestors()
+            .skip(1)
+            .map(|d| d.join(&configured))
+            .find(|d| d.is_dir())
+    });
+    beside_binary.with_context(|| {
+        format!(
+            "no plugin folder {:?} here or above the kernmlops binary; build plugins with `cargo xtask build-plugins` or pass --plugin-dir",
+            cfg.collect.plugin_dir
+        )
+    })
+}
+
+fn load_registry(cfg: &Config, flag: Option<&Path>) -> Result<Registry> {
+    let dir = plugin_dir(cfg, flag)?;
+    Registry::load_dir(&dir).with_context(|| format!("reading plugin folder {}", dir.display()))
+}
+
+fn report_refused(reg: &Registry) {
+    for (path, e) in &reg.failures {
+        eprintln!("warning: plugin {} refused: {e}", path.display());
+    }
+}
+
+fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCode> {
+    let c = &cfg.collect;
+    let duration_text = args.duration.clone().unwrap_or_else(|| c.duration.clone());
+    let duration = config::parse_duration(&duration_text)
+        .map_err(anyhow::Error::msg)
+        .context("--duration")?;
+    let ring_text = args
+        .ring_size
+        .clone()
+        .unwrap_or_else(|| c.ring_size.clone());
+    let ring_bytes = config::ring_bytes(&ring_text)
+        .map_err(anyhow::Error::msg)
+        .context("--ring-size")?;
+    let flush_text = args
+        .flush_interval
+        .clone()
+        .unwrap_or_else(|| c.flush_interval.clone());
+    let flush_interval = config::parse_duration(&flush_text)
+        .map_err(anyhow::Error::msg)
+        .context("--flush-interval")?;
+    let drain_interval = config::parse_duration(&c.drain_interval).map_err(anyhow::Error::msg)?;
+    let probes = if args.plugins.is_empty() {
+        c.plugins.clone()
+    } else {
+        args.plugins.clone()
+    };
+
+    let registry = load_registry(cfg, plugin_flag)?;
+    registry.resolve(&probes).map_err(anyhow::Error::msg)?;
+    report_refused(&registry);
+    preflight::require_bpf_privileges("run").map_err(anyhow::Error::msg)?;
+    preflight::require_btf().map_err(anyhow::Error::msg)?;
+    if let Err(e) = preflight::ensure_tracefs() {
+        eprintln!("warning: {e}");
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal while stopping exits at once; the files on disk
+        // are then repairable with `kernmlops repair`.
+        signal_hook::flag::register_conditional_shutdown(sig, 130, stop.clone())
+            .context("installing signal handlers")?;
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
+
+    let mut config_value = serde_json::to_value(cfg).context("recording the configuration")?;
+    config_value["collect"]["plugins"] = serde_json::json!(probes);
+    config_value["collect"]["duration"] = serde_json::json!(duration_text);
+    config_value["collect"]["ring_size"] = serde_json::json!(ring_text);
+    config_value["collect"]["flush_interval"] = serde_json::json!(flush_text);
+    let opts = RunOptions {
+        probes,
+        output: args
+            .output
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(&c.output)),
+        duration: (!duration.is_zero()).then_some(duration),
+        ring_bytes,
+        drain_interval,
+        flush: FlushPolicy {
+            interval: flush_interval,
+            rows: c.flush_rows,
+        },
+        strict: args.strict || c.strict,
+        filter_tgid: 0,
+        config: config_value,
+        command: std::env::args().collect(),
+    };
+    let summary = collect::run(&registry, &opts, stop).map_err(anyhow::Error::msg)?;
+
+    println!(
+        "collection {} in {}",
+        summary.collection_id,
+        summary.dir.display()
+    );
+    let width = summary
+        .tables
+        .keys()
+        .map(String::len)
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    println!("  {:<width$} {:>12} {:>10}  file", "table", "rows", "lost");
+    for (name, t) in &summary.tables {
+        println!(
+            "  {name:<width$} {:>12} {:>10}  {}",
+            t.rows,
+            t.lost_events,
+            summary.dir.join(&t.file).display()
+        );
+    }
+    println!(
+        "  manifest: {}",
+        summary.dir.join("manifest.json").display()
+    );
+    if summary.errors.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "error: {} probe error(s); the data above was still written",
+            summary.errors.len()
+        );
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+fn plugins(cfg: &Config, plugin_flag: Option<&Path>) -> Result<ExitCode> {
+    let reg = load_registry(cfg, plugin_flag)?;
+    println!("plugins in {}:", reg.dir.display());
+    if reg.plugins.is_empty() {
+        println!("  none (build them with `cargo xtask build-plugins`)");
+    }
+    for p in &reg.plugins {
+        println!("  {} {}  {}", p.name(), p.info.version, p.path.display());
+        if !p.info.description.is_empty() {
+            println!("    {}", p.info.description);
+        }
+        for probe in &p.probes {
+            println!("    probe {}: {}", probe.name, probe.description);
+            for t in probe.tables.iter() {
+                println!(
+                    "      table {} ({}-byte records): {}",
+                    t.name, t.record_size, t.description
+                );
+                let w = t.columns.iter().map(|c| c.name.len()).max().unwrap_or(0);
+                for c in t.columns.iter() {
+                    let kind = match c.kind.name() {
+                        Some("str") => format!("str[{}]", c.size),
+                        Some(k) => k.to_owned(),
+                        None => format!("kind {}", c.kind.0),
+                    };
+                    println!(
+                        "        {:<w$}  {:<8} {:<6} {}",
+                        c.name.as_str(),
+                        kind,
+                        c.unit.as_str(),
+                        c.description
+                    );
+                }
+            }
+        }
+    }
+    if !reg.failures.is_empty() {
+        println!("refused:");
+        for (path, e) in &reg.failures {
+            println!("  {}: {e}", path.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn check(cfg: &Config, plugin_flag: Option<&Path>, probes: Vec<String>) -> Result<ExitCode> {
+    let reg = load_registry(cfg, plugin_flag)?;
+    let probes = if probes.is_empty() {
+        reg.probe_names()
+    } else {
+        probes
+    };
+    reg.resolve(&probes).map_err(anyhow::Error::msg)?;
+    preflight::require_bpf_privileges("check").map_err(anyhow::Error::msg)?;
+    preflight::require_btf().map_err(anyhow::Error::msg)?;
+    if let Err(e) = preflight::ensure_tracefs() {
+        eprintln!("warning: {e}");
+    }
+    let ring = config::ring_bytes(&cfg.collect.ring_size).map_err(anyhow::Error::msg)?;
+    let mut ok = reg.failures.is_empty();
+    for (path, e) in &reg.failures {
+        println!("FAIL {}: {e}", path.display());
+    }
+    for r in collect::check(&reg, &probes, ring).map_err(anyhow::Error::msg)? {
+        match r.outcome {
+            Ok(ms) => println!(
+                "ok   {} ({}): attached in {ms:.0} ms, detached",
+                r.probe, r.plugin
+            ),
+            Err(e) => {
+                ok = false;
+                println!(
+                    "FAIL {} ({}): {}",
+                    r.probe,
+                    r.plugin,
+                    e.replace('\n', "\n     ")
+                );
+            }
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn repair(dir: &Path) -> Result<ExitCode> {
+    let results = collect::repair_collection(dir).map_err(anyhow::Error::msg)?;
+    for (file, outcome) in results {
+        match outcome {
+            RepairOutcome::Intact { rows } => {
+                println!("intact    {} ({rows} rows)", file.display())
+            }
+            RepairOutcome::Repaired { rows, batches } => println!(
+                "repaired  {} ({rows} rows in {batches} batches kept)",
+                file.display()
+            ),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,98 @@
+//! `manifest.json`: what a collection is, written when it starts, refreshed
+//! while it runs and completed when it ends, so even a crashed run says
+//! what it was.
+
+use std::{collections::BTreeMap, path::Path};
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock;
+
+/// A point in time on both clocks.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Instant {
+    pub uptime_us: u64,
+    pub unix_us: i64,
+    pub utc: String,
+}
+
+impl Instant {
+    pub fn now() -> Self {
+        let unix_us = clock::unix_us();
+        Self {
+            uptime_us: clock::uptime_us(),
+            unix_us,
+            utc: clock::rfc3339(unix_us),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PluginEntry {
+    pub name: String,
+    pub version: String,
+    pub path: String,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProbeEntry {
+    pub name: String,
+    pub plugin: String,
+    /// `running`, `ok`, or `failed`.
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Time to load, verify and attach, in milliseconds.
+    pub attach_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TableEntry {
+    pub probe: String,
+    pub file: String,
+    pub rows: u64,
+    pub lost_events: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RefusedPlugin {
+    pub path: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub kernmlops_version: String,
+    pub collection_id: String,
+    /// `running`, `complete`, `complete_with_errors`, or `repaired` (after a
+    /// crash, by `kernmlops repair`).
+    pub status: String,
+    pub command: Vec<String>,
+    pub config: serde_json::Value,
+    pub hostname: String,
+    pub kernel_release: String,
+    pub kernel_version: String,
+    pub start: Instant,
+    pub end: Option<Instant>,
+    pub plugins: Vec<PluginEntry>,
+    pub refused_plugins: Vec<RefusedPlugin>,
+    pub probes: Vec<ProbeEntry>,
+    pub tables: BTreeMap<String, TableEntry>,
+    pub errors: Vec<String>,
+}
+
+impl Manifest {
+    /// Writes atomically: a reader sees the old or the new manifest.
+    pub fn write(&self, dir: &Path) -> std::io::Result<()> {
+        let tmp = dir.join("manifest.json.tmp");
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(&tmp, text + "\n")?;
+        std::fs::rename(&tmp, dir.join("manifest.json"))
+    }
+
+    pub fn read(dir: &Path) -> std::io::Result<Self> {
+        let text = std::fs::read_to_string(dir.join("manifest.json"))?;
+        serde_json::from_str(&text).map_err(std::io::Error::other)
+    }
+}
