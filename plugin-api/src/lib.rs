@@ -250,8 +250,11 @@ pub trait Graph: Send {
     /// Renders from the collection in `collection_dir` into `out_dir`,
     /// returning the paths written.
     #[sabi(last_prefix_field)]
-    fn render(&mut self, collection_dir: RStr<'_>, out_dir: RStr<'_>)
-        -> PluginResult<RVec<RString>>;
+    fn render(
+        &mut self,
+        collection_dir: RStr<'_>,
+        out_dir: RStr<'_>,
+    ) -> PluginResult<RVec<RString>>;
 }
 
 /// A boxed, ABI-stable [`Graph`].

@@ -18,7 +18,8 @@ use libbpf_cargo::SkeletonBuilder;
 /// When the program does not compile; the build script fails with clang's
 /// message, which is what a developer needs to see.
 pub fn build_bpf(name: &str) {
-    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let manifest_dir =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let include = shared_include_dir(&manifest_dir);
     let src_dir = manifest_dir.join("src/bpf");

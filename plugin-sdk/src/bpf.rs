@@ -13,8 +13,8 @@ use std::{
 };
 
 use libbpf_rs::{
-    skel::Skel, ErrorKind, Link, MapCore, MapFlags, MapHandle, OpenObject, PrintLevel,
-    RingBuffer, RingBufferBuilder,
+    skel::Skel, ErrorKind, Link, MapCore, MapFlags, MapHandle, OpenObject, PrintLevel, RingBuffer,
+    RingBufferBuilder,
 };
 
 use crate::{Batch, Error, ProbeDecl, ProbeImpl, Result, StartArgs};
@@ -61,8 +61,8 @@ pub fn wakeup_bytes(ring_bytes: u64) -> u64 {
 /// Sets every ring buffer map of an opened object to `args.ring_bytes`.
 pub fn size_rings(obj: &mut libbpf_rs::OpenObject, args: &StartArgs) -> libbpf_rs::Result<()> {
     // The host validates the size; clamp rather than fail on a bad value.
-    let bytes = u32::try_from(args.ring_bytes.clamp(4096, 1 << 30).next_power_of_two())
-        .unwrap_or(1 << 30);
+    let bytes =
+        u32::try_from(args.ring_bytes.clamp(4096, 1 << 30).next_power_of_two()).unwrap_or(1 << 30);
     for mut map in obj.maps_mut() {
         if map.map_type() == libbpf_rs::MapType::RingBuf {
             map.set_max_entries(bytes)?;
@@ -79,8 +79,12 @@ const LOG_KEEP: usize = 64 * 1024;
 fn capture_libbpf_log(_level: PrintLevel, msg: String) {
     if let Ok(mut log) = LIBBPF_LOG.lock() {
         if log.len() + msg.len() > LOG_KEEP {
-            let cut = (log.len() + msg.len()).saturating_sub(LOG_KEEP).min(log.len());
-            let cut = (cut..=log.len()).find(|&i| log.is_char_boundary(i)).unwrap_or(0);
+            let cut = (log.len() + msg.len())
+                .saturating_sub(LOG_KEEP)
+                .min(log.len());
+            let cut = (cut..=log.len())
+                .find(|&i| log.is_char_boundary(i))
+                .unwrap_or(0);
             log.drain(..cut);
         }
         log.push_str(&msg);
@@ -91,9 +95,7 @@ fn capture_libbpf_log(_level: PrintLevel, msg: String) {
 /// of libbpf's log (the verifier's complaint) when there is one.
 fn explain(what: &str, e: &libbpf_rs::Error) -> Error {
     let hint = match e.kind() {
-        ErrorKind::PermissionDenied => {
-            " (needs root, or CAP_BPF and CAP_PERFMON; run with sudo)"
-        }
+        ErrorKind::PermissionDenied => " (needs root, or CAP_BPF and CAP_PERFMON; run with sudo)",
         _ => "",
     };
     let log = LIBBPF_LOG.lock().map(|l| l.clone()).unwrap_or_default();
@@ -102,7 +104,10 @@ fn explain(what: &str, e: &libbpf_rs::Error) -> Error {
     if tail.is_empty() {
         Error(format!("{what}: {e:#}{hint}"))
     } else {
-        Error(format!("{what}: {e:#}{hint}\nlibbpf log:\n  {}", tail.join("\n  ")))
+        Error(format!(
+            "{what}: {e:#}{hint}\nlibbpf log:\n  {}",
+            tail.join("\n  ")
+        ))
     }
 }
 
@@ -151,7 +156,9 @@ impl<S: BpfSpec> BpfProbe<S> {
                     .object()
                     .maps()
                     .find(|m| m.name() == "kml_lost")
-                    .ok_or_else(|| Error::new("BPF object has no kml_lost map: include kml.bpf.h"))?;
+                    .ok_or_else(|| {
+                        Error::new("BPF object has no kml_lost map: include kml.bpf.h")
+                    })?;
                 MapHandle::try_from(&map).map_err(|e| explain("opening kml_lost", &e))?
             },
             slots: Vec::new(),
@@ -225,7 +232,11 @@ impl<S: BpfSpec> BpfProbe<S> {
                 })
                 .map_err(|e| explain(&format!("opening ring buffer {ring_name}"), &e))?;
         }
-        self.ring = Some(builder.build().map_err(|e| explain("building ring buffers", &e))?);
+        self.ring = Some(
+            builder
+                .build()
+                .map_err(|e| explain("building ring buffers", &e))?,
+        );
         Ok(())
     }
 

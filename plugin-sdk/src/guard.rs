@@ -80,9 +80,15 @@ struct Guarded<P> {
 }
 
 impl<P: ProbeImpl> Guarded<P> {
-    fn call<T>(&mut self, what: &str, f: impl FnOnce(&mut P) -> crate::Result<T>) -> PluginResult<T> {
+    fn call<T>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut P) -> crate::Result<T>,
+    ) -> PluginResult<T> {
         if self.poisoned {
-            return RResult::RErr(format!("{what}: the probe panicked earlier and is stopped").into());
+            return RResult::RErr(
+                format!("{what}: the probe panicked earlier and is stopped").into(),
+            );
         }
         let inner = &mut self.inner;
         let r = guarded(what, || f(inner));

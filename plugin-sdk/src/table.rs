@@ -91,7 +91,14 @@ macro_rules! column {
             let field = unsafe { ::core::ptr::addr_of!((*probe.as_ptr()).$field) };
             $crate::table::size_of_pointee(field)
         };
-        $b.column($name, $kind, ::core::mem::offset_of!($ty, $field), size, $unit, $desc)
+        $b.column(
+            $name,
+            $kind,
+            ::core::mem::offset_of!($ty, $field),
+            size,
+            $unit,
+            $desc,
+        )
     }};
 }
 

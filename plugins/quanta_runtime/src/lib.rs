@@ -34,9 +34,25 @@ impl BpfSpec for QuantaRuntime {
             "quanta_runtime",
             "One row per context switch: how long the switched-out task ran",
         );
-        let runtime = column!(runtime, Run, cpu, "cpu", ColumnKind::U32, "", "CPU the task ran on");
+        let runtime = column!(
+            runtime,
+            Run,
+            cpu,
+            "cpu",
+            ColumnKind::U32,
+            "",
+            "CPU the task ran on"
+        );
         let runtime = column!(runtime, Run, pid, "pid", ColumnKind::U32, "", "thread id");
-        let runtime = column!(runtime, Run, tgid, "tgid", ColumnKind::U32, "", "process id");
+        let runtime = column!(
+            runtime,
+            Run,
+            tgid,
+            "tgid",
+            ColumnKind::U32,
+            "",
+            "process id"
+        );
         let runtime = column!(
             runtime,
             Run,
@@ -60,9 +76,25 @@ impl BpfSpec for QuantaRuntime {
             "quanta_queued_time",
             "One row per switch to a task that was waiting runnable",
         );
-        let queued = column!(queued, Queued, cpu, "cpu", ColumnKind::U32, "", "CPU the task runs on");
+        let queued = column!(
+            queued,
+            Queued,
+            cpu,
+            "cpu",
+            ColumnKind::U32,
+            "",
+            "CPU the task runs on"
+        );
         let queued = column!(queued, Queued, pid, "pid", ColumnKind::U32, "", "thread id");
-        let queued = column!(queued, Queued, tgid, "tgid", ColumnKind::U32, "", "process id");
+        let queued = column!(
+            queued,
+            Queued,
+            tgid,
+            "tgid",
+            ColumnKind::U32,
+            "",
+            "process id"
+        );
         let queued = column!(
             queued,
             Queued,
