@@ -18,6 +18,9 @@ use std::time::Duration;
 
 pub use kernmlops_plugin_api as api;
 pub use kernmlops_plugin_api::{Batch, ColumnKind, ProbeDecl, StartArgs, TableDecl};
+/// Re-exported so plugins parse `StartArgs::config_json` without their own
+/// dependency on it.
+pub use serde_json;
 
 /// Error type of plugin code: a message the host shows with its own context.
 #[derive(Debug, Clone, PartialEq, Eq)]
