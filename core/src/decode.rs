@@ -134,7 +134,7 @@ fn primitive<T: ArrowPrimitiveType, const N: usize>(
     data: &[u8],
     rs: usize,
     off: usize,
-    from_le: fn([u8; N]) -> T::Native,
+    from_le: impl Fn([u8; N]) -> T::Native,
 ) -> ArrayRef {
     let values: Vec<T::Native> = data
         .chunks_exact(rs)

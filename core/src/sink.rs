@@ -33,6 +33,9 @@ pub enum SinkError {
     Arrow { path: PathBuf, source: ArrowError },
 }
 
+/// Most rows in one record batch of a table file.
+pub const BATCH_ROWS: usize = 64 * 1024;
+
 /// When a sink flushes.
 #[derive(Debug, Clone, Copy)]
 pub struct FlushPolicy {
@@ -142,8 +145,13 @@ impl IpcSink {
             path: self.path.clone(),
             source,
         };
-        let batch = self.decoder.decode(&self.pending).map_err(arrow)?;
-        self.writer.write(&batch).map_err(arrow)?;
+        // Cache-sized record batches: large ones cost page faults on every
+        // fresh allocation and help no reader.
+        let chunk = BATCH_ROWS * self.decoder.record_size();
+        for records in self.pending.chunks(chunk) {
+            let batch = self.decoder.decode(records).map_err(arrow)?;
+            self.writer.write(&batch).map_err(arrow)?;
+        }
         self.writer.flush().map_err(arrow)?;
         self.rows_written += self.pending_rows;
         self.pending.clear();

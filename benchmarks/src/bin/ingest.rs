@@ -1,0 +1,119 @@
+//! Host ingest benchmark: decode + route + Arrow IPC write of 48-byte
+//! records on one core, the path every probe's data takes.
+//!
+//! `cargo run --release -p kernmlops-benchmarks --bin ingest [RECORDS] [DIR]`
+
+use std::{path::PathBuf, time::Instant};
+
+use anyhow::Context;
+use kernmlops::{
+    decode::TableDecoder,
+    sink::{FlushPolicy, IpcSink},
+};
+use kernmlops_benchmarks::cpu_seconds;
+use kernmlops_plugin_api::{ColumnDecl, ColumnKind, TableDecl};
+
+const RECORD: usize = 48;
+/// Records per drain, as a probe thread hands them over.
+const DRAIN: usize = 65_536;
+
+fn decl() -> TableDecl {
+    let col = |name: &str, kind: ColumnKind, offset: u32, size: u32| ColumnDecl {
+        name: name.into(),
+        kind,
+        offset,
+        size,
+        unit: "".into(),
+        description: "".into(),
+        labels: Default::default(),
+    };
+    TableDecl {
+        name: "bench".into(),
+        description: "48-byte benchmark records".into(),
+        record_size: RECORD as u32,
+        columns: vec![
+            col("ts_uptime_us", ColumnKind::U64, 0, 8),
+            col("value_a", ColumnKind::U64, 8, 8),
+            col("value_b", ColumnKind::U64, 16, 8),
+            col("cpu", ColumnKind::U32, 24, 4),
+            col("pid", ColumnKind::U32, 28, 4),
+            col("tgid", ColumnKind::U32, 32, 4),
+            col("flags", ColumnKind::U32, 36, 4),
+            col("value_c", ColumnKind::I64, 40, 8),
+        ]
+        .into(),
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let records: usize = args
+        .next()
+        .map(|a| a.parse())
+        .transpose()
+        .context("RECORDS")?
+        .unwrap_or(20_000_000);
+    let dir = args
+        .next()
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let decl = decl();
+    kernmlops::validate::validate_table(&decl)?;
+
+    // One drain's worth of realistic records, reused.
+    let mut drain = Vec::with_capacity(DRAIN * RECORD);
+    for i in 0..DRAIN as u64 {
+        drain.extend_from_slice(&(1_000_000 + i * 3).to_le_bytes());
+        drain.extend_from_slice(&(i * 7).to_le_bytes());
+        drain.extend_from_slice(&(i ^ 0x5555).to_le_bytes());
+        drain.extend_from_slice(&((i % 2) as u32).to_le_bytes());
+        drain.extend_from_slice(&(1000 + (i % 64) as u32).to_le_bytes());
+        drain.extend_from_slice(&(1000 + (i % 16) as u32).to_le_bytes());
+        drain.extend_from_slice(&0u32.to_le_bytes());
+        drain.extend_from_slice(&(-(i as i64)).to_le_bytes());
+    }
+
+    // Decode alone.
+    let decoder = TableDecoder::new(&decl, "bench");
+    let t = Instant::now();
+    let mut decoded = 0usize;
+    while decoded < records {
+        decoded += decoder.decode(&drain)?.num_rows();
+    }
+    let decode_rate = decoded as f64 / t.elapsed().as_secs_f64();
+
+    // Decode + route + write, with the default flush policy.
+    let path = dir.join(format!("kml-ingest-{}.arrow", std::process::id()));
+    let cpu0 = cpu_seconds();
+    let t = Instant::now();
+    let mut sink = IpcSink::create(
+        &path,
+        TableDecoder::new(&decl, "bench"),
+        FlushPolicy::default(),
+    )?;
+    let mut pushed = 0usize;
+    while pushed < records {
+        sink.push(&drain)?;
+        pushed += DRAIN;
+    }
+    let rows = sink.finish()?;
+    let wall = t.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let _ = std::fs::remove_file(&path);
+
+    println!(
+        "{}",
+        serde_json::json!({
+            "benchmark": "ingest",
+            "record_bytes": RECORD,
+            "records": rows,
+            "decode_records_per_s": decode_rate.round(),
+            "ingest_records_per_s": (rows as f64 / wall).round(),
+            "ingest_records_per_cpu_s": (rows as f64 / cpu).round(),
+            "file_mb": bytes as f64 / 1e6,
+            "wall_s": wall,
+        })
+    );
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! Collector overhead on `perf bench sched pipe`, events lost at that rate,
+//! and start-up time (load, verify, attach) of the default plugins.
+//!
+//! Needs root and a release build (`cargo xtask build-plugins`):
+//! `cargo run --release -p kernmlops-benchmarks --bin sched_overhead -- [RUNS] [LOOPS]`
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Instant,
+};
+
+use anyhow::{bail, Context, Result};
+use kernmlops_benchmarks::median;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_owned)
+        .unwrap_or_default()
+}
+
+/// Runs the benchmark once and returns its wall time in seconds.
+fn bench(loops: u32) -> Result<f64> {
+    let t = Instant::now();
+    let status = Command::new("perf")
+        .args(["bench", "sched", "pipe", "-l", &loops.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .context("running perf bench (apt-get install linux-perf)")?;
+    if !status.success() {
+        bail!("perf bench failed");
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+struct Collected {
+    bench_s: f64,
+    startup_ms: f64,
+    rows: u64,
+    lost: u64,
+    seconds: f64,
+}
+
+fn collected(bin: &Path, plugins: &Path, out: &Path, loops: u32) -> Result<Collected> {
+    let started = Instant::now();
+    let mut child = Command::new(bin)
+        .args([
+            "run",
+            "--plugins",
+            "quanta_runtime,process_trace",
+            "--plugin-dir",
+        ])
+        .arg(plugins)
+        .arg("--output")
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting kernmlops")?;
+    let mut stderr = BufReader::new(child.stderr.take().context("stderr")?);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if stderr.read_line(&mut line)? == 0 {
+            bail!("kernmlops exited before attaching");
+        }
+        if line.starts_with("collecting ") {
+            break;
+        }
+    }
+    let startup_ms = started.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let bench_s = bench(loops)?;
+    let seconds = t.elapsed().as_secs_f64();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let output = child.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let dir = stdout
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("collection ")
+                .and_then(|r| r.split_once(" in "))
+                .map(|(_, d)| d.trim().to_owned())
+        })
+        .context("no collection line")?;
+    let man: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        Path::new(&dir).join("manifest.json"),
+    )?)?;
+    let tables = man["tables"].as_object().context("tables")?;
+    let rows = tables
+        .get("quanta_runtime")
+        .and_then(|t| t["rows"].as_u64())
+        .unwrap_or(0);
+    let lost = tables
+        .values()
+        .filter_map(|t| t["lost_events"].as_u64())
+        .sum();
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(Collected {
+        bench_s,
+        startup_ms,
+        rows,
+        lost,
+        seconds,
+    })
+}
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let runs: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
+    let loops: u32 = args
+        .next()
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(200_000);
+    let bin = workspace().join("target/release/kernmlops");
+    let plugins = workspace().join("plugins");
+    if !bin.is_file() {
+        bail!(
+            "{} missing: run `cargo xtask build-plugins` first",
+            bin.display()
+        );
+    }
+    let out = std::env::temp_dir().join(format!("kml-overhead-{}", std::process::id()));
+    std::fs::create_dir_all(&out)?;
+
+    let (mut base, mut with, mut startup, mut rates) = (vec![], vec![], vec![], vec![]);
+    let mut lost = 0;
+    bench(loops / 10)?; // warm up
+    for _ in 0..runs {
+        base.push(bench(loops)?);
+        let c = collected(&bin, &plugins, &out, loops)?;
+        with.push(c.bench_s);
+        startup.push(c.startup_ms);
+        rates.push(c.rows as f64 / c.seconds);
+        lost += c.lost;
+    }
+    let (b, w) = (median(&mut base), median(&mut with));
+    println!(
+        "{}",
+        serde_json::json!({
+            "benchmark": "sched_overhead",
+            "runs": runs,
+            "loops": loops,
+            "baseline_s_median": b,
+            "collected_s_median": w,
+            "overhead_ratio": w / b,
+            "switch_rows_per_s_median": median(&mut rates).round(),
+            "lost_events_total": lost,
+            "startup_ms_median": median(&mut startup),
+        })
+    );
+    std::fs::remove_dir_all(&out).ok();
+    Ok(())
+}

@@ -1,0 +1,353 @@
+//! Harness for the end-to-end tests: builds and finds the binary and plugin
+//! `.so` files, runs collections the way a user does, and reads the results.
+//!
+//! Tests that need root are named `root_*` and call [`require_root`]: without
+//! root they skip with a printed reason, except under `CI=true`, where a skip
+//! is a failure.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::{mpsc, Mutex, MutexGuard, Once},
+    time::{Duration, Instant},
+};
+
+use arrow_array::RecordBatch;
+
+/// Packages whose artifacts the tests use.
+const PACKAGES: &[&str] = &[
+    "kernmlops",
+    "quanta_runtime",
+    "process_trace",
+    "fixture_not_a_plugin",
+    "fixture_abi_mismatch",
+    "fixture_faulty",
+    "fixture_bad_table",
+];
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_owned()
+}
+
+/// `target/release` (the tests always use release artifacts, built once).
+pub fn artifact_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let target = if target.is_absolute() {
+        target
+    } else {
+        workspace_root().join(target)
+    };
+    target.join("release")
+}
+
+/// Builds the binary, plugins and fixtures in release mode once per test
+/// process (a no-op when `cargo xtask build-plugins` already did it).
+pub fn ensure_built() {
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.current_dir(workspace_root())
+            .args(["build", "--release", "--quiet"]);
+        for p in PACKAGES {
+            cmd.args(["-p", p]);
+        }
+        let out = cmd.output().expect("running cargo build");
+        assert!(
+            out.status.success(),
+            "building test artifacts failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+pub fn kernmlops_bin() -> PathBuf {
+    ensure_built();
+    artifact_dir().join("kernmlops")
+}
+
+/// Path of a built cdylib by package name.
+pub fn built_so(package: &str) -> PathBuf {
+    ensure_built();
+    let p = artifact_dir().join(format!("lib{package}.so"));
+    assert!(p.is_file(), "{} was not built", p.display());
+    p
+}
+
+/// A fresh temporary folder for one test.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kml-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("creating temp dir");
+    d
+}
+
+/// A plugin folder holding copies of the named packages' `.so` files, each
+/// as `<file name>.so`.
+pub fn plugin_dir(name: &str, plugins: &[(&str, &str)]) -> PathBuf {
+    let dir = temp_dir(&format!("{name}-plugins"));
+    for (package, file) in plugins {
+        std::fs::copy(built_so(package), dir.join(format!("{file}.so"))).expect("copying plugin");
+    }
+    dir
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Returns false (and says why) when a root-only test must skip; panics
+/// instead under CI, where every test must run.
+pub fn require_root(test: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    assert!(
+        !in_ci(),
+        "{test} needs root, and CI must run it: run the tests as root"
+    );
+    eprintln!("SKIP {test}: needs root (run the tests with sudo)");
+    false
+}
+
+/// Returns false (and says why) when a tool is missing; panics under CI.
+pub fn require_tool(test: &str, tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return true;
+    }
+    assert!(
+        !in_ci(),
+        "{test} needs {tool}, which CI must install (scripts/setup.sh)"
+    );
+    eprintln!("SKIP {test}: {tool} is not installed");
+    false
+}
+
+/// Collector tests take the whole machine's scheduler activity into account,
+/// so they run one at a time.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `kernmlops ARGS` to completion.
+pub fn kernmlops(args: &[&str]) -> Output {
+    Command::new(kernmlops_bin())
+        .args(args)
+        .current_dir(workspace_root())
+        .output()
+        .expect("running kernmlops")
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// CLOCK_BOOTTIME in microseconds, the collector's clock.
+pub fn uptime_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+/// A `kernmlops run` in the background.
+pub struct Collector {
+    child: Child,
+    stderr_lines: mpsc::Receiver<String>,
+    pub stderr: Vec<String>,
+}
+
+/// What a finished collection left.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    /// The collection folder, from the first `collection <id> in <dir>` line.
+    pub dir: Option<PathBuf>,
+}
+
+impl Collector {
+    /// Starts `kernmlops run ARGS` and waits until its probes are attached.
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(kernmlops_bin())
+            .arg("run")
+            .args(args)
+            .current_dir(workspace_root())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting kernmlops run");
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take().expect("stderr piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut c = Self {
+            child,
+            stderr_lines: rx,
+            stderr: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match c.stderr_lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    let attached = line.starts_with("collecting ");
+                    c.stderr.push(line);
+                    if attached {
+                        return c;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Ok(Some(status)) = c.child.try_wait() {
+                        panic!(
+                            "kernmlops exited early ({status}):\n{}",
+                            c.stderr.join("\n")
+                        );
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "kernmlops did not attach in 30 s:\n{}",
+                        c.stderr.join("\n")
+                    );
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = c.child.wait().expect("wait");
+                    panic!(
+                        "kernmlops exited early ({status}):\n{}",
+                        c.stderr.join("\n")
+                    );
+                }
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` and waits for the process to end.
+    pub fn signal_and_wait(self, signal: i32) -> Finished {
+        // SAFETY: kill with a pid we spawned and still own.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+        self.wait()
+    }
+
+    /// Waits for the process to end by itself.
+    pub fn wait(mut self) -> Finished {
+        let mut stdout = String::new();
+        if let Some(mut out) = self.child.stdout.take() {
+            use std::io::Read;
+            let _ = out.read_to_string(&mut stdout);
+        }
+        let status = self.child.wait().expect("waiting for kernmlops");
+        while let Ok(line) = self.stderr_lines.recv_timeout(Duration::from_millis(500)) {
+            self.stderr.push(line);
+        }
+        let dir = stdout.lines().find_map(|l| {
+            let rest = l.strip_prefix("collection ")?;
+            let (_, dir) = rest.split_once(" in ")?;
+            Some(PathBuf::from(dir.trim()))
+        });
+        Finished {
+            status,
+            stdout,
+            stderr: self.stderr.join("\n"),
+            dir,
+        }
+    }
+}
+
+/// The collection folder created under `output` (for runs killed before
+/// they could print it).
+pub fn only_collection(output: &Path) -> PathBuf {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(output)
+        .expect("reading output folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(
+        dirs.len(),
+        1,
+        "expected one collection in {}: {dirs:?}",
+        output.display()
+    );
+    dirs[0].clone()
+}
+
+/// Reads every batch of an Arrow IPC file.
+pub fn read_table(path: &Path) -> Vec<RecordBatch> {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let reader = arrow_ipc::reader::FileReader::try_new(f, None)
+        .unwrap_or_else(|e| panic!("{} is not a readable Arrow file: {e}", path.display()));
+    reader
+        .map(|b| b.unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .collect()
+}
+
+/// Values of a u32/u64 column across batches, as u64.
+pub fn column_u64(batches: &[RecordBatch], name: &str) -> Vec<u64> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{UInt32Type, UInt64Type};
+    let mut out = Vec::new();
+    for b in batches {
+        let col = b
+            .column_by_name(name)
+            .unwrap_or_else(|| panic!("no column {name}"));
+        match col.data_type() {
+            arrow_schema::DataType::UInt64 => {
+                out.extend(col.as_primitive::<UInt64Type>().values().iter().copied())
+            }
+            arrow_schema::DataType::UInt32 => out.extend(
+                col.as_primitive::<UInt32Type>()
+                    .values()
+                    .iter()
+                    .map(|&v| u64::from(v)),
+            ),
+            t => panic!("column {name} is {t}, not an unsigned integer"),
+        }
+    }
+    out
+}
+
+/// Values of a string column across batches (nulls as None).
+pub fn column_str(batches: &[RecordBatch], name: &str) -> Vec<Option<String>> {
+    use arrow_array::{cast::AsArray, Array};
+    let mut out = Vec::new();
+    for b in batches {
+        let col = b
+            .column_by_name(name)
+            .unwrap_or_else(|| panic!("no column {name}"));
+        let s = col.as_string::<i32>();
+        out.extend((0..s.len()).map(|i| (!s.is_null(i)).then(|| s.value(i).to_owned())));
+    }
+    out
+}
+
+/// The collection's manifest.
+pub fn manifest(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("manifest.json")).expect("reading manifest.json");
+    serde_json::from_str(&text).expect("manifest.json is JSON")
+}

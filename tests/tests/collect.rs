@@ -1,0 +1,485 @@
+//! Real collections on the running kernel, each checked against an
+//! independent count: perf stat for scheduler switches, the test's own
+//! children for process events, pyarrow and polars for the files.
+
+use std::{
+    collections::HashMap,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use kernmlops_e2e::*;
+
+fn default_plugins(name: &str) -> std::path::PathBuf {
+    plugin_dir(
+        name,
+        &[
+            ("quanta_runtime", "quanta_runtime"),
+            ("process_trace", "process_trace"),
+        ],
+    )
+}
+
+/// Parses `perf stat -x,` output into event -> count.
+fn perf_counts(csv: &str) -> HashMap<String, u64> {
+    csv.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some((f.get(2)?.to_string(), f.first()?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn rows_between(values: &[u64], from: u64, to: u64) -> u64 {
+    values.iter().filter(|&&t| t >= from && t <= to).count() as u64
+}
+
+/// `perf bench sched pipe` under `perf stat -a`, with quanta_runtime
+/// collecting: one row per switch, matching perf's count, losing nothing.
+///
+/// The benchmark is pinned to one CPU for the sched:sched_switch comparison:
+/// on some kernels (this VM's among them) the classic tracepoint path that
+/// perf and ftrace use misses switches away from a secondary CPU's idle task,
+/// which BPF raw tracepoints and perf's own `context-switches` counter see.
+/// Pinned, idle switches are rare and the counts are comparable; unpinned,
+/// the rows are compared with `context-switches`.
+#[test]
+fn root_quanta_runtime_agrees_with_perf_stat() {
+    if !require_root("root_quanta_runtime_agrees_with_perf_stat")
+        || !require_tool("quanta_runtime", "perf")
+    {
+        return;
+    }
+    let _serial = serial();
+    let plugins = default_plugins("quanta");
+    let output = temp_dir("quanta-out");
+    let c = Collector::start(&[
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "quanta_runtime",
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+
+    let mut windows = Vec::new();
+    for pinned in [true, false] {
+        let csv = temp_dir("quanta-perf").join(format!("perf-{pinned}.csv"));
+        let t0 = uptime_us();
+        let mut cmd = Command::new("perf");
+        cmd.args([
+            "stat",
+            "-a",
+            "-x,",
+            "-e",
+            "sched:sched_switch,context-switches",
+            "-o",
+        ])
+        .arg(&csv)
+        .arg("--");
+        if pinned {
+            cmd.args(["taskset", "-c", "0"]);
+        }
+        let status = cmd
+            .args(["perf", "bench", "sched", "pipe", "-l", "100000"])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("running perf");
+        let t1 = uptime_us();
+        assert!(status.success(), "perf stat failed");
+        let counts = perf_counts(&std::fs::read_to_string(&csv).expect("perf output"));
+        windows.push((pinned, t0, t1, counts));
+    }
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+
+    let ts = column_u64(
+        &read_table(&dir.join("quanta_runtime.arrow")),
+        "ts_uptime_us",
+    );
+    for (pinned, t0, t1, counts) in windows {
+        let rows = rows_between(&ts, t0, t1);
+        let (event, reference) = if pinned {
+            ("sched:sched_switch", counts["sched:sched_switch"])
+        } else {
+            ("context-switches", counts["context-switches"])
+        };
+        let ratio = rows as f64 / reference as f64;
+        eprintln!("pinned={pinned}: {rows} rows vs perf {event} {reference} (ratio {ratio:.4})");
+        assert!(
+            reference > 100_000,
+            "the benchmark should switch a lot, perf saw {reference}"
+        );
+        assert!(
+            (ratio - 1.0).abs() <= 0.05,
+            "pinned={pinned}: {rows} rows vs {reference} {event}"
+        );
+    }
+    let man = manifest(&dir);
+    for table in ["quanta_runtime", "quanta_queued_time"] {
+        assert_eq!(
+            man["tables"][table]["lost_events"], 0,
+            "{table} lost events"
+        );
+    }
+    assert_eq!(
+        man["tables"]["quanta_runtime"]["rows"].as_u64(),
+        Some(ts.len() as u64)
+    );
+}
+
+/// 50 processes with known names: each has start, exec and end rows with
+/// the right pid and tgid; threads have their own pid and the process's tgid.
+#[test]
+fn root_process_trace_sees_every_spawned_process() {
+    if !require_root("root_process_trace_sees_every_spawned_process") {
+        return;
+    }
+    let _serial = serial();
+    let plugins = default_plugins("proc");
+    let output = temp_dir("proc-out");
+    let bin_dir = temp_dir("proc-bins");
+    let c = Collector::start(&[
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "process_trace",
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+
+    let mut spawned = Vec::new();
+    for i in 0..50 {
+        let name = format!("kmlt_proc_{i:02}");
+        let path = bin_dir.join(&name);
+        std::fs::copy("/bin/true", &path).expect("copying /bin/true");
+        let mut child = Command::new(&path).spawn().expect("spawning");
+        let pid = child.id() as u64;
+        assert!(child.wait().expect("wait").success());
+        spawned.push((name, pid));
+    }
+    let threaded = Command::new("python3")
+        .args(["-c", "import os,threading\nts=[threading.Thread(target=lambda: None) for _ in range(3)]\n[t.start() for t in ts]\n[t.join() for t in ts]\nprint(os.getpid())"])
+        .output()
+        .ok()
+        .and_then(|o| text(&o.stdout).trim().parse::<u64>().ok());
+    std::thread::sleep(Duration::from_millis(300));
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+
+    let batches = read_table(&dir.join("process_trace.arrow"));
+    let pid = column_u64(&batches, "pid");
+    let tgid = column_u64(&batches, "tgid");
+    let name = column_str(&batches, "name");
+    let kind = column_str(&batches, "cap_type");
+    for (expected, child) in &spawned {
+        let rows: Vec<usize> = (0..pid.len()).filter(|&i| pid[i] == *child).collect();
+        for cap in ["start", "exec", "end"] {
+            let found: Vec<usize> = rows
+                .iter()
+                .copied()
+                .filter(|&i| kind[i].as_deref() == Some(cap))
+                .collect();
+            assert!(!found.is_empty(), "{expected} (pid {child}): no {cap} row");
+            for &i in &found {
+                assert_eq!(
+                    tgid[i], *child,
+                    "{expected}: {cap} row has tgid {} for pid {child}",
+                    tgid[i]
+                );
+            }
+        }
+        let exec_named = rows.iter().any(|&i| {
+            kind[i].as_deref() == Some("exec") && name[i].as_deref() == Some(expected.as_str())
+        });
+        assert!(
+            exec_named,
+            "{expected}: exec row does not carry the new name"
+        );
+    }
+    if let Some(py) = threaded {
+        let threads = (0..pid.len())
+            .filter(|&i| tgid[i] == py && pid[i] != py && kind[i].as_deref() == Some("start"))
+            .count();
+        assert!(
+            threads >= 3,
+            "python's 3 threads: expected start rows with tgid {py}, got {threads}"
+        );
+    } else {
+        assert!(!in_ci(), "python3 is needed for the thread check");
+    }
+}
+
+/// Both default plugins collected, then every file opened by pyarrow and
+/// polars with the declared types.
+#[test]
+fn root_files_read_back_in_pyarrow_and_polars_with_declared_types() {
+    if !require_root("root_files_read_back_in_pyarrow_and_polars_with_declared_types")
+        || !require_tool("read_back", "python3")
+    {
+        return;
+    }
+    let _serial = serial();
+    let plugins = default_plugins("readback");
+    let output = temp_dir("readback-out");
+    let c = Collector::start(&[
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--duration",
+        "2s",
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    // Make some processes so process_trace has rows.
+    for _ in 0..5 {
+        let _ = Command::new("true").status();
+    }
+    let done = c.wait();
+    assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+    let script = workspace_root().join("tests/python/read_back.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(&dir)
+        .output()
+        .expect("python3");
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    if !out.status.success() && stderr.contains("ModuleNotFoundError") {
+        assert!(!in_ci(), "pyarrow/polars missing in CI: {stderr}");
+        eprintln!("SKIP read-back: {stderr}");
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "read_back.py failed:\n{stdout}\n{stderr}"
+    );
+    let got: serde_json::Value = serde_json::from_str(&stdout).expect("read_back.py prints JSON");
+    let expected: &[(&str, &[(&str, &str, &str)])] = &[
+        (
+            "quanta_runtime",
+            &[
+                (
+                    "collection_id",
+                    "dictionary<values=string, indices=int32, ordered=0>",
+                    "Categorical",
+                ),
+                ("cpu", "uint32", "UInt32"),
+                ("pid", "uint32", "UInt32"),
+                ("tgid", "uint32", "UInt32"),
+                ("ts_uptime_us", "uint64", "UInt64"),
+                ("quanta_run_length_us", "uint64", "UInt64"),
+            ],
+        ),
+        (
+            "quanta_queued_time",
+            &[
+                ("ts_uptime_us", "uint64", "UInt64"),
+                ("quanta_queued_time_us", "uint64", "UInt64"),
+            ],
+        ),
+        (
+            "process_trace",
+            &[
+                ("pid", "uint32", "UInt32"),
+                ("tgid", "uint32", "UInt32"),
+                ("ts_uptime_us", "uint64", "UInt64"),
+                ("name", "string", "String"),
+                ("cap_type", "string", "String"),
+            ],
+        ),
+        (
+            "system_info",
+            &[
+                ("hostname", "string", "String"),
+                ("cpu_count", "uint32", "UInt32"),
+                ("boot_time", "timestamp[us, tz=UTC]", "Datetime"),
+            ],
+        ),
+    ];
+    let man = manifest(&dir);
+    for (table, columns) in expected {
+        let t = &got[table];
+        assert!(t.is_object(), "{table} missing from read-back: {stdout}");
+        assert_eq!(
+            t["pyarrow_rows"], t["polars_rows"],
+            "{table}: readers disagree on rows"
+        );
+        assert_eq!(
+            t["pyarrow_rows"], man["tables"][table]["rows"],
+            "{table}: rows differ from the manifest"
+        );
+        for (col, arrow_type, polars_type) in *columns {
+            assert_eq!(
+                t["pyarrow"][col].as_str(),
+                Some(*arrow_type),
+                "{table}.{col} in pyarrow"
+            );
+            let p = t["polars"][col].as_str().unwrap_or_default();
+            assert!(
+                p.starts_with(polars_type),
+                "{table}.{col} in polars is {p}, expected {polars_type}"
+            );
+        }
+        assert!(t["pyarrow_rows"].as_u64() > Some(0), "{table} has no rows");
+    }
+}
+
+/// SIGKILL mid-run: at most the last flush interval is lost, and
+/// `kernmlops repair` makes every file readable.
+#[test]
+fn root_sigkill_loses_at_most_a_flush_interval_and_repair_recovers() {
+    if !require_root("root_sigkill_loses_at_most_a_flush_interval_and_repair_recovers") {
+        return;
+    }
+    let _serial = serial();
+    let plugins = plugin_dir(
+        "kill",
+        &[
+            ("fixture_faulty", "faulty"),
+            ("quanta_runtime", "quanta_runtime"),
+        ],
+    );
+    let output = temp_dir("kill-out");
+    let c = Collector::start(&[
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "ticker,quanta_runtime",
+        "--flush-interval",
+        "200ms",
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let killed_at = uptime_us();
+    let done = c.signal_and_wait(libc::SIGKILL);
+    assert!(!done.status.success());
+    let dir = only_collection(&output);
+    let ticker = dir.join("ticker.arrow");
+    assert!(
+        arrow_ipc::reader::FileReader::try_new(std::fs::File::open(&ticker).expect("open"), None)
+            .is_err(),
+        "a killed run cannot have written the footer"
+    );
+    assert_eq!(
+        manifest(&dir)["status"],
+        "running",
+        "the manifest says the run did not finish"
+    );
+
+    let out = kernmlops(&["repair", dir.to_str().expect("utf8")]);
+    assert!(out.status.success(), "repair failed: {}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("repaired"),
+        "{}",
+        text(&out.stdout)
+    );
+    let ts = column_u64(&read_table(&ticker), "ts_uptime_us");
+    let last = ts.iter().copied().max().expect("rows survived the kill");
+    let lost_us = killed_at.saturating_sub(last);
+    // Flush interval 200 ms, drain every 10-100 ms, plus scheduling slack.
+    assert!(
+        lost_us < 600_000,
+        "lost {lost_us} us of data, flush interval is 200 ms"
+    );
+    read_table(&dir.join("quanta_runtime.arrow"));
+    assert_eq!(manifest(&dir)["status"], "repaired");
+}
+
+/// `kernmlops check` attaches and detaches each probe, and fails on a
+/// plugin set with a broken probe.
+#[test]
+fn root_check_attaches_and_detaches_every_probe() {
+    if !require_root("root_check_attaches_and_detaches_every_probe") {
+        return;
+    }
+    let _serial = serial();
+    let good = default_plugins("check");
+    let out = kernmlops(&["check", "--plugin-dir", good.to_str().expect("utf8")]);
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "check failed:\n{stdout}\n{}",
+        text(&out.stderr)
+    );
+    for probe in ["quanta_runtime", "process_trace"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("ok   {probe} ")) && l.contains("detached")),
+            "{probe} not ok:\n{stdout}"
+        );
+    }
+    let bad = plugin_dir("check-bad", &[("fixture_faulty", "faulty")]);
+    let out = kernmlops(&["check", "--plugin-dir", bad.to_str().expect("utf8")]);
+    let stdout = text(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "check must fail on failing probes:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("FAIL fails_on_start") && stdout.contains("ok   ticker"),
+        "{stdout}"
+    );
+}
+
+/// With tracefs unmounted (in a private mount namespace), the collector
+/// mounts it and runs.
+#[test]
+fn root_unmounted_tracefs_is_mounted() {
+    if !require_root("root_unmounted_tracefs_is_mounted") || !require_tool("tracefs", "unshare") {
+        return;
+    }
+    let _serial = serial();
+    let plugins = default_plugins("tracefs");
+    let script = format!(
+        "umount /sys/kernel/tracing 2>/dev/null; umount /sys/kernel/debug/tracing 2>/dev/null; \
+         test ! -d /sys/kernel/tracing/events || {{ echo still mounted; exit 3; }}; \
+         {} check --plugin-dir {} --plugins process_trace && test -d /sys/kernel/tracing/events",
+        kernmlops_bin().display(),
+        plugins.display()
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .expect("unshare");
+    assert!(
+        out.status.success(),
+        "collector did not cope with unmounted tracefs:\n{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// Start-up time (load, verify, attach both plugins) as recorded.
+#[test]
+fn root_startup_is_recorded_per_probe() {
+    if !require_root("root_startup_is_recorded_per_probe") {
+        return;
+    }
+    let _serial = serial();
+    let plugins = default_plugins("startup");
+    let output = temp_dir("startup-out");
+    let started = Instant::now();
+    let c = Collector::start(&[
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--duration",
+        "1s",
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    let to_attach = started.elapsed();
+    let done = c.wait();
+    assert!(done.status.success(), "{}", done.stderr);
+    let man = manifest(&done.dir.expect("dir"));
+    let probes = man["probes"].as_array().expect("probes");
+    assert_eq!(probes.len(), 2);
+    for p in probes {
+        assert!(p["attach_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{p}");
+    }
+    eprintln!("process start to attached: {to_attach:?}");
+}
