@@ -196,7 +196,7 @@ fn decode_column(c: &ColumnDecl, data: &[u8], rs: usize) -> Result<ArrayRef, Arr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow_array::cast::AsArray;
+    use arrow_array::{cast::AsArray, Array};
     use kernmlops_plugin_api::ColumnDecl;
 
     fn col(name: &str, kind: ColumnKind, offset: u32, size: u32, labels: &[&str]) -> ColumnDecl {

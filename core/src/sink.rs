@@ -232,17 +232,20 @@ pub fn repair(path: &Path) -> Result<RepairOutcome, SinkError> {
             return Ok(RepairOutcome::Intact { rows });
         }
     }
-    // The file format is magic (8 bytes), then the stream format, then the
-    // footer: read the stream part up to the first incomplete message.
+    // The file format is magic ("ARROW1", zero-padded to the writer's
+    // alignment), then the stream format, then the footer: read the stream
+    // part up to the first incomplete message.
     let mut file = File::open(path).map_err(io)?;
-    let mut magic = [0u8; 8];
-    file.read_exact(&mut magic).map_err(io)?;
-    if &magic[..6] != b"ARROW1" {
+    let mut head = [0u8; 64];
+    let n = file.read(&mut head).map_err(io)?;
+    if n < 6 || &head[..6] != b"ARROW1" {
         return Err(arrow(ArrowError::ParseError(
             "not an Arrow IPC file".into(),
         )));
     }
-    file.seek(SeekFrom::Start(8)).map_err(io)?;
+    let stream_start = (6..n).find(|&i| head[i] != 0).unwrap_or(n);
+    file.seek(SeekFrom::Start(stream_start as u64))
+        .map_err(io)?;
     let reader = StreamReader::try_new(BufReader::new(file), None).map_err(arrow)?;
     let schema = reader.schema();
     let batches: Vec<RecordBatch> = reader.map_while(Result::ok).collect();

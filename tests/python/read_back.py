@@ -17,7 +17,7 @@ def main(folder: str) -> None:
     for path in sorted(pathlib.Path(folder).glob("*.arrow")):
         with ipc.open_file(path) as reader:
             table = reader.read_all()
-        frame = pl.read_ipc(path, memory_map=False)
+        frame = pl.read_ipc(path)
         out[path.stem] = {
             "pyarrow": {f.name: str(f.type) for f in table.schema},
             "polars": {name: str(dtype) for name, dtype in frame.schema.items()},
