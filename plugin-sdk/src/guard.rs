@@ -28,15 +28,40 @@ fn panic_message(payload: Box<dyn Any + Send>) -> String {
     }
 }
 
+thread_local! {
+    /// Where the last panic on this thread happened, for the error message.
+    static PANIC_LOCATION: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Replaces this plugin's panic hook (each plugin links its own std, so the
+/// host's hook is untouched): a caught panic becomes one error line with its
+/// location instead of a message and backtrace on stderr.
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let location = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+            PANIC_LOCATION.with(|p| *p.borrow_mut() = location);
+        }));
+    });
+}
+
 /// Runs `f`, turning a panic or an error into an error string.
 fn guarded<T>(what: &str, f: impl FnOnce() -> crate::Result<T>) -> PluginResult<T> {
+    install_panic_hook();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => RResult::ROk(v),
         Ok(Err(e)) => RResult::RErr(RString::from(e.0)),
-        Err(payload) => RResult::RErr(RString::from(format!(
-            "{what} panicked: {}",
-            panic_message(payload)
-        ))),
+        Err(payload) => {
+            let at = PANIC_LOCATION
+                .with(|p| p.borrow_mut().take())
+                .map(|l| format!(" (at {l})"))
+                .unwrap_or_default();
+            RResult::RErr(RString::from(format!(
+                "{what} panicked: {}{at}",
+                panic_message(payload)
+            )))
+        }
     }
 }
 

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs what kernmlops needs to build, run and test on Debian or Ubuntu,
+# as root, skipping whatever is already there. Sourced by scripts/collect and
+# scripts/test; safe to run on its own.
+set -euo pipefail
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+if [ "$(id -u)" -ne 0 ]; then
+    say "kernmlops loads BPF programs: run this as root (sudo $0)"
+    exit 1
+fi
+
+# Build: clang compiles the BPF programs, libelf/zlib/pkg-config/make build
+# the vendored libbpf. Run and test: perf (independent counts), stress tools,
+# util-linux (setpriv, unshare), python3 for the read-back tests.
+packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc util-linux python3 python3-pip)
+optional=(bpftool)
+if grep -qi ubuntu /etc/os-release 2>/dev/null; then
+    optional+=(linux-tools-common "linux-tools-$(uname -r)")
+else
+    packages+=(linux-perf)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    say "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+for p in "${optional[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null 2>&1 \
+            || say "optional package $p is not available (only 'cargo xtask vmlinux' needs it)"
+    fi
+done
+
+# Rust toolchain.
+if ! command -v cargo >/dev/null 2>&1; then
+    [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    say "installing Rust with rustup"
+    command -v curl >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c clippy,rustfmt
+    . "$HOME/.cargo/env"
+fi
+
+# Python readers for the read-back tests and for users' first look.
+if ! python3 -c 'import pyarrow, polars' >/dev/null 2>&1; then
+    say "installing pyarrow and polars"
+    python3 -m pip install -q pyarrow polars 2>/dev/null \
+        || python3 -m pip install -q --break-system-packages pyarrow polars
+fi
+
+# tracefs: tp/ programs attach through it (kernmlops also mounts it itself).
+if [ ! -d /sys/kernel/tracing/events ]; then
+    say "mounting tracefs at /sys/kernel/tracing"
+    mount -t tracefs nodev /sys/kernel/tracing
+fi
