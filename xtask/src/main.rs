@@ -18,7 +18,8 @@ use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
-    name = "cargo xtask",
+    name = "xtask",
+    bin_name = "cargo xtask",
     about = "Developer workflows of the kernmlops workspace"
 )]
 struct Cli {
