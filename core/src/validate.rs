@@ -243,7 +243,8 @@ mod tests {
     #[test]
     fn rejects_each_bad_declaration() {
         type Mutate = fn(&mut TableDecl);
-        let cases: Vec<(&str, Mutate, fn(&ValidationError) -> bool)> = vec![
+        type Expect = fn(&ValidationError) -> bool;
+        let cases: Vec<(&str, Mutate, Expect)> = vec![
             (
                 "upper-case table name",
                 |t| t.name = "BadName".into(),

@@ -212,6 +212,9 @@ fn root_process_trace_sees_every_spawned_process() {
     }
 }
 
+/// Column name, pyarrow type, polars type prefix.
+type ExpectedColumn = (&'static str, &'static str, &'static str);
+
 /// Both default plugins collected, then every file opened by pyarrow and
 /// polars with the declared types.
 #[test]
@@ -257,7 +260,7 @@ fn root_files_read_back_in_pyarrow_and_polars_with_declared_types() {
         "read_back.py failed:\n{stdout}\n{stderr}"
     );
     let got: serde_json::Value = serde_json::from_str(&stdout).expect("read_back.py prints JSON");
-    let expected: &[(&str, &[(&str, &str, &str)])] = &[
+    let expected: &[(&str, &[ExpectedColumn])] = &[
         (
             "quanta_runtime",
             &[

@@ -56,14 +56,36 @@ fn root_new_plugin_scaffold_builds_loads_and_collects() {
     let target: PathBuf = artifact_dir().parent().expect("target dir").to_owned();
 
     cargo(&scratch, &target, &["xtask", "new-plugin", "demo_probe"]);
-    for f in ["Cargo.toml", "build.rs", "README.md", "src/lib.rs", "src/bpf/demo_probe.bpf.c", "src/bpf/demo_probe.h"] {
-        assert!(scratch.join("plugins/demo_probe").join(f).is_file(), "scaffold lacks {f}");
+    for f in [
+        "Cargo.toml",
+        "build.rs",
+        "README.md",
+        "src/lib.rs",
+        "src/bpf/demo_probe.bpf.c",
+        "src/bpf/demo_probe.h",
+    ] {
+        assert!(
+            scratch.join("plugins/demo_probe").join(f).is_file(),
+            "scaffold lacks {f}"
+        );
     }
-    cargo(&scratch, &target, &["build", "--release", "--quiet", "-p", "demo_probe"]);
-    cargo(&scratch, &target, &["test", "--release", "--quiet", "-p", "demo_probe"]);
+    cargo(
+        &scratch,
+        &target,
+        &["build", "--release", "--quiet", "-p", "demo_probe"],
+    );
+    cargo(
+        &scratch,
+        &target,
+        &["test", "--release", "--quiet", "-p", "demo_probe"],
+    );
 
     let plugins = temp_dir("scaffold-plugins");
-    std::fs::copy(target.join("release/libdemo_probe.so"), plugins.join("demo_probe.so")).expect("copy .so");
+    std::fs::copy(
+        target.join("release/libdemo_probe.so"),
+        plugins.join("demo_probe.so"),
+    )
+    .expect("copy .so");
     let output = temp_dir("scaffold-out");
     let _serial = serial();
     let c = Collector::start(&[
@@ -77,9 +99,16 @@ fn root_new_plugin_scaffold_builds_loads_and_collects() {
         output.to_str().expect("utf8"),
     ]);
     let done = c.wait();
-    assert!(done.status.success(), "collecting with the new plugin failed:\n{}", done.stderr);
+    assert!(
+        done.status.success(),
+        "collecting with the new plugin failed:\n{}",
+        done.stderr
+    );
     let dir = done.dir.expect("collection folder printed");
-    let rows: usize = read_table(&dir.join("demo_probe.arrow")).iter().map(|b| b.num_rows()).sum();
+    let rows: usize = read_table(&dir.join("demo_probe.arrow"))
+        .iter()
+        .map(|b| b.num_rows())
+        .sum();
     assert!(rows > 0, "the scaffolded probe collected no rows");
     let _ = std::fs::remove_file(target.join("release/libdemo_probe.so"));
 }
