@@ -80,6 +80,7 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    kernmlops::tune_allocator();
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {

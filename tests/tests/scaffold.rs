@@ -55,7 +55,13 @@ fn root_new_plugin_scaffold_builds_loads_and_collects() {
     // Share the build output so only the new crate and path crates compile.
     let target: PathBuf = artifact_dir().parent().expect("target dir").to_owned();
 
-    cargo(&scratch, &target, &["xtask", "new-plugin", "demo_probe"]);
+    // xtask builds in a target of its own: a shared one would get the
+    // scratch copy's xtask binary uplifted over the real one.
+    cargo(
+        &scratch,
+        &scratch.join("target"),
+        &["xtask", "new-plugin", "demo_probe"],
+    );
     for f in [
         "Cargo.toml",
         "build.rs",

@@ -56,9 +56,14 @@ fn main() -> ExitCode {
 }
 
 /// The workspace root: the parent of this crate's folder.
+/// The workspace holding xtask. `cargo run` sets `CARGO_MANIFEST_DIR` at run
+/// time; it wins over the compile-time path, which is stale when another
+/// checkout sharing the target folder built the binary last.
 fn workspace_root() -> PathBuf {
-    let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
-    xtask.parent().unwrap_or(xtask).to_path_buf()
+    let xtask = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    xtask.parent().unwrap_or(&xtask).to_path_buf()
 }
 
 /// The cargo that runs us (`$CARGO`), else `cargo` from `PATH`.

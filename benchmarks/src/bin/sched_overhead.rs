@@ -21,10 +21,19 @@ fn workspace() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// Runs the benchmark once and returns its wall time in seconds.
-fn bench(loops: u32) -> Result<f64> {
+/// Runs the benchmark once and returns its wall time in seconds. Pinned to
+/// CPU 0, both ends of the pipe share a CPU: no idle in between, the highest
+/// switch rate.
+fn bench(loops: u32, pinned: bool) -> Result<f64> {
     let t = Instant::now();
-    let status = Command::new("perf")
+    let mut cmd = if pinned {
+        let mut c = Command::new("taskset");
+        c.args(["-c", "0", "perf"]);
+        c
+    } else {
+        Command::new("perf")
+    };
+    let status = cmd
         .args(["bench", "sched", "pipe", "-l", &loops.to_string()])
         .stdout(Stdio::null())
         .status()
@@ -43,7 +52,13 @@ struct Collected {
     seconds: f64,
 }
 
-fn collected(bin: &Path, plugins: &Path, out: &Path, loops: u32) -> Result<Collected> {
+fn collected(
+    bin: &Path,
+    plugins: &Path,
+    out: &Path,
+    loops: u32,
+    pinned: bool,
+) -> Result<Collected> {
     let started = Instant::now();
     let mut child = Command::new(bin)
         .args([
@@ -72,7 +87,7 @@ fn collected(bin: &Path, plugins: &Path, out: &Path, loops: u32) -> Result<Colle
     }
     let startup_ms = started.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
-    let bench_s = bench(loops)?;
+    let bench_s = bench(loops, pinned)?;
     let seconds = t.elapsed().as_secs_f64();
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
@@ -127,29 +142,39 @@ fn main() -> Result<()> {
     let out = std::env::temp_dir().join(format!("kml-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&out)?;
 
-    let (mut base, mut with, mut startup, mut rates) = (vec![], vec![], vec![], vec![]);
-    let mut lost = 0;
-    bench(loops / 10)?; // warm up
-    for _ in 0..runs {
-        base.push(bench(loops)?);
-        let c = collected(&bin, &plugins, &out, loops)?;
-        with.push(c.bench_s);
-        startup.push(c.startup_ms);
-        rates.push(c.rows as f64 / c.seconds);
-        lost += c.lost;
+    bench(loops / 10, false)?; // warm up
+    let mut startup = Vec::new();
+    let mut modes = serde_json::Map::new();
+    for (mode, pinned) in [("spread", false), ("pinned_cpu0", true)] {
+        let (mut base, mut with, mut rates) = (vec![], vec![], vec![]);
+        let mut lost = 0;
+        for _ in 0..runs {
+            base.push(bench(loops, pinned)?);
+            let c = collected(&bin, &plugins, &out, loops, pinned)?;
+            with.push(c.bench_s);
+            startup.push(c.startup_ms);
+            rates.push(c.rows as f64 / c.seconds);
+            lost += c.lost;
+        }
+        let (b, w) = (median(&mut base), median(&mut with));
+        modes.insert(
+            mode.into(),
+            serde_json::json!({
+                "baseline_s_median": b,
+                "collected_s_median": w,
+                "overhead_ratio": w / b,
+                "switch_rows_per_s_median": median(&mut rates).round(),
+                "lost_events_total": lost,
+            }),
+        );
     }
-    let (b, w) = (median(&mut base), median(&mut with));
     println!(
         "{}",
         serde_json::json!({
             "benchmark": "sched_overhead",
             "runs": runs,
             "loops": loops,
-            "baseline_s_median": b,
-            "collected_s_median": w,
-            "overhead_ratio": w / b,
-            "switch_rows_per_s_median": median(&mut rates).round(),
-            "lost_events_total": lost,
+            "modes": modes,
             "startup_ms_median": median(&mut startup),
         })
     );

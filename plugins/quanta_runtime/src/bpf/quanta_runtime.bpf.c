@@ -25,11 +25,12 @@ struct {
 	__type(value, __u64);
 } last_switch_ns SEC(".maps");
 
-/* When each runnable task (by thread id) started waiting, in ns. */
+/* When each runnable task started waiting, in ns (0: not waiting). Task
+ * storage lives and dies with the task: no table to fill or leak. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, __u64);
 } queued_since_ns SEC(".maps");
 
@@ -39,11 +40,14 @@ struct quanta_queued_event _quanta_queued_event = {};
 
 static __always_inline void mark_queued(struct task_struct *p, __u64 now_ns)
 {
-	__u32 pid = BPF_CORE_READ(p, pid);
+	__u64 *since;
 
-	if (pid == 0 || !kml_wanted(BPF_CORE_READ(p, tgid)))
+	if (p->pid == 0 || !kml_wanted(p->tgid))
 		return;
-	bpf_map_update_elem(&queued_since_ns, &pid, &now_ns, BPF_ANY);
+	since = bpf_task_storage_get(&queued_since_ns, p, 0,
+				     BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (since)
+		*since = now_ns;
 }
 
 SEC("tp_btf/sched_wakeup")
@@ -71,7 +75,7 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 
 	if (last) {
 		__u64 started = *last;
-		__u32 tgid = BPF_CORE_READ(prev, tgid);
+		__u32 tgid = prev->tgid;
 
 		*last = now_ns;
 		if (started && kml_wanted(tgid)) {
@@ -81,7 +85,7 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 				e->ts_uptime_us = now_ns / 1000;
 				e->quanta_run_length_us = (now_ns - started) / 1000;
 				e->cpu = cpu;
-				e->pid = BPF_CORE_READ(prev, pid);
+				e->pid = prev->pid;
 				e->tgid = tgid;
 				e->_pad = 0;
 				kml_submit(&runtime_ring, e);
@@ -93,13 +97,13 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	if (prev_state == TASK_RUNNING)
 		mark_queued(prev, now_ns);
 
-	__u32 next_pid = BPF_CORE_READ(next, pid);
-	__u64 *since = bpf_map_lookup_elem(&queued_since_ns, &next_pid);
-	if (since) {
+	__u32 next_pid = next->pid;
+	__u64 *since = bpf_task_storage_get(&queued_since_ns, next, 0, 0);
+	if (since && *since) {
 		__u64 waited_ns = now_ns > *since ? now_ns - *since : 0;
-		__u32 tgid = BPF_CORE_READ(next, tgid);
+		__u32 tgid = next->tgid;
 
-		bpf_map_delete_elem(&queued_since_ns, &next_pid);
+		*since = 0;
 		if (kml_wanted(tgid)) {
 			struct quanta_queued_event *e =
 				kml_reserve(&queued_ring, sizeof(*e), TABLE_QUEUED);
