@@ -39,6 +39,14 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Collect data from probes until the duration ends or Ctrl+C/SIGTERM.
+    #[command(after_help = "Examples:
+  kernmlops run --duration 30s
+  kernmlops run --plugins quanta_runtime,process_trace --output /data/runs
+  kernmlops run --plugins quanta_runtime --ring-size 64MiB --strict
+
+Each run writes <output>/<collection_id>/<table>.arrow, system_info.arrow and
+manifest.json, and prints each table's rows and lost events. If the process is
+killed, `kernmlops repair <collection folder>` makes the files readable.")]
     Run(RunArgs),
     /// List discovered plugins, their probes, tables and columns, and the
     /// plugins that were refused with the reason.
