@@ -42,7 +42,8 @@ fn rows_between(values: &[u64], from: u64, to: u64) -> u64 {
 /// perf and ftrace use misses switches away from a secondary CPU's idle task,
 /// which BPF raw tracepoints and perf's own `context-switches` counter see.
 /// Pinned, idle switches are rare and the counts are comparable; unpinned,
-/// the rows are compared with `context-switches`.
+/// the rows are compared with `context-switches`. The run is ended by
+/// SIGTERM (the process_trace test uses SIGINT); both leave complete files.
 #[test]
 fn root_quanta_runtime_agrees_with_perf_stat() {
     if !require_root("root_quanta_runtime_agrees_with_perf_stat")
@@ -90,7 +91,7 @@ fn root_quanta_runtime_agrees_with_perf_stat() {
         let counts = perf_counts(&std::fs::read_to_string(&csv).expect("perf output"));
         windows.push((pinned, t0, t1, counts));
     }
-    let done = c.signal_and_wait(libc::SIGINT);
+    let done = c.signal_and_wait(libc::SIGTERM);
     assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
     let dir = done.dir.expect("collection folder printed");
 
