@@ -20,8 +20,10 @@
 #define KML_MAX_TABLES 8
 
 /* Set by the SDK from StartArgs before load. */
-const volatile __u32 kml_filter_tgid = 0; /* 0: every process */
-const volatile __u32 kml_self_tgid = 0;   /* the collector itself */
+const volatile __u32 kml_filter_tgid = 0;      /* 0: every process */
+const volatile __u32 kml_filter_pid = 0;       /* 0: every thread */
+const volatile __u64 kml_filter_cgroup_id = 0; /* 0: every cgroup (v2 id) */
+const volatile __u32 kml_self_tgid = 0;        /* the collector itself */
 const volatile __u64 kml_wakeup_bytes = 256 * 1024;
 
 struct {
@@ -43,10 +45,19 @@ static __always_inline __u64 kml_now_us(void)
 	return bpf_ktime_get_boot_ns() / 1000;
 }
 
-/* True when events of this thread group should be recorded. */
-static __always_inline bool kml_wanted(__u32 tgid)
+/* True when events of this task pass the host's --tgid, --pid and --cgroup
+ * filters. The checks are in the kernel, so filtered-out events cost no
+ * ring space. */
+static __always_inline bool kml_wanted(struct task_struct *task)
 {
-	return kml_filter_tgid == 0 || kml_filter_tgid == tgid;
+	if (kml_filter_tgid && BPF_CORE_READ(task, tgid) != kml_filter_tgid)
+		return false;
+	if (kml_filter_pid && BPF_CORE_READ(task, pid) != kml_filter_pid)
+		return false;
+	if (kml_filter_cgroup_id &&
+	    BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id) != kml_filter_cgroup_id)
+		return false;
+	return true;
 }
 
 /* Reserves a record for `table` (its index in the plugin's declaration),

@@ -40,10 +40,20 @@ pub struct RunOptions {
     pub drain_interval: Duration,
     pub flush: FlushPolicy,
     pub strict: bool,
-    pub filter_tgid: u32,
+    pub filter: Filter,
+    /// Each probe's own settings (`[probes.<name>]`), passed to it as JSON.
+    pub probe_config: BTreeMap<String, serde_json::Value>,
     /// The merged configuration, recorded in the manifest.
     pub config: serde_json::Value,
     pub command: Vec<String>,
+}
+
+/// Which tasks probes record, applied in the kernel (0: no filter).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub tgid: u32,
+    pub pid: u32,
+    pub cgroup_id: u64,
 }
 
 /// Rows and losses of one table, updated live by its probe's thread.
@@ -79,11 +89,21 @@ struct Running {
 }
 
 /// Builds the arguments a probe gets.
-fn start_args(opts: &RunOptions) -> StartArgs {
+pub fn start_args(
+    probe: &str,
+    ring_bytes: u64,
+    filter: Filter,
+    probe_config: &BTreeMap<String, serde_json::Value>,
+) -> StartArgs {
+    let config = probe_config
+        .get(probe)
+        .map_or_else(|| "{}".to_owned(), |v| v.to_string());
     StartArgs {
-        config_json: "{}".into(),
-        ring_bytes: opts.ring_bytes,
-        filter_tgid: opts.filter_tgid,
+        config_json: config.into(),
+        ring_bytes,
+        filter_tgid: filter.tgid,
+        filter_pid: filter.pid,
+        filter_cgroup_id: filter.cgroup_id,
         self_tgid: std::process::id(),
     }
 }
@@ -132,12 +152,12 @@ pub fn run(
     };
     write_manifest(&man)?;
 
-    let args = start_args(opts);
     let attach_start = Instant::now();
     let mut running: Vec<Running> = Vec::new();
     for (plugin, decl) in &selected {
         let name = decl.name.to_string();
         let t0 = Instant::now();
+        let args = start_args(&name, opts.ring_bytes, opts.filter, &opts.probe_config);
         let started = plugin.start_probe(&name, &args);
         let attach_ms = t0.elapsed().as_secs_f64() * 1e3;
         match started
@@ -427,17 +447,13 @@ pub fn check(
     registry: &Registry,
     probes: &[String],
     ring_bytes: u64,
+    probe_config: &BTreeMap<String, serde_json::Value>,
 ) -> Result<Vec<CheckResult>, String> {
     let selected = registry.resolve(probes)?;
-    let args = StartArgs {
-        config_json: "{}".into(),
-        ring_bytes,
-        filter_tgid: 0,
-        self_tgid: std::process::id(),
-    };
     let mut out = Vec::new();
     for (plugin, decl) in selected {
         let name = decl.name.to_string();
+        let args = start_args(&name, ring_bytes, Filter::default(), probe_config);
         let t0 = Instant::now();
         let outcome = plugin.start_probe(&name, &args).and_then(|mut probe| {
             let ms = t0.elapsed().as_secs_f64() * 1e3;

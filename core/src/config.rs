@@ -14,6 +14,10 @@ pub const DEFAULTS_TOML: &str = include_str!("../../kernmlops.toml");
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub collect: CollectConfig,
+    /// Each probe's own settings, `[probes.<probe name>]`, passed to the
+    /// probe as a JSON object; the probe checks its keys when it starts.
+    #[serde(default)]
+    pub probes: std::collections::BTreeMap<String, toml::Table>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,6 +57,7 @@ impl Default for Config {
                 flush_rows: 1 << 20,
                 strict: false,
             },
+            probes: Default::default(),
         }
     }
 }
@@ -123,6 +128,17 @@ impl Config {
             message,
         })?;
         Ok(cfg)
+    }
+
+    /// Each probe's settings as JSON, for [`crate::collect::RunOptions`].
+    pub fn probe_json(&self) -> std::collections::BTreeMap<String, serde_json::Value> {
+        self.probes
+            .iter()
+            .map(|(name, table)| {
+                let value = serde_json::to_value(table).unwrap_or(serde_json::Value::Null);
+                (name.clone(), value)
+            })
+            .collect()
     }
 
     /// Checks values that parse as strings but must mean something.

@@ -10,7 +10,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use kernmlops::{
-    collect::{self, RunOptions},
+    collect::{self, Filter, RunOptions},
     config::{self, Config},
     plugin::Registry,
     preflight,
@@ -84,6 +84,16 @@ struct RunArgs {
     /// Fail the run if any probe fails, instead of continuing without it.
     #[arg(long)]
     strict: bool,
+    /// Record only this process (thread group id), filtered in the kernel.
+    #[arg(long, value_name = "TGID")]
+    tgid: Option<u32>,
+    /// Record only this thread (thread id), filtered in the kernel.
+    #[arg(long, value_name = "PID")]
+    pid: Option<u32>,
+    /// Record only tasks in this cgroup v2 folder (e.g.
+    /// /sys/fs/cgroup/system.slice/redis.service), filtered in the kernel.
+    #[arg(long, value_name = "PATH")]
+    cgroup: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -196,6 +206,11 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
     config_value["collect"]["duration"] = serde_json::json!(duration_text);
     config_value["collect"]["ring_size"] = serde_json::json!(ring_text);
     config_value["collect"]["flush_interval"] = serde_json::json!(flush_text);
+    config_value["filter"] = serde_json::json!({
+        "tgid": args.tgid,
+        "pid": args.pid,
+        "cgroup": args.cgroup.as_ref().map(|p| p.display().to_string()),
+    });
     let opts = RunOptions {
         probes,
         output: args
@@ -210,7 +225,15 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
             rows: c.flush_rows,
         },
         strict: args.strict || c.strict,
-        filter_tgid: 0,
+        filter: Filter {
+            tgid: args.tgid.unwrap_or(0),
+            pid: args.pid.unwrap_or(0),
+            cgroup_id: match &args.cgroup {
+                Some(path) => cgroup_id(path)?,
+                None => 0,
+            },
+        },
+        probe_config: cfg.probe_json(),
         config: config_value,
         command: std::env::args().collect(),
     };
@@ -250,6 +273,35 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         );
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// The id BPF sees for a cgroup v2 folder: its inode number.
+fn cgroup_id(path: &Path) -> Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    let meta = std::fs::metadata(path).with_context(|| format!("--cgroup {}", path.display()))?;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .with_context(|| format!("--cgroup {}", path.display()))?;
+    // SAFETY: statfs is plain old data, filled by the call.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid NUL-terminated path and a writable statfs.
+    let rc = unsafe { libc::statfs(c_path.as_ptr(), &mut fs) };
+    if rc != 0 || !meta.is_dir() || fs.f_type as i64 != CGROUP2_SUPER_MAGIC {
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let v2 = mounts
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some("cgroup2"))
+            .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned));
+        bail!(
+            "--cgroup {}: not a cgroup v2 folder; {}",
+            path.display(),
+            match v2 {
+                Some(m) => format!("cgroup v2 is mounted at {m}"),
+                None => "this machine has no cgroup v2 mount".to_owned(),
+            }
+        );
+    }
+    Ok(meta.ino())
 }
 
 fn plugins(cfg: &Config, plugin_flag: Option<&Path>) -> Result<ExitCode> {
@@ -315,7 +367,7 @@ fn check(cfg: &Config, plugin_flag: Option<&Path>, probes: Vec<String>) -> Resul
     for (path, e) in &reg.failures {
         println!("FAIL {}: {e}", path.display());
     }
-    for r in collect::check(&reg, &probes, ring).map_err(anyhow::Error::msg)? {
+    for r in collect::check(&reg, &probes, ring, &cfg.probe_json()).map_err(anyhow::Error::msg)? {
         match r.outcome {
             Ok(ms) => println!(
                 "ok   {} ({}): attached in {ms:.0} ms, detached",

@@ -221,8 +221,13 @@ pub struct StartArgs {
     pub config_json: RString,
     /// Bytes for each ring buffer (a power of two, multiple of the page size).
     pub ring_bytes: u64,
-    /// Only record this thread group, 0 for all.
+    /// Only record this thread group (process), 0 for all.
     pub filter_tgid: u32,
+    /// Only record this thread, 0 for all.
+    pub filter_pid: u32,
+    /// Only record tasks in this cgroup v2 (its id, the inode number of its
+    /// folder), 0 for all.
+    pub filter_cgroup_id: u64,
     /// The collector's own process id, which probes may exclude.
     pub self_tgid: u32,
 }

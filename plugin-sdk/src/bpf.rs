@@ -47,6 +47,8 @@ macro_rules! set_common_rodata {
     ($open:expr, $args:expr) => {{
         if let Some(ro) = $open.maps.rodata_data.as_deref_mut() {
             ro.kml_filter_tgid = $args.filter_tgid;
+            ro.kml_filter_pid = $args.filter_pid;
+            ro.kml_filter_cgroup_id = $args.filter_cgroup_id;
             ro.kml_self_tgid = $args.self_tgid;
             ro.kml_wakeup_bytes = $crate::bpf::wakeup_bytes($args.ring_bytes);
         }

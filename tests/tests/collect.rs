@@ -487,3 +487,120 @@ fn root_startup_is_recorded_per_probe() {
     }
     eprintln!("process start to attached: {to_attach:?}");
 }
+
+/// A child process killed when the test ends, pass or fail.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `.../unified` on a
+/// hybrid hierarchy).
+fn cgroup2_mount() -> Option<std::path::PathBuf> {
+    std::fs::read_to_string("/proc/mounts")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
+        })
+}
+
+/// With a busy machine, `--tgid` and `--cgroup` keep only the chosen
+/// process's rows, filtered in the kernel.
+#[test]
+fn root_filters_keep_only_the_chosen_process() {
+    if !require_root("root_filters_keep_only_the_chosen_process") {
+        return;
+    }
+    let _serial = serial();
+    let plugins = default_plugins("filter");
+    let _noise = KillOnDrop(
+        Command::new("sh")
+            .args(["-c", "while :; do sleep 0.001; done"])
+            .spawn()
+            .expect("spawning a switching workload"),
+    );
+    let target = KillOnDrop(
+        Command::new("python3")
+            .args(["-c", "import time\nwhile True: time.sleep(0.002)"])
+            .spawn()
+            .expect("spawning the target"),
+    );
+    let target_pid = target.0.id();
+
+    let mut filters = vec![vec!["--tgid".to_owned(), target_pid.to_string()]];
+    let cgroup = cgroup2_mount().map(|m| m.join("kernmlops-e2e-filter"));
+    if let Some(cg) = &cgroup {
+        std::fs::create_dir_all(cg).expect("creating a test cgroup");
+        std::fs::write(cg.join("cgroup.procs"), target_pid.to_string()).expect("moving the target");
+        filters.push(vec!["--cgroup".to_owned(), cg.display().to_string()]);
+    } else {
+        assert!(!in_ci(), "cgroup v2 is needed for the --cgroup check");
+    }
+    for filter in filters {
+        let output = temp_dir("filter-out");
+        let mut args = vec![
+            "--plugin-dir",
+            plugins.to_str().expect("utf8"),
+            "--plugins",
+            "quanta_runtime",
+            "--duration",
+            "2s",
+            "--output",
+            output.to_str().expect("utf8"),
+        ];
+        args.extend(filter.iter().map(String::as_str));
+        let done = Collector::start(&args).wait();
+        assert!(done.status.success(), "{filter:?}: {}", done.stderr);
+        let dir = done.dir.expect("collection folder printed");
+        let tgids = column_u64(&read_table(&dir.join("quanta_runtime.arrow")), "tgid");
+        assert!(
+            tgids.len() > 100,
+            "{filter:?}: the target switches often, got {} rows",
+            tgids.len()
+        );
+        let others: Vec<u64> = tgids
+            .iter()
+            .copied()
+            .filter(|&t| t != u64::from(target_pid))
+            .collect();
+        assert!(
+            others.is_empty(),
+            "{filter:?}: rows of other processes: {:?}",
+            &others[..others.len().min(10)]
+        );
+    }
+    drop(target);
+    if let Some(cg) = cgroup {
+        let _ = std::fs::remove_dir(cg);
+    }
+}
+
+/// `--cgroup` with a folder that is not a cgroup v2 is one clear error.
+#[test]
+fn root_cgroup_filter_rejects_a_non_cgroup_folder() {
+    if !require_root("root_cgroup_filter_rejects_a_non_cgroup_folder") {
+        return;
+    }
+    let plugins = default_plugins("cgroup-bad");
+    let out = kernmlops(&[
+        "run",
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--cgroup",
+        "/tmp",
+        "--duration",
+        "1s",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.starts_with("error: --cgroup /tmp: not a cgroup v2 folder"),
+        "{stderr}"
+    );
+}

@@ -132,6 +132,8 @@ fn root_loads_attaches_and_collects_rows() {
         config_json: "{}".into(),
         ring_bytes: 4 << 20,
         filter_tgid: 0,
+        filter_pid: 0,
+        filter_cgroup_id: 0,
         self_tgid: std::process::id(),
     };
     let mut probe = BpfProbe::<__Name__>::start(&args).unwrap_or_else(|e| panic!("{e}"));

@@ -23,7 +23,7 @@ static __always_inline void emit(struct task_struct *task, __u32 cap_type)
 	__u32 tgid = BPF_CORE_READ(task, tgid);
 	struct process_trace_event *e;
 
-	if (!kml_wanted(tgid))
+	if (!kml_wanted(task))
 		return;
 	e = kml_reserve(&process_ring, sizeof(*e), TABLE_PROCESS_TRACE);
 	if (!e)

@@ -42,7 +42,7 @@ static __always_inline void mark_queued(struct task_struct *p, __u64 now_ns)
 {
 	__u64 *since;
 
-	if (p->pid == 0 || !kml_wanted(p->tgid))
+	if (p->pid == 0 || !kml_wanted(p))
 		return;
 	since = bpf_task_storage_get(&queued_since_ns, p, 0,
 				     BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -78,7 +78,7 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 		__u32 tgid = prev->tgid;
 
 		*last = now_ns;
-		if (started && kml_wanted(tgid)) {
+		if (started && kml_wanted(prev)) {
 			struct quanta_runtime_event *e =
 				kml_reserve(&runtime_ring, sizeof(*e), TABLE_RUNTIME);
 			if (e) {
@@ -104,7 +104,7 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 		__u32 tgid = next->tgid;
 
 		*since = 0;
-		if (kml_wanted(tgid)) {
+		if (kml_wanted(next)) {
 			struct quanta_queued_event *e =
 				kml_reserve(&queued_ring, sizeof(*e), TABLE_QUEUED);
 			if (e) {

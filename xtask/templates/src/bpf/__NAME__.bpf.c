@@ -36,9 +36,9 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 {
 	__u32 tgid = BPF_CORE_READ(next, tgid);
 
-	/* Honour the host's --pid filter. To leave out the collector's own
-	 * threads too, add `|| tgid == kml_self_tgid`. */
-	if (!kml_wanted(tgid))
+	/* Honour the host's --tgid/--pid/--cgroup filters. To leave out the
+	 * collector's own threads too, add `|| tgid == kml_self_tgid`. */
+	if (!kml_wanted(next))
 		return 0;
 
 	struct __NAME___event *e = kml_reserve(&events, sizeof(*e), TABLE_EVENTS);
