@@ -18,7 +18,7 @@ use std::{
 };
 
 use abi_stable::std_types::{RResult, RVec};
-use kernmlops_plugin_api::{Batch, ProbeBox, ProbeDecl, StartArgs};
+use kernmlops_plugin_api::{Batch, ProbeBox, ProbeDecl, StartArgs, TableDecl};
 
 use crate::{
     clock,
@@ -27,6 +27,7 @@ use crate::{
     plugin::{Plugin, Registry},
     sink::{self, FlushPolicy, IpcSink},
     system_info::SystemInfo,
+    validate::{validate_table, ValidationError},
 };
 
 /// Everything a run needs besides the plugins.
@@ -154,27 +155,53 @@ pub fn run(
 
     let attach_start = Instant::now();
     let mut running: Vec<Running> = Vec::new();
+    // Tables of this run, by name, with the probe writing each.
+    let mut table_owner: BTreeMap<String, String> = BTreeMap::new();
     for (plugin, decl) in &selected {
         let name = decl.name.to_string();
         let t0 = Instant::now();
         let args = start_args(&name, opts.ring_bytes, opts.filter, &opts.probe_config);
         let started = plugin.start_probe(&name, &args);
         let attach_ms = t0.elapsed().as_secs_f64() * 1e3;
-        match started
-            .and_then(|probe| spawn_probe(probe, decl, &dir, &collection_id, opts, stop.clone()))
-        {
-            Ok((handle, counters)) => {
+        let mut notes = Vec::new();
+        let outcome = started.and_then(|probe| {
+            notes = probe.notes().into_iter().map(String::from).collect();
+            for note in &notes {
+                eprintln!("warning: probe {name}: {note}");
+            }
+            if opts.strict && !notes.is_empty() {
+                return Err(format!("--strict: {}", notes.join("; ")));
+            }
+            let tables = run_tables(&probe, &table_owner)?;
+            for t in &tables {
+                table_owner.insert(t.name.to_string(), name.clone());
+            }
+            let names = tables.iter().map(|t| t.name.to_string()).collect();
+            spawn_probe(
+                probe,
+                &name,
+                &tables,
+                &dir,
+                &collection_id,
+                opts,
+                stop.clone(),
+            )
+            .map(|spawned| (spawned, names))
+        });
+        match outcome {
+            Ok(((handle, counters), tables)) => {
                 man.probes.push(ProbeEntry {
                     name: name.clone(),
                     plugin: plugin.name().to_owned(),
                     status: "running".into(),
                     error: None,
                     attach_ms,
+                    notes,
                 });
                 running.push(Running {
                     name,
                     plugin: plugin.name().to_owned(),
-                    tables: decl.tables.iter().map(|t| t.name.to_string()).collect(),
+                    tables,
                     counters,
                     handle,
                 });
@@ -188,6 +215,7 @@ pub fn run(
                     status: "failed".into(),
                     error: Some(e),
                     attach_ms,
+                    notes,
                 });
                 man.errors.push(msg);
                 if opts.strict {
@@ -359,17 +387,41 @@ type Spawned = (
     Vec<Arc<TableCounters>>,
 );
 
+/// The tables a started probe fills, validated like declared ones and
+/// unique within the run.
+fn run_tables(
+    probe: &ProbeBox,
+    taken: &BTreeMap<String, String>,
+) -> Result<Vec<TableDecl>, String> {
+    let tables = probe.tables().into_vec();
+    if tables.is_empty() {
+        return Err("the probe fills no table".into());
+    }
+    for t in &tables {
+        validate_table(t).map_err(|e| e.to_string())?;
+        if let Some(owner) = taken.get(t.name.as_str()) {
+            return Err(ValidationError::DuplicateTable {
+                table: t.name.to_string(),
+                owner: owner.clone(),
+            }
+            .to_string());
+        }
+    }
+    Ok(tables)
+}
+
 /// Creates the probe's sinks and its drain thread.
 fn spawn_probe(
     probe: ProbeBox,
-    decl: &ProbeDecl,
+    name: &str,
+    tables: &[TableDecl],
     dir: &Path,
     collection_id: &str,
     opts: &RunOptions,
     stop: Arc<AtomicBool>,
 ) -> Result<Spawned, String> {
     let mut sinks = Vec::new();
-    for t in decl.tables.iter() {
+    for t in tables {
         let path = dir.join(format!("{}.arrow", t.name));
         let sink = IpcSink::create(&path, TableDecoder::new(t, collection_id), opts.flush)
             .map_err(|e| e.to_string())?;
@@ -379,7 +431,7 @@ fn spawn_probe(
     let thread_counters = counters.clone();
     let drain_ms = u32::try_from(opts.drain_interval.as_millis()).unwrap_or(u32::MAX);
     let handle = thread::Builder::new()
-        .name(format!("kml-{}", decl.name))
+        .name(format!("kml-{name}"))
         .spawn(move || drain_loop(probe, sinks, &thread_counters, drain_ms, &stop))
         .map_err(|e| format!("starting its thread: {e}"))?;
     Ok((handle, counters))
@@ -457,7 +509,17 @@ pub fn check(
         let t0 = Instant::now();
         let outcome = plugin.start_probe(&name, &args).and_then(|mut probe| {
             let ms = t0.elapsed().as_secs_f64() * 1e3;
-            let mut batches: RVec<Batch> = decl.tables.iter().map(|_| Batch::default()).collect();
+            for note in probe.notes() {
+                eprintln!("warning: probe {name}: {note}");
+            }
+            let tables = probe.tables();
+            if tables.is_empty() {
+                return Err("the probe fills no table".into());
+            }
+            for t in tables.iter() {
+                validate_table(t).map_err(|e| e.to_string())?;
+            }
+            let mut batches: RVec<Batch> = tables.iter().map(|_| Batch::default()).collect();
             if let RResult::RErr(e) = probe.drain(10, &mut batches) {
                 return Err(format!("draining: {e}"));
             }

@@ -45,6 +45,9 @@ pub struct ProbeEntry {
     pub error: Option<String>,
     /// Time to load, verify and attach, in milliseconds.
     pub attach_ms: f64,
+    /// What the probe skipped because this machine lacks it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -242,8 +242,19 @@ pub trait Probe: Send {
 
     /// Detaches from the kernel. `drain` is called once more afterwards to
     /// collect what was still buffered.
-    #[sabi(last_prefix_field)]
     fn stop(&mut self) -> PluginResult<()>;
+
+    /// The tables this running probe fills, in `drain`'s batch order. Most
+    /// probes return their declared tables; a probe whose tables depend on
+    /// its settings (one per configured counter, say) returns those. The
+    /// host validates them like declared ones.
+    fn tables(&self) -> RVec<TableDecl>;
+
+    /// What the probe skipped because this machine lacks it (a hardware
+    /// counter, a kernel function), one sentence each. The host prints and
+    /// records them; `--strict` makes them errors.
+    #[sabi(last_prefix_field)]
+    fn notes(&self) -> RVec<RString>;
 }
 
 /// A boxed, ABI-stable [`Probe`].

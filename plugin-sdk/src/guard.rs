@@ -12,7 +12,8 @@ use abi_stable::{
     std_types::{RResult, RString, RVec},
 };
 use kernmlops_plugin_api::{
-    Batch, PluginInfo, PluginResult, Probe, ProbeBox, Probe_TO, StartArgs, DATA_CONTRACT_VERSION,
+    Batch, PluginInfo, PluginResult, Probe, ProbeBox, Probe_TO, StartArgs, TableDecl,
+    DATA_CONTRACT_VERSION,
 };
 
 use crate::ProbeImpl;
@@ -145,5 +146,18 @@ impl<P: ProbeImpl> Probe for Guarded<P> {
 
     fn stop(&mut self) -> PluginResult<()> {
         self.call("stopping", |p| p.stop())
+    }
+
+    fn tables(&self) -> RVec<TableDecl> {
+        // A panic here leaves no tables, which the host reports.
+        catch_unwind(AssertUnwindSafe(|| self.inner.tables()))
+            .map(RVec::from)
+            .unwrap_or_default()
+    }
+
+    fn notes(&self) -> RVec<RString> {
+        catch_unwind(AssertUnwindSafe(|| self.inner.notes()))
+            .map(|n| n.into_iter().map(RString::from).collect())
+            .unwrap_or_else(|_| RVec::from(vec![RString::from("listing notes panicked")]))
     }
 }

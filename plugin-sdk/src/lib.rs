@@ -73,6 +73,17 @@ pub trait ProbeImpl: Sized + Send + 'static {
 
     /// Detaches from the kernel; a last `drain` follows.
     fn stop(&mut self) -> Result<()>;
+
+    /// The tables this instance fills, in `drain`'s batch order: the
+    /// declared ones unless the probe's settings choose its tables.
+    fn tables(&self) -> Vec<TableDecl> {
+        Self::decl().tables.into_vec()
+    }
+
+    /// What was skipped because this machine lacks it, one sentence each.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Not public API: used by the code [`export_plugin!`] generates.
