@@ -15,17 +15,6 @@ use std::{
 
 use arrow_array::RecordBatch;
 
-/// Packages whose artifacts the tests use.
-const PACKAGES: &[&str] = &[
-    "kernmlops",
-    "quanta_runtime",
-    "process_trace",
-    "fixture_not_a_plugin",
-    "fixture_abi_mismatch",
-    "fixture_faulty",
-    "fixture_bad_table",
-];
-
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
