@@ -35,17 +35,14 @@ pub fn artifact_dir() -> PathBuf {
     target.join("release")
 }
 
-/// Builds the binary, plugins and fixtures in release mode once per test
-/// process (a no-op when `cargo xtask build-plugins` already did it).
+/// Builds the whole workspace (binary, every plugin, fixtures) in release
+/// mode once per test process: a no-op after `scripts/test`'s build.
 pub fn ensure_built() {
     static BUILD: Once = Once::new();
     BUILD.call_once(|| {
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(workspace_root())
-            .args(["build", "--release", "--quiet"]);
-        for p in PACKAGES {
-            cmd.args(["-p", p]);
-        }
+            .args(["build", "--release", "--quiet", "--workspace"]);
         let out = cmd.output().expect("running cargo build");
         assert!(
             out.status.success(),
