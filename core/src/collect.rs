@@ -132,6 +132,7 @@ pub fn run(
         hostname: sys.hostname.clone(),
         kernel_release: sys.kernel_release.clone(),
         kernel_version: sys.kernel_version.clone(),
+        kernel_features: serde_json::to_value(&sys.features).unwrap_or_default(),
         start: start.clone(),
         end: None,
         plugins: plugin_entries(&selected),

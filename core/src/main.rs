@@ -57,6 +57,14 @@ killed, `kernmlops repair <collection folder>` makes the files readable.")]
         #[arg(long, value_delimiter = ',')]
         plugins: Vec<String>,
     },
+    /// List this machine's performance events (generic and sysfs PMU ones)
+    /// with their encoding and whether they open here, to choose `perf`
+    /// probe counters.
+    PerfList {
+        /// Print a JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Make the table files of a crashed collection readable again.
     Repair {
         /// A collection folder (<output>/<collection_id>).
@@ -115,6 +123,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Plugins => plugins(&cfg, cli.plugin_dir.as_deref()),
         Command::Check { plugins } => check(&cfg, cli.plugin_dir.as_deref(), plugins),
         Command::Repair { collection } => repair(&collection),
+        Command::PerfList { json } => perf_list(json),
     }
 }
 
@@ -404,5 +413,32 @@ fn repair(dir: &Path) -> Result<ExitCode> {
             ),
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn perf_list(json: bool) -> Result<ExitCode> {
+    let events = kernmlops::perf_list::list(Path::new(kernmlops::perf_list::PMU_ROOT));
+    if json {
+        println!("{}", serde_json::to_string_pretty(&events)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let w = events.iter().map(|e| e.event.len()).max().unwrap_or(5).max(5);
+    println!("{:<w$}  {:<9} {:<22} {:<10} description", "event", "supported", "type/config", "pmu");
+    for e in &events {
+        let supported = match e.supported {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "?",
+        };
+        let code = if e.encoding.is_empty() {
+            format!("{}/{}", e.type_, e.config)
+        } else {
+            format!("{}/{} ({})", e.type_, e.config, e.encoding)
+        };
+        println!("{:<w$}  {supported:<9} {code:<22} {:<10} {}", e.event, e.pmu, e.description);
+    }
+    println!(
+        "\nUse an event in [[probes.perf.events]] event = \"...\" or a generic name in [probes.perf] counters.\nsysfs PMU events carry no description; `perf list` describes them where perf knows the CPU model.\n\"no\" means perf_event_open on CPU 0 failed here; \"?\" means it was not tried (needs root)."
+    );
     Ok(ExitCode::SUCCESS)
 }

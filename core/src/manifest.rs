@@ -76,6 +76,9 @@ pub struct Manifest {
     pub hostname: String,
     pub kernel_release: String,
     pub kernel_version: String,
+    /// BTF, kprobes, uprobes, fentry, hardware PMU: available or why not.
+    #[serde(default)]
+    pub kernel_features: serde_json::Value,
     pub start: Instant,
     pub end: Option<Instant>,
     pub plugins: Vec<PluginEntry>,

@@ -1,16 +1,20 @@
-//! The one-row `system_info` table: the machine, the kernel and the run.
+//! The one-row `system_info` table: the machine (CPU topology, caches,
+//! frequency limits, memory, swap, huge pages), the kernel and the tracing
+//! features it has, and the run.
 
-use std::sync::Arc;
+use std::{collections::BTreeSet, path::Path, sync::Arc};
 
 use arrow_array::{
-    ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array, UInt64Array,
+    ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array,
+    UInt64Array,
 };
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use serde::Serialize;
 
-use crate::{clock, decode};
+use crate::{clock, decode, features::KernelFeatures};
 
-/// Facts about this machine, read once per run.
+/// Facts about this machine, read once per run. `None`: not exposed here
+/// (a VM without cpufreq, say).
 #[derive(Debug, Clone, Serialize)]
 pub struct SystemInfo {
     pub hostname: String,
@@ -18,15 +22,111 @@ pub struct SystemInfo {
     pub kernel_release: String,
     pub kernel_version: String,
     pub architecture: String,
-    pub cpu_count: u32,
+    pub cpu_vendor: String,
+    pub cpu_model: String,
+    pub sockets: u32,
+    pub cores: u32,
+    pub logical_cores: u32,
+    pub cpu_min_freq_khz: Option<u64>,
+    pub cpu_max_freq_khz: Option<u64>,
+    pub l1d_cache_bytes: Option<u64>,
+    pub l1i_cache_bytes: Option<u64>,
+    pub l2_cache_bytes: Option<u64>,
+    pub l3_cache_bytes: Option<u64>,
     pub memory_bytes: u64,
+    pub swap_bytes: u64,
+    pub swappiness: Option<u64>,
+    pub thp_enabled: String,
+    pub thp_defrag: String,
+    pub hugepages_total: u64,
+    pub hugepage_size_bytes: u64,
+    pub is_vm: bool,
     pub boot_time_unix_us: i64,
+    pub features: KernelFeatures,
 }
 
-fn read_trim(path: &str) -> String {
+fn read_trim(path: impl AsRef<Path>) -> Option<String> {
     std::fs::read_to_string(path)
+        .ok()
         .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
+}
+
+fn read_u64(path: impl AsRef<Path>) -> Option<u64> {
+    read_trim(path)?.parse().ok()
+}
+
+/// The selected value of a sysfs choice like `always [madvise] never`.
+fn selected(choice: &str) -> String {
+    choice
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')))
+        .unwrap_or(choice)
+        .to_owned()
+}
+
+/// A /proc/meminfo value in bytes (kB fields) or as a count.
+fn meminfo(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(key)?.strip_prefix(':')?.trim();
+        let (num, unit) = rest.split_once(' ').unwrap_or((rest, ""));
+        let v: u64 = num.parse().ok()?;
+        Some(if unit.trim() == "kB" { v * 1024 } else { v })
+    })
+}
+
+/// Cache sizes of CPU 0 by (level, type): `32K` style values in bytes.
+fn cache_size(level: u32, kind: &str) -> Option<u64> {
+    let dir = Path::new("/sys/devices/system/cpu/cpu0/cache");
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
+        let p = e.path();
+        if read_u64(p.join("level")) != Some(u64::from(level))
+            || read_trim(p.join("type")).as_deref() != Some(kind)
+        {
+            return None;
+        }
+        let size = read_trim(p.join("size"))?;
+        let (num, mult) = match size.strip_suffix('K') {
+            Some(n) => (n, 1024),
+            None => match size.strip_suffix('M') {
+                Some(n) => (n, 1024 * 1024),
+                None => (size.as_str(), 1),
+            },
+        };
+        num.parse::<u64>().ok().map(|n| n * mult)
+    })
+}
+
+/// (sockets, cores, logical CPUs) from sysfs topology of online CPUs.
+fn topology() -> (u32, u32, u32) {
+    let mut packages = BTreeSet::new();
+    let mut cores = BTreeSet::new();
+    let mut logical = 0;
+    if let Ok(entries) = std::fs::read_dir("/sys/devices/system/cpu") {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(n) = name.strip_prefix("cpu") else {
+                continue;
+            };
+            if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            let topo = e.path().join("topology");
+            let (Some(pkg), Some(core)) = (
+                read_u64(topo.join("physical_package_id")),
+                read_u64(topo.join("core_id")),
+            ) else {
+                continue;
+            };
+            logical += 1;
+            packages.insert(pkg);
+            cores.insert((pkg, core));
+        }
+    }
+    if logical == 0 {
+        let n = std::thread::available_parallelism().map_or(0, |n| n.get() as u32);
+        return (1, n, n);
+    }
+    (packages.len() as u32, cores.len() as u32, logical)
 }
 
 fn uname() -> (String, String, String, String) {
@@ -57,26 +157,57 @@ impl SystemInfo {
     pub fn gather() -> Self {
         let (hostname, kernel_release, kernel_version, architecture) = uname();
         let os = read_trim("/etc/os-release")
+            .unwrap_or_default()
             .lines()
             .find_map(|l| l.strip_prefix("PRETTY_NAME="))
             .map(|v| v.trim_matches('"').to_owned())
             .unwrap_or_default();
-        let memory_bytes = read_trim("/proc/meminfo")
-            .lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024);
-        let cpu_count = std::thread::available_parallelism().map_or(0, |n| n.get() as u32);
-        let boot_time_unix_us = clock::unix_us() - clock::uptime_us() as i64;
+        let cpuinfo = read_trim("/proc/cpuinfo").unwrap_or_default();
+        let cpu_field = |key: &str| {
+            cpuinfo
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    (k.trim() == key).then(|| v.trim().to_owned())
+                })
+                .unwrap_or_default()
+        };
+        let flags = cpu_field("flags");
+        let mem = read_trim("/proc/meminfo").unwrap_or_default();
+        let (sockets, cores, logical_cores) = topology();
+        let thp = Path::new("/sys/kernel/mm/transparent_hugepage");
+        let freq = Path::new("/sys/devices/system/cpu/cpu0/cpufreq");
         Self {
             hostname,
             os,
             kernel_release,
             kernel_version,
             architecture,
-            cpu_count,
-            memory_bytes,
-            boot_time_unix_us,
+            cpu_vendor: cpu_field("vendor_id"),
+            cpu_model: cpu_field("model name"),
+            sockets,
+            cores,
+            logical_cores,
+            cpu_min_freq_khz: read_u64(freq.join("cpuinfo_min_freq")),
+            cpu_max_freq_khz: read_u64(freq.join("cpuinfo_max_freq")),
+            l1d_cache_bytes: cache_size(1, "Data"),
+            l1i_cache_bytes: cache_size(1, "Instruction"),
+            l2_cache_bytes: cache_size(2, "Unified"),
+            l3_cache_bytes: cache_size(3, "Unified"),
+            memory_bytes: meminfo(&mem, "MemTotal").unwrap_or(0),
+            swap_bytes: meminfo(&mem, "SwapTotal").unwrap_or(0),
+            swappiness: read_u64("/proc/sys/vm/swappiness"),
+            thp_enabled: read_trim(thp.join("enabled"))
+                .map(|s| selected(&s))
+                .unwrap_or_default(),
+            thp_defrag: read_trim(thp.join("defrag"))
+                .map(|s| selected(&s))
+                .unwrap_or_default(),
+            hugepages_total: meminfo(&mem, "HugePages_Total").unwrap_or(0),
+            hugepage_size_bytes: meminfo(&mem, "Hugepagesize").unwrap_or(0),
+            is_vm: flags.split_whitespace().any(|f| f == "hypervisor"),
+            boot_time_unix_us: clock::unix_us() - clock::uptime_us() as i64,
+            features: KernelFeatures::detect(),
         }
     }
 
@@ -88,41 +219,128 @@ impl SystemInfo {
         collection_start_unix_us: i64,
         plugins: &[String],
     ) -> Result<RecordBatch, arrow_schema::ArrowError> {
-        let utc = || DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
-        let schema = Schema::new(vec![
-            decode::collection_id_field(),
-            Field::new("ts_uptime_us", DataType::UInt64, false),
-            Field::new("hostname", DataType::Utf8, false),
-            Field::new("os", DataType::Utf8, false),
-            Field::new("kernel_release", DataType::Utf8, false),
-            Field::new("kernel_version", DataType::Utf8, false),
-            Field::new("architecture", DataType::Utf8, false),
-            Field::new("cpu_count", DataType::UInt32, false),
-            Field::new("memory_bytes", DataType::UInt64, false),
-            Field::new("boot_time", utc(), false),
-            Field::new("collection_time", utc(), false),
-            Field::new("plugins", DataType::Utf8, false),
-        ]);
-        let s = |v: &str| Arc::new(StringArray::from(vec![v])) as ArrayRef;
-        let t = |v: i64| {
-            Arc::new(TimestampMicrosecondArray::from(vec![v]).with_timezone("UTC")) as ArrayRef
-        };
-        RecordBatch::try_new(
-            Arc::new(schema),
-            vec![
+        let mut cols: Vec<(Field, ArrayRef)> = vec![
+            (
+                decode::collection_id_field(),
                 decode::collection_id_column(collection_id, 1),
+            ),
+            (
+                Field::new("ts_uptime_us", DataType::UInt64, false),
                 Arc::new(UInt64Array::from(vec![ts_uptime_us])),
-                s(&self.hostname),
-                s(&self.os),
-                s(&self.kernel_release),
-                s(&self.kernel_version),
-                s(&self.architecture),
-                Arc::new(UInt32Array::from(vec![self.cpu_count])),
-                Arc::new(UInt64Array::from(vec![self.memory_bytes])),
-                t(self.boot_time_unix_us),
-                t(collection_start_unix_us),
-                s(&plugins.join(",")),
-            ],
-        )
+            ),
+        ];
+        let mut text = |name: &str, v: &str| {
+            cols.push((
+                Field::new(name, DataType::Utf8, false),
+                Arc::new(StringArray::from(vec![v])),
+            ));
+        };
+        text("hostname", &self.hostname);
+        text("os", &self.os);
+        text("kernel_release", &self.kernel_release);
+        text("kernel_version", &self.kernel_version);
+        text("architecture", &self.architecture);
+        text("cpu_vendor", &self.cpu_vendor);
+        text("cpu_model", &self.cpu_model);
+        text("thp_enabled", &self.thp_enabled);
+        text("thp_defrag", &self.thp_defrag);
+        text("plugins", &plugins.join(","));
+        text("kernel_features", &self.features.available_list());
+        for (name, v) in [
+            ("sockets", self.sockets),
+            ("cores", self.cores),
+            ("logical_cores", self.logical_cores),
+        ] {
+            cols.push((
+                Field::new(name, DataType::UInt32, false),
+                Arc::new(UInt32Array::from(vec![v])),
+            ));
+        }
+        for (name, v) in [
+            ("memory_bytes", Some(self.memory_bytes)),
+            ("swap_bytes", Some(self.swap_bytes)),
+            ("hugepages_total", Some(self.hugepages_total)),
+            ("hugepage_size_bytes", Some(self.hugepage_size_bytes)),
+            ("swappiness", self.swappiness),
+            ("cpu_min_freq_khz", self.cpu_min_freq_khz),
+            ("cpu_max_freq_khz", self.cpu_max_freq_khz),
+            ("l1d_cache_bytes", self.l1d_cache_bytes),
+            ("l1i_cache_bytes", self.l1i_cache_bytes),
+            ("l2_cache_bytes", self.l2_cache_bytes),
+            ("l3_cache_bytes", self.l3_cache_bytes),
+        ] {
+            cols.push((
+                Field::new(name, DataType::UInt64, true),
+                Arc::new(UInt64Array::from(vec![v])),
+            ));
+        }
+        let f = &self.features;
+        for (name, v) in [
+            ("is_vm", self.is_vm),
+            ("has_btf", f.btf.available),
+            ("has_kprobes", f.kprobes.available),
+            ("has_uprobes", f.uprobes.available),
+            ("has_fentry", f.fentry.available),
+            ("has_hardware_pmu", f.hardware_pmu.available),
+        ] {
+            cols.push((
+                Field::new(name, DataType::Boolean, false),
+                Arc::new(BooleanArray::from(vec![v])),
+            ));
+        }
+        let utc = || DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        for (name, v) in [
+            ("boot_time", self.boot_time_unix_us),
+            ("collection_time", collection_start_unix_us),
+        ] {
+            cols.push((
+                Field::new(name, utc(), false),
+                Arc::new(TimestampMicrosecondArray::from(vec![v]).with_timezone("UTC")),
+            ));
+        }
+        let (fields, arrays): (Vec<Field>, Vec<ArrayRef>) = cols.into_iter().unzip();
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sysfs_and_meminfo_formats() {
+        assert_eq!(selected("always [madvise] never"), "madvise");
+        assert_eq!(selected("[always] never"), "always");
+        let mem =
+            "MemTotal:       24576000 kB\nHugePages_Total:       4\nHugepagesize:       2048 kB\n";
+        assert_eq!(meminfo(mem, "MemTotal"), Some(24_576_000 * 1024));
+        assert_eq!(
+            meminfo(mem, "HugePages_Total"),
+            Some(4),
+            "counts are not multiplied"
+        );
+        assert_eq!(meminfo(mem, "Hugepagesize"), Some(2048 * 1024));
+        assert_eq!(meminfo(mem, "SwapTotal"), None);
+    }
+
+    #[test]
+    fn gathers_a_consistent_row() {
+        let info = SystemInfo::gather();
+        assert!(
+            info.logical_cores >= info.cores && info.cores >= info.sockets && info.sockets >= 1
+        );
+        assert!(info.memory_bytes > 0);
+        let batch = info.to_batch("c", 1, 2, &["p".into()]).expect("row");
+        assert_eq!(batch.num_rows(), 1);
+        for col in [
+            "hostname",
+            "logical_cores",
+            "l2_cache_bytes",
+            "thp_enabled",
+            "has_btf",
+            "boot_time",
+        ] {
+            assert!(batch.column_by_name(col).is_some(), "missing {col}");
+        }
     }
 }

@@ -604,3 +604,72 @@ fn root_cgroup_filter_rejects_a_non_cgroup_folder() {
         "{stderr}"
     );
 }
+
+/// `system_info` agrees with what the machine reports through other
+/// channels: /proc/meminfo, uname, nproc, the THP sysfs file, and the
+/// kernel-features probe's verdicts with the manifest.
+#[test]
+fn root_system_info_matches_the_machine() {
+    if !require_root("root_system_info_matches_the_machine") {
+        return;
+    }
+    let _serial = serial();
+    let plugins = default_plugins("sysinfo");
+    let output = temp_dir("sysinfo-out");
+    let done = Collector::start(&[
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "process_trace",
+        "--duration",
+        "1s",
+        "--output",
+        output.to_str().expect("utf8"),
+    ])
+    .wait();
+    assert!(done.status.success(), "{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+    let info = read_table(&dir.join("system_info.arrow"));
+    let one_u64 = |c: &str| column_u64(&info, c)[0];
+    let one_str = |c: &str| column_str(&info, c)[0].clone().unwrap_or_default();
+
+    let meminfo = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
+    let total_kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("MemTotal");
+    assert_eq!(one_u64("memory_bytes"), total_kb * 1024);
+    let uname = text(
+        &Command::new("uname")
+            .arg("-r")
+            .output()
+            .expect("uname")
+            .stdout,
+    );
+    assert_eq!(one_str("kernel_release"), uname.trim());
+    let nproc = text(&Command::new("nproc").output().expect("nproc").stdout);
+    assert_eq!(one_u64("logical_cores").to_string(), nproc.trim());
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    assert!(
+        thp.contains(&format!("[{}]", one_str("thp_enabled"))),
+        "thp {thp:?}"
+    );
+    let features = one_str("kernel_features");
+    let man = manifest(&dir);
+    for f in ["btf", "kprobes", "uprobes", "fentry", "hardware_pmu"] {
+        let available = man["kernel_features"][f]["available"]
+            .as_bool()
+            .expect("feature verdict");
+        assert_eq!(
+            features.split(',').any(|x| x == f),
+            available,
+            "{f} differs between table and manifest"
+        );
+    }
+    assert!(
+        features.split(',').any(|x| x == "btf"),
+        "this kernel has BTF"
+    );
+}
