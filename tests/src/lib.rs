@@ -87,6 +87,30 @@ pub fn plugin_dir(name: &str, plugins: &[(&str, &str)]) -> PathBuf {
     dir
 }
 
+/// Package names of every plugin crate under `plugins/`.
+pub fn plugin_packages() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(workspace_root().join("plugins"))
+        .expect("reading plugins/")
+        .filter_map(|e| e.ok().map(|e| e.path().join("Cargo.toml")))
+        .filter_map(|manifest| std::fs::read_to_string(manifest).ok())
+        .filter_map(|text| {
+            text.lines().find_map(|l| {
+                let v = l.trim().strip_prefix("name")?.trim().strip_prefix('=')?;
+                Some(v.trim().trim_matches('"').to_owned())
+            })
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// A plugin folder holding every plugin of the workspace.
+pub fn all_plugins_dir(name: &str) -> PathBuf {
+    let packages = plugin_packages();
+    let pairs: Vec<(&str, &str)> = packages.iter().map(|p| (p.as_str(), p.as_str())).collect();
+    plugin_dir(name, &pairs)
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }

@@ -393,23 +393,38 @@ fn root_sigkill_loses_at_most_a_flush_interval_and_repair_recovers() {
     assert_eq!(manifest(&dir)["status"], "repaired");
 }
 
-/// `kernmlops check` attaches and detaches each probe, and fails on a
-/// plugin set with a broken probe.
+/// `kernmlops check` attaches and detaches every probe of every plugin in
+/// the workspace, and fails on a plugin set with a broken probe.
 #[test]
 fn root_check_attaches_and_detaches_every_probe() {
     if !require_root("root_check_attaches_and_detaches_every_probe") {
         return;
     }
     let _serial = serial();
-    let good = default_plugins("check");
-    let out = kernmlops(&["check", "--plugin-dir", good.to_str().expect("utf8")]);
+    let all = all_plugins_dir("check");
+    let listed = kernmlops(&["plugins", "--plugin-dir", all.to_str().expect("utf8")]);
+    let listing = text(&listed.stdout);
+    assert!(
+        !listing.contains("refused:"),
+        "a workspace plugin was refused:\n{listing}"
+    );
+    let probes: Vec<String> = listing
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("probe "))
+        .filter_map(|l| l.split(':').next().map(str::to_owned))
+        .collect();
+    assert!(
+        probes.len() >= 2,
+        "expected the workspace's probes in:\n{listing}"
+    );
+    let out = kernmlops(&["check", "--plugin-dir", all.to_str().expect("utf8")]);
     let stdout = text(&out.stdout);
     assert!(
         out.status.success(),
         "check failed:\n{stdout}\n{}",
         text(&out.stderr)
     );
-    for probe in ["quanta_runtime", "process_trace"] {
+    for probe in &probes {
         assert!(
             stdout
                 .lines()
