@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* block_io: one row per completed block request, joined in the kernel.
+ *
+ * block_rq_issue (request handed to the driver) stores the issue time and
+ * what the request is (disk, sector, size, flags, issuing task) in
+ * `inflight`, keyed by the request pointer, and counts it in its disk's
+ * queue depth. block_rq_complete looks it up, emits the row with the
+ * latency, takes it off the depth and deletes the entry. block_rq_requeue
+ * (request sent back to the queue) also takes it off, so the re-issue is
+ * counted once.
+ *
+ * Completions whose issue was not seen (issued before the probe started, or
+ * `inflight` full) are skipped and counted in `unmatched_completions`.
+ *
+ * Filters: completions often run in interrupt context, so --tgid/--pid/
+ * --cgroup are applied to the task that issued the request (current at
+ * block_rq_issue). Every request still counts in its disk's queue depth;
+ * only wanted ones get rows. */
+#include "kml.bpf.h"
+#include "block_io.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define TABLE_BLOCK_IO 0
+
+/* The low REQ_OP_BITS bits of cmd_flags are the operation (since 4.10). */
+#define REQ_OP_BITS 8
+#define REQ_OP_MASK ((1u << REQ_OP_BITS) - 1)
+
+KML_RING(events);
+
+/* Keep the record type in BTF so the skeleton generates it. */
+struct block_io_event block_io_event_btf = {};
+
+/* What block_rq_issue saw, until the completion. */
+struct issue {
+	__u64 issue_ns; /* CLOCK_BOOTTIME, ns */
+	__u64 sector;
+	__u64 bytes;
+	__u32 device;
+	__u32 segments;
+	__u32 flags;
+	__u32 pid;
+	__u32 tgid;
+	__u32 wanted; /* passed the host's filters: emit a row */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64); /* struct request * */
+	__type(value, struct issue);
+} inflight SEC(".maps");
+
+/* Per disk: requests and bytes in flight (issued, not yet completed or
+ * requeued), counted since the probe started. Signed so that a transient
+ * underflow under concurrent updates reads as 0, never as a huge value. */
+struct depth {
+	__s64 requests;
+	__s64 bytes;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32); /* dev_t of the disk */
+	__type(value, struct depth);
+} depths SEC(".maps");
+
+/* Completions skipped because their issue was not seen. */
+__u64 unmatched_total = 0;
+
+/* Kernels before 5.17 kept the disk in the request. */
+struct request___old {
+	struct gendisk *rq_disk;
+} __attribute__((preserve_access_index));
+
+/* Kernels before 6.0 named the operations enum req_opf. */
+enum req_opf___old {
+	REQ_OP_READ___old = 0,
+	REQ_OP_WRITE___old = 1,
+	REQ_OP_FLUSH___old = 2,
+	REQ_OP_DISCARD___old = 3,
+	REQ_OP_SECURE_ERASE___old = 5,
+	REQ_OP_ZONE_APPEND___old = 13,
+	REQ_OP_WRITE_ZEROES___old = 9,
+	REQ_OP_ZONE_OPEN___old = 10,
+	REQ_OP_ZONE_CLOSE___old = 11,
+	REQ_OP_ZONE_FINISH___old = 12,
+	REQ_OP_ZONE_RESET___old = 15,
+	REQ_OP_ZONE_RESET_ALL___old = 17,
+	REQ_OP_DRV_IN___old = 34,
+	REQ_OP_DRV_OUT___old = 35,
+};
+
+static __always_inline struct gendisk *rq_disk(struct request *rq)
+{
+	struct request_queue *q = BPF_CORE_READ(rq, q);
+
+	if (bpf_core_field_exists(q->disk))
+		return BPF_CORE_READ(q, disk);
+	return BPF_CORE_READ((struct request___old *)rq, rq_disk);
+}
+
+/* The kernel's MKDEV (MINORBITS 20), as in /proc/self/mountinfo's st_dev. */
+static __always_inline __u32 disk_dev(struct gendisk *disk)
+{
+	if (!disk)
+		return 0;
+	return ((__u32)BPF_CORE_READ(disk, major) << 20) |
+	       (__u32)BPF_CORE_READ(disk, first_minor);
+}
+
+/* True when `op` is the kernel's value of REQ_OP_<name>, whichever enum the
+ * running kernel has. */
+#define OP_IS(op, name)                                                        \
+	(bpf_core_enum_value_exists(enum req_op, REQ_OP_##name)                \
+		 ? (op) == bpf_core_enum_value(enum req_op, REQ_OP_##name)     \
+		 : (bpf_core_enum_value_exists(enum req_opf___old,             \
+					       REQ_OP_##name##___old) &&       \
+		    (op) == bpf_core_enum_value(enum req_opf___old,            \
+						REQ_OP_##name##___old)))
+
+static __always_inline __u32 op_index(__u32 op)
+{
+	if (OP_IS(op, READ))
+		return BLOCK_IO_OP_READ;
+	if (OP_IS(op, WRITE))
+		return BLOCK_IO_OP_WRITE;
+	if (OP_IS(op, FLUSH))
+		return BLOCK_IO_OP_FLUSH;
+	if (OP_IS(op, DISCARD))
+		return BLOCK_IO_OP_DISCARD;
+	if (OP_IS(op, SECURE_ERASE))
+		return BLOCK_IO_OP_SECURE_ERASE;
+	if (OP_IS(op, ZONE_APPEND))
+		return BLOCK_IO_OP_ZONE_APPEND;
+	if (OP_IS(op, WRITE_ZEROES))
+		return BLOCK_IO_OP_WRITE_ZEROES;
+	if (OP_IS(op, ZONE_OPEN))
+		return BLOCK_IO_OP_ZONE_OPEN;
+	if (OP_IS(op, ZONE_CLOSE))
+		return BLOCK_IO_OP_ZONE_CLOSE;
+	if (OP_IS(op, ZONE_FINISH))
+		return BLOCK_IO_OP_ZONE_FINISH;
+	if (OP_IS(op, ZONE_RESET))
+		return BLOCK_IO_OP_ZONE_RESET;
+	if (OP_IS(op, ZONE_RESET_ALL))
+		return BLOCK_IO_OP_ZONE_RESET_ALL;
+	if (OP_IS(op, DRV_IN))
+		return BLOCK_IO_OP_DRV_IN;
+	if (OP_IS(op, DRV_OUT))
+		return BLOCK_IO_OP_DRV_OUT;
+	return BLOCK_IO_OP_UNKNOWN;
+}
+
+/* True when cmd_flags has REQ_<name> set; bit numbers from CO-RE. */
+#define HAS_FLAG(flags, name)                                                  \
+	(bpf_core_enum_value_exists(enum req_flag_bits, __REQ_##name) &&       \
+	 ((flags) >> bpf_core_enum_value(enum req_flag_bits, __REQ_##name)) & 1)
+
+/* Writes `s` (a string literal, at most 15 characters) at `pos` of the
+ * zeroed `buf`; returns the position after it. */
+static __always_inline __u32 put(char *buf, __u32 pos, const char *s)
+{
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		if (!s[i])
+			break;
+		buf[pos & (BLOCK_IO_FLAGS_LEN - 1)] = s[i];
+		pos++;
+	}
+	return pos;
+}
+
+/* "[Preflush-][FUA-][Meta-][Sync-]<Op>", like bcc's biolatency --flags;
+ * the longest is 35 characters, so the mask never wraps. */
+static __always_inline void flags_readable(char *buf, __u32 flags, __u32 op)
+{
+	__u32 pos = 0;
+
+	if (HAS_FLAG(flags, PREFLUSH))
+		pos = put(buf, pos, "Preflush-");
+	if (HAS_FLAG(flags, FUA))
+		pos = put(buf, pos, "FUA-");
+	if (HAS_FLAG(flags, META))
+		pos = put(buf, pos, "Meta-");
+	if (HAS_FLAG(flags, SYNC))
+		pos = put(buf, pos, "Sync-");
+	switch (op) {
+	case BLOCK_IO_OP_READ: put(buf, pos, "Read"); break;
+	case BLOCK_IO_OP_WRITE: put(buf, pos, "Write"); break;
+	case BLOCK_IO_OP_FLUSH: put(buf, pos, "Flush"); break;
+	case BLOCK_IO_OP_DISCARD: put(buf, pos, "Discard"); break;
+	case BLOCK_IO_OP_SECURE_ERASE: put(buf, pos, "SecureErase"); break;
+	case BLOCK_IO_OP_ZONE_APPEND: put(buf, pos, "ZoneAppend"); break;
+	case BLOCK_IO_OP_WRITE_ZEROES: put(buf, pos, "WriteZeroes"); break;
+	case BLOCK_IO_OP_ZONE_OPEN: put(buf, pos, "ZoneOpen"); break;
+	case BLOCK_IO_OP_ZONE_CLOSE: put(buf, pos, "ZoneClose"); break;
+	case BLOCK_IO_OP_ZONE_FINISH: put(buf, pos, "ZoneFinish"); break;
+	case BLOCK_IO_OP_ZONE_RESET: put(buf, pos, "ZoneReset"); break;
+	case BLOCK_IO_OP_ZONE_RESET_ALL: put(buf, pos, "ZoneResetAll"); break;
+	case BLOCK_IO_OP_DRV_IN: put(buf, pos, "DrvIn"); break;
+	case BLOCK_IO_OP_DRV_OUT: put(buf, pos, "DrvOut"); break;
+	default: put(buf, pos, "Unknown"); break;
+	}
+}
+
+/* Adds `requests` and `bytes` to the disk's depth. */
+static __always_inline void depth_add(__u32 dev, __s64 requests, __s64 bytes)
+{
+	struct depth *d = bpf_map_lookup_elem(&depths, &dev);
+
+	if (!d) {
+		struct depth zero = {};
+
+		bpf_map_update_elem(&depths, &dev, &zero, BPF_NOEXIST);
+		d = bpf_map_lookup_elem(&depths, &dev);
+		if (!d)
+			return;
+	}
+	__sync_fetch_and_add(&d->requests, requests);
+	__sync_fetch_and_add(&d->bytes, bytes);
+}
+
+/* Takes one request of `bytes` off the disk's depth and returns what is
+ * left in flight, never below zero. */
+static __always_inline void depth_sub(__u32 dev, __u64 bytes, __u32 *requests_after,
+				      __u64 *bytes_after)
+{
+	struct depth *d = bpf_map_lookup_elem(&depths, &dev);
+	__s64 r, b;
+
+	*requests_after = 0;
+	*bytes_after = 0;
+	if (!d)
+		return;
+	__sync_fetch_and_add(&d->requests, -1);
+	__sync_fetch_and_add(&d->bytes, -(__s64)bytes);
+	/* Read back after the update: other CPUs' concurrent issues and
+	 * completions on the same disk may be included. */
+	r = d->requests;
+	b = d->bytes;
+	*requests_after = r > 0 ? (__u32)r : 0;
+	*bytes_after = b > 0 ? (__u64)b : 0;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(handle_block_rq_issue, struct request *rq)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 key = (__u64)rq;
+	struct issue *old;
+	struct issue in = {};
+
+	in.issue_ns = bpf_ktime_get_boot_ns();
+	in.sector = BPF_CORE_READ(rq, __sector);
+	in.bytes = BPF_CORE_READ(rq, __data_len);
+	in.device = disk_dev(rq_disk(rq));
+	in.segments = BPF_CORE_READ(rq, nr_phys_segments);
+	in.flags = BPF_CORE_READ(rq, cmd_flags);
+	in.pid = BPF_CORE_READ(task, pid);
+	in.tgid = BPF_CORE_READ(task, tgid);
+	in.wanted = kml_wanted(task);
+
+	old = bpf_map_lookup_elem(&inflight, &key);
+	if (old) {
+		/* Issued again without a completion or requeue seen: replace the
+		 * stale entry, keeping the request counted once. */
+		depth_add(old->device, -1, -(__s64)old->bytes);
+	}
+	if (bpf_map_update_elem(&inflight, &key, &in, BPF_ANY) == 0)
+		depth_add(in.device, 1, (__s64)in.bytes);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_requeue")
+int BPF_PROG(handle_block_rq_requeue, struct request *rq)
+{
+	__u64 key = (__u64)rq;
+	struct issue *in = bpf_map_lookup_elem(&inflight, &key);
+
+	if (!in)
+		return 0;
+	depth_add(in->device, -1, -(__s64)in->bytes);
+	bpf_map_delete_elem(&inflight, &key);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(handle_block_rq_complete, struct request *rq, blk_status_t error,
+	     unsigned int nr_bytes)
+{
+	__u64 key = (__u64)rq;
+	struct block_io_event *e;
+	struct gendisk *disk;
+	struct issue *in;
+	__u32 requests_after;
+	__u64 bytes_after;
+	__u64 now_ns;
+
+	in = bpf_map_lookup_elem(&inflight, &key);
+	if (!in) {
+		__sync_fetch_and_add(&unmatched_total, 1);
+		return 0;
+	}
+	/* A partial completion leaves the rest of the request in flight: the
+	 * row comes with the last part. */
+	if (nr_bytes < BPF_CORE_READ(rq, __data_len))
+		return 0;
+	now_ns = bpf_ktime_get_boot_ns();
+	depth_sub(in->device, in->bytes, &requests_after, &bytes_after);
+	if (!in->wanted)
+		goto done;
+
+	e = kml_reserve(&events, sizeof(*e), TABLE_BLOCK_IO);
+	if (!e)
+		goto done; /* counted as lost by kml_reserve */
+	/* Ring memory is not zeroed: clear padding and the strings' tails. */
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_uptime_us = now_ns / 1000;
+	e->issue_ts_uptime_us = in->issue_ns / 1000;
+	e->latency_us = now_ns > in->issue_ns ? (now_ns - in->issue_ns) / 1000 : 0;
+	e->sector = in->sector;
+	e->bytes = in->bytes;
+	e->queue_depth_4k = bytes_after / 4096;
+	e->unmatched_completions = unmatched_total;
+	e->device = in->device;
+	e->device_major = in->device >> 20;
+	e->device_minor = in->device & ((1u << 20) - 1);
+	e->segments = in->segments;
+	e->flags = in->flags;
+	e->op = op_index(in->flags & REQ_OP_MASK);
+	e->error = error;
+	e->queue_depth = requests_after;
+	e->pid = in->pid;
+	e->tgid = in->tgid;
+	disk = rq_disk(rq);
+	if (disk)
+		BPF_CORE_READ_STR_INTO(&e->disk_name, disk, disk_name);
+	flags_readable(e->flags_readable, e->flags, e->op);
+	kml_submit(&events, e);
+done:
+	bpf_map_delete_elem(&inflight, &key);
+	return 0;
+}

@@ -1,0 +1,460 @@
+//! block_io on the running kernel, checked against fio's own report: one
+//! row per completed request fio issued, with sane latency, size, flags and
+//! queue depth; the --tgid filter applied to the issuing task; and a clean
+//! attach/detach with `kernmlops check`.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use kernmlops_e2e::*;
+
+fn block_io_plugins(name: &str) -> PathBuf {
+    plugin_dir(name, &[("block_io", "block_io")])
+}
+
+/// fio arguments for direct 4 KiB random reads and writes on files in `dir`.
+/// `--thread` runs the jobs as threads of the fio process, so every request
+/// they issue carries fio's pid as tgid; two jobs keep more than one request
+/// in flight at times.
+fn fio_args(dir: &Path) -> Vec<String> {
+    [
+        "--name=kml_block_io",
+        "--direct=1",
+        "--rw=randrw",
+        "--bs=4k",
+        "--size=16m",
+        "--ioengine=psync",
+        "--numjobs=2",
+        "--thread",
+        "--output-format=json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("--directory={}", dir.display())])
+    .collect()
+}
+
+/// Lays out fio's files before collecting, so the run's only I/O is the
+/// job's own reads and writes.
+fn fio_layout(dir: &Path) {
+    let out = Command::new("fio")
+        .args(fio_args(dir))
+        .arg("--create_only=1")
+        .output()
+        .expect("running fio --create_only");
+    assert!(
+        out.status.success(),
+        "fio layout failed:\n{}",
+        text(&out.stderr)
+    );
+}
+
+/// fio's completed read and write I/O counts, summed over its jobs, from
+/// its JSON report (which may follow warnings on stdout).
+fn fio_total_ios(json: &str) -> (u64, u64) {
+    let start = json.find('{').expect("fio printed JSON");
+    let report: serde_json::Value = serde_json::from_str(&json[start..]).expect("fio JSON parses");
+    let jobs = report["jobs"].as_array().expect("fio JSON has jobs");
+    let sum = |dir: &str| {
+        jobs.iter()
+            .map(|j| j[dir]["total_ios"].as_u64().expect("total_ios is a number"))
+            .sum::<u64>()
+    };
+    (sum("read"), sum("write"))
+}
+
+/// The rows of one collection's block_io table, by column.
+struct Rows {
+    u64s: HashMap<&'static str, Vec<u64>>,
+    flags_readable: Vec<String>,
+    op: Vec<String>,
+    disk_name: Vec<String>,
+    error: Vec<i32>,
+}
+
+impl Rows {
+    fn read(dir: &Path) -> Self {
+        let batches = read_table(&dir.join("block_io.arrow"));
+        let mut u64s = HashMap::new();
+        for name in [
+            "ts_uptime_us",
+            "issue_ts_uptime_us",
+            "latency_us",
+            "device",
+            "device_major",
+            "device_minor",
+            "sector",
+            "segments",
+            "bytes",
+            "flags",
+            "queue_depth",
+            "queue_depth_4k",
+            "unmatched_completions",
+            "pid",
+            "tgid",
+        ] {
+            u64s.insert(name, column_u64(&batches, name));
+        }
+        let strings = |name: &str| -> Vec<String> {
+            column_str(&batches, name)
+                .into_iter()
+                .map(|v| v.unwrap_or_else(|| panic!("{name} has a null")))
+                .collect()
+        };
+        let error = {
+            use arrow_array::{cast::AsArray, types::Int32Type};
+            batches
+                .iter()
+                .flat_map(|b| {
+                    b.column_by_name("error")
+                        .expect("error column")
+                        .as_primitive::<Int32Type>()
+                        .values()
+                        .to_vec()
+                })
+                .collect()
+        };
+        // `op` is a label column: read it as strings whatever its encoding.
+        let op = batches
+            .iter()
+            .flat_map(|b| {
+                let col = b.column_by_name("op").expect("op column");
+                let col = arrow_cast_to_strings(col.as_ref());
+                col.into_iter()
+            })
+            .collect();
+        Self {
+            u64s,
+            flags_readable: strings("flags_readable"),
+            op,
+            disk_name: strings("disk_name"),
+            error,
+        }
+    }
+
+    fn col(&self, name: &str) -> &[u64] {
+        &self.u64s[name]
+    }
+
+    fn len(&self) -> usize {
+        self.col("ts_uptime_us").len()
+    }
+
+    /// Indices of rows issued by process `tgid`.
+    fn of_tgid(&self, tgid: u64) -> Vec<usize> {
+        let t = self.col("tgid");
+        (0..self.len()).filter(|&i| t[i] == tgid).collect()
+    }
+}
+
+/// A dictionary- or plain-string Arrow column as strings.
+fn arrow_cast_to_strings(col: &dyn arrow_array::Array) -> Vec<String> {
+    use arrow_array::{cast::AsArray, types::*, Array};
+    use arrow_schema::DataType;
+    match col.data_type() {
+        DataType::Utf8 => {
+            let s = col.as_string::<i32>();
+            (0..s.len()).map(|i| s.value(i).to_owned()).collect()
+        }
+        DataType::Dictionary(key, _) => {
+            macro_rules! dict {
+                ($k:ty) => {{
+                    let d = col.as_dictionary::<$k>();
+                    let values = d.values().as_string::<i32>();
+                    d.keys()
+                        .values()
+                        .iter()
+                        .map(|&k| values.value(k as usize).to_owned())
+                        .collect()
+                }};
+            }
+            match key.as_ref() {
+                DataType::UInt8 => dict!(UInt8Type),
+                DataType::UInt16 => dict!(UInt16Type),
+                DataType::UInt32 => dict!(UInt32Type),
+                DataType::Int8 => dict!(Int8Type),
+                DataType::Int16 => dict!(Int16Type),
+                DataType::Int32 => dict!(Int32Type),
+                t => panic!("op: unexpected dictionary key {t}"),
+            }
+        }
+        t => panic!("op: unexpected type {t}"),
+    }
+}
+
+/// Checks the rows in `idx` against fio's read and write counts and the
+/// column invariants; `what` names the run in messages.
+fn check_fio_rows(rows: &Rows, idx: &[usize], reads: u64, writes: u64, what: &str) {
+    let kind = |i: usize| rows.flags_readable[i].rsplit('-').next().unwrap_or("");
+    let read_rows = idx.iter().filter(|&&i| kind(i) == "Read").count() as u64;
+    let write_rows = idx.iter().filter(|&&i| kind(i) == "Write").count() as u64;
+    eprintln!(
+        "{what}: fio read {reads}, write {writes}; rows read {read_rows}, write {write_rows}, all {}",
+        idx.len()
+    );
+    assert!(
+        reads > 100 && writes > 100,
+        "{what}: fio did too little I/O"
+    );
+    for (kind, got, want) in [("read", read_rows, reads), ("write", write_rows, writes)] {
+        let ratio = got as f64 / want as f64;
+        assert!(
+            (ratio - 1.0).abs() <= 0.05,
+            "{what}: {got} {kind} rows vs fio's {want} {kind}s (ratio {ratio:.3})"
+        );
+    }
+    let total = reads + writes;
+    assert!(
+        (idx.len() as f64 / total as f64 - 1.0).abs() <= 0.05,
+        "{what}: {} rows of fio's process vs {total} I/Os",
+        idx.len()
+    );
+
+    let (ts, issue, lat) = (
+        rows.col("ts_uptime_us"),
+        rows.col("issue_ts_uptime_us"),
+        rows.col("latency_us"),
+    );
+    let (bytes, depth, depth_4k) = (
+        rows.col("bytes"),
+        rows.col("queue_depth"),
+        rows.col("queue_depth_4k"),
+    );
+    let (device, major, minor) = (
+        rows.col("device"),
+        rows.col("device_major"),
+        rows.col("device_minor"),
+    );
+    let (flags, segments) = (rows.col("flags"), rows.col("segments"));
+    for &i in idx {
+        let row = format!("{what}: row {i}");
+        assert!(lat[i] > 0, "{row}: latency_us is 0");
+        assert!(issue[i] <= ts[i], "{row}: issued after it completed");
+        assert!(
+            (ts[i] - issue[i]).abs_diff(lat[i]) <= 1,
+            "{row}: latency_us {} is not completion - issue ({} - {})",
+            lat[i],
+            ts[i],
+            issue[i]
+        );
+        assert!(
+            bytes[i] > 0 && bytes[i] % 512 == 0,
+            "{row}: bytes {}",
+            bytes[i]
+        );
+        assert!(segments[i] >= 1, "{row}: no segments");
+        assert_eq!(rows.error[i], 0, "{row}: fio's I/O failed");
+        assert_eq!(device[i], major[i] << 20 | minor[i], "{row}: MKDEV");
+        assert_eq!(
+            rows.op[i],
+            kind(i),
+            "{row}: op label and flags_readable disagree"
+        );
+        assert_eq!(
+            flags[i] & 0xff,
+            if kind(i) == "Read" { 0 } else { 1 },
+            "{row}: REQ_OP bits of flags"
+        );
+        // Direct psync I/O is REQ_SYNC for writes (O_DIRECT).
+        if kind(i) == "Write" {
+            assert!(
+                rows.flags_readable[i].contains("Sync-"),
+                "{row}: direct write is not Sync: {}",
+                rows.flags_readable[i]
+            );
+        }
+        // Never below zero, which an unsigned count shows as a wrap-around.
+        assert!(depth[i] < 1 << 20, "{row}: queue_depth {}", depth[i]);
+        assert!(
+            depth_4k[i] < 1 << 40,
+            "{row}: queue_depth_4k {}",
+            depth_4k[i]
+        );
+        // The disk's dev_t, from the kernel's own sysfs.
+        let sysfs = std::fs::read_to_string(format!("/sys/block/{}/dev", rows.disk_name[i]))
+            .unwrap_or_else(|e| panic!("{row}: disk {}: {e}", rows.disk_name[i]));
+        assert_eq!(
+            sysfs.trim(),
+            format!("{}:{}", major[i], minor[i]),
+            "{row}: device of {}",
+            rows.disk_name[i]
+        );
+    }
+    let max_depth = idx.iter().map(|&i| depth[i]).max().unwrap_or(0);
+    assert!(
+        max_depth > 0,
+        "{what}: two fio jobs never had a request in flight at another's completion"
+    );
+    let kinds: Vec<&str> = idx
+        .iter()
+        .map(|&i| rows.flags_readable[i].as_str())
+        .collect();
+    assert!(kinds.iter().any(|k| k.ends_with("Read")), "{what}: no Read");
+    assert!(
+        kinds.iter().any(|k| k.ends_with("Write")),
+        "{what}: no Write"
+    );
+}
+
+/// fio's direct random reads and writes: block_io's rows of fio's process
+/// agree with fio's own I/O counts within 5%, with latency > 0, whole
+/// sectors, consistent flags, devices as sysfs names them, and a queue depth
+/// that is never negative and sometimes above zero.
+#[test]
+fn root_block_io_rows_agree_with_fio() {
+    if !require_root("root_block_io_rows_agree_with_fio")
+        || !require_tool("root_block_io_rows_agree_with_fio", "fio")
+    {
+        return;
+    }
+    let _serial = serial();
+    let plugins = block_io_plugins("block_io");
+    let output = temp_dir("block_io-out");
+    let data = temp_dir("block_io-fio");
+    fio_layout(&data);
+
+    let c = Collector::start(&[
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "block_io",
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    let t0 = uptime_us();
+    let fio = Command::new("fio")
+        .args(fio_args(&data))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting fio");
+    let fio_pid = u64::from(fio.id());
+    let out = fio.wait_with_output().expect("waiting for fio");
+    let t1 = uptime_us();
+    assert!(out.status.success(), "fio failed:\n{}", text(&out.stderr));
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+
+    let (reads, writes) = fio_total_ios(&text(&out.stdout));
+    let rows = Rows::read(&dir);
+    let idx = rows.of_tgid(fio_pid);
+    check_fio_rows(&rows, &idx, reads, writes, "unfiltered");
+    let ts = rows.col("ts_uptime_us");
+    for &i in &idx {
+        assert!(
+            ts[i] >= t0 && ts[i] <= t1 + 1_000_000,
+            "row {i}: ts_uptime_us {} outside fio's run [{t0}, {t1}]",
+            ts[i]
+        );
+    }
+    let man = manifest(&dir);
+    assert_eq!(man["tables"]["block_io"]["lost_events"], 0, "lost events");
+    assert_eq!(
+        man["tables"]["block_io"]["rows"].as_u64(),
+        Some(rows.len() as u64)
+    );
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// With --tgid, only requests issued by that process have rows, even though
+/// their completions run in interrupt context: the filter is applied at
+/// issue. fio is started through a shell that waits for the collector and
+/// then execs it, so its pid is known before collecting.
+#[test]
+fn root_block_io_tgid_filter_applies_to_the_issuer() {
+    if !require_root("root_block_io_tgid_filter_applies_to_the_issuer")
+        || !require_tool("root_block_io_tgid_filter_applies_to_the_issuer", "fio")
+    {
+        return;
+    }
+    let _serial = serial();
+    let plugins = block_io_plugins("block_io-tgid");
+    let output = temp_dir("block_io-tgid-out");
+    let data = temp_dir("block_io-tgid-fio");
+    fio_layout(&data);
+    let go = data.join("go");
+
+    // The shell waits for `go`, then becomes fio (same pid).
+    let script = format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done; exec fio \"$@\"",
+        go.display()
+    );
+    let fio = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("sh")
+        .args(fio_args(&data))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting fio");
+    let fio_pid = fio.id();
+    let tgid = fio_pid.to_string();
+    let c = Collector::start(&[
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "block_io",
+        "--tgid",
+        &tgid,
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    std::fs::write(&go, b"").expect("writing go file");
+    let out = fio.wait_with_output().expect("waiting for fio");
+    // Some other I/O after fio, which the filter must drop.
+    let other = data.join("other");
+    std::fs::write(&other, vec![7u8; 1 << 20]).expect("writing other file");
+    let _ = Command::new("sync").status();
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(out.status.success(), "fio failed:\n{}", text(&out.stderr));
+    assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+
+    let (reads, writes) = fio_total_ios(&text(&out.stdout));
+    let rows = Rows::read(&dir);
+    let strangers: Vec<u64> = rows
+        .col("tgid")
+        .iter()
+        .copied()
+        .filter(|&t| t != u64::from(fio_pid))
+        .collect();
+    assert!(
+        strangers.is_empty(),
+        "--tgid {fio_pid} kept rows of other processes: {strangers:?}"
+    );
+    let idx: Vec<usize> = (0..rows.len()).collect();
+    check_fio_rows(&rows, &idx, reads, writes, "--tgid");
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// `kernmlops check --plugins block_io` loads, attaches and detaches.
+#[test]
+fn root_block_io_check_attaches_and_detaches() {
+    if !require_root("root_block_io_check_attaches_and_detaches") {
+        return;
+    }
+    let _serial = serial();
+    let plugins = block_io_plugins("block_io-check");
+    let out = kernmlops(&[
+        "check",
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "block_io",
+    ]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "check failed:\n{all}");
+    let line = all
+        .lines()
+        .find(|l| l.contains("block_io"))
+        .unwrap_or_else(|| panic!("check said nothing about block_io:\n{all}"));
+    assert!(
+        line.starts_with("ok") && line.contains("attached") && line.contains("detached"),
+        "check: {line}"
+    );
+}
