@@ -422,8 +422,16 @@ fn perf_list(json: bool) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&events)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let w = events.iter().map(|e| e.event.len()).max().unwrap_or(5).max(5);
-    println!("{:<w$}  {:<9} {:<22} {:<10} description", "event", "supported", "type/config", "pmu");
+    let w = events
+        .iter()
+        .map(|e| e.event.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    println!(
+        "{:<w$}  {:<9} {:<22} {:<10} description",
+        "event", "supported", "type/config", "pmu"
+    );
     for e in &events {
         let supported = match e.supported {
             Some(true) => "yes",
@@ -435,7 +443,10 @@ fn perf_list(json: bool) -> Result<ExitCode> {
         } else {
             format!("{}/{} ({})", e.type_, e.config, e.encoding)
         };
-        println!("{:<w$}  {supported:<9} {code:<22} {:<10} {}", e.event, e.pmu, e.description);
+        println!(
+            "{:<w$}  {supported:<9} {code:<22} {:<10} {}",
+            e.event, e.pmu, e.description
+        );
     }
     println!(
         "\nUse an event in [[probes.perf.events]] event = \"...\" or a generic name in [probes.perf] counters.\nsysfs PMU events carry no description; `perf list` describes them where perf knows the CPU model.\n\"no\" means perf_event_open on CPU 0 failed here; \"?\" means it was not tried (needs root)."
