@@ -489,15 +489,20 @@ impl Perf {
             )));
         }
         let period = Duration::from_secs_f64(1.0 / config.frequency_hz);
-        Ok(Self {
+        let mut probe = Self {
             tables,
             notes,
             counters,
             period,
             start: Instant::now(),
-            next: 0,
+            next: 1,
             pending: Vec::new(),
-        })
+        };
+        // The first sample, at the start: the baseline of every count.
+        let mut first = probe.empty_buffers();
+        sample(&probe.counters, &mut first)?;
+        probe.pending = first;
+        Ok(probe)
     }
 
     /// When sample number `next` is due.

@@ -1,0 +1,493 @@
+//! The `perf` probe and `kernmlops perf-list` on the running kernel, checked
+//! against perf itself: `perf stat` counts of the same workload, and perf's
+//! own verdict on which events this machine supports.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use kernmlops_e2e::*;
+
+/// A page-fault burst (100k fresh 4 KiB pages, huge pages refused) and a
+/// context-switch burst (about 100k switches), as one shell script.
+const WORKLOAD: &str = r#"
+python3 -c '
+import mmap
+n = 100000 * 4096
+m = mmap.mmap(-1, n)
+m.madvise(mmap.MADV_NOHUGEPAGE)
+for i in range(0, n, 4096):
+    m[i] = 1
+'
+perf bench sched pipe -l 50000 > /dev/null
+"#;
+
+/// The counters compared with perf stat: (table, perf's event name).
+const SOFTWARE: &[(&str, &str)] = &[
+    ("page_faults", "page-faults"),
+    ("context_switches", "context-switches"),
+];
+
+fn perf_plugins(name: &str) -> PathBuf {
+    plugin_dir(name, &[("perf", "perf")])
+}
+
+fn write_config(name: &str, text: &str) -> PathBuf {
+    let path = temp_dir(name).join("kernmlops.toml");
+    std::fs::write(&path, text).expect("writing config");
+    path
+}
+
+/// Parses `perf stat -x,` output into event -> count (None when perf says
+/// `<not supported>` or `<not counted>`). With `-G`, the cgroup is a column
+/// after the event name; the event name stays the third field.
+fn perf_counts(csv: &str) -> BTreeMap<String, Option<u64>> {
+    csv.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some((f.get(2)?.to_string(), f.first()?.parse().ok()))
+        })
+        .collect()
+}
+
+/// Runs `perf stat -x, ARGS` and returns its counts.
+fn perf_stat(name: &str, args: &[&str]) -> BTreeMap<String, Option<u64>> {
+    let csv = temp_dir(name).join("perf.csv");
+    let status = Command::new("perf")
+        .args(["stat", "-x,", "-o"])
+        .arg(&csv)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("running perf stat");
+    assert!(status.success(), "perf stat {args:?} failed");
+    perf_counts(&std::fs::read_to_string(&csv).expect("perf stat output"))
+}
+
+/// The sum over CPUs of the counter's growth between each CPU's last
+/// sample at or before `t0` and its first sample at or after `t1`, and the
+/// earliest and latest of those samples' times.
+fn bracketed_delta(dir: &Path, table: &str, t0: u64, t1: u64) -> (u64, u64, u64) {
+    let batches = read_table(&dir.join(format!("{table}.arrow")));
+    let ts = column_u64(&batches, "ts_uptime_us");
+    let cpu = column_u64(&batches, "cpu");
+    let count = column_u64(&batches, "count");
+    let mut before: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut after: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for i in 0..ts.len() {
+        if ts[i] <= t0 {
+            let e = before.entry(cpu[i]).or_insert((ts[i], count[i]));
+            if ts[i] >= e.0 {
+                *e = (ts[i], count[i]);
+            }
+        }
+        if ts[i] >= t1 {
+            let e = after.entry(cpu[i]).or_insert((ts[i], count[i]));
+            if ts[i] <= e.0 {
+                *e = (ts[i], count[i]);
+            }
+        }
+    }
+    assert!(
+        !before.is_empty() && before.keys().eq(after.keys()),
+        "{table}: every CPU needs a sample before and after the window: {before:?} {after:?}"
+    );
+    let mut delta = 0;
+    for (c, (_, b)) in &before {
+        let a = after[c].1;
+        assert!(a >= *b, "{table}: count went down on CPU {c}");
+        delta += a - b;
+    }
+    let first = before.values().map(|v| v.0).min().unwrap_or(t0);
+    let last = after.values().map(|v| v.0).max().unwrap_or(t1);
+    (delta, first, last)
+}
+
+/// The counter's rate (events/s, all CPUs) over `[from, to]`, from the
+/// samples nearest inside it.
+fn rate(dir: &Path, table: &str, from: u64, to: u64) -> f64 {
+    let batches = read_table(&dir.join(format!("{table}.arrow")));
+    let ts = column_u64(&batches, "ts_uptime_us");
+    let cpu = column_u64(&batches, "cpu");
+    let count = column_u64(&batches, "count");
+    let mut first: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut last: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for i in (0..ts.len()).filter(|&i| ts[i] >= from && ts[i] <= to) {
+        first.entry(cpu[i]).or_insert((ts[i], count[i]));
+        last.insert(cpu[i], (ts[i], count[i]));
+    }
+    let mut r = 0.0;
+    for (c, (t_a, n_a)) in &first {
+        let (t_b, n_b) = last[c];
+        if t_b > *t_a {
+            r += (n_b - n_a) as f64 / ((t_b - t_a) as f64 / 1e6);
+        }
+    }
+    r
+}
+
+fn collect_config(name: &str) -> PathBuf {
+    write_config(
+        name,
+        "[probes.perf]\ncounters = [\"page_faults\", \"context_switches\"]\nfrequency_hz = 100\n",
+    )
+}
+
+/// System-wide: the workload under `perf stat -a` while the probe samples
+/// every CPU at 100 Hz. The probe's samples bracketing the perf stat
+/// command contain perf's counting window, so their growth is at least
+/// perf's total (less 5%), and at most 5% above it plus what the rest of
+/// the machine did in the extra bracket time (the rate measured by the
+/// probe in the second before, times the whole bracket: generous, since
+/// other builds may run on this machine).
+#[test]
+fn root_perf_system_wide_counts_agree_with_perf_stat() {
+    let test = "root_perf_system_wide_counts_agree_with_perf_stat";
+    if !require_root(test) || !require_tool(test, "perf") || !require_tool(test, "python3") {
+        return;
+    }
+    let _serial = serial();
+    let plugins = perf_plugins("perf-sys");
+    let config = collect_config("perf-sys-config");
+    let output = temp_dir("perf-sys-out");
+    let c = Collector::start(&[
+        "--config",
+        config.to_str().expect("utf8"),
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "perf",
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let t0 = uptime_us();
+    let counts = perf_stat(
+        "perf-sys-stat",
+        &[
+            "-a",
+            "-e",
+            "page-faults,context-switches",
+            "--",
+            "sh",
+            "-c",
+            WORKLOAD,
+        ],
+    );
+    let t1 = uptime_us();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let done = c.signal_and_wait(libc::SIGTERM);
+    assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+
+    for (table, event) in SOFTWARE {
+        let reference = counts
+            .get(*event)
+            .copied()
+            .flatten()
+            .unwrap_or_else(|| panic!("perf stat did not count {event}: {counts:?}"));
+        assert!(
+            reference > 90_000,
+            "the workload should make a burst of {event}, perf saw {reference}"
+        );
+        let (delta, first, last) = bracketed_delta(&dir, table, t0, t1);
+        let background = rate(&dir, table, t0.saturating_sub(1_000_000), t0);
+        let extra = background * (last - first) as f64 / 1e6;
+        eprintln!(
+            "{table}: probe {delta} vs perf stat {reference} (ratio {:.4}); background {background:.0}/s, bracket {} us",
+            delta as f64 / reference as f64,
+            last - first
+        );
+        assert!(
+            delta as f64 >= reference as f64 * 0.95,
+            "{table}: the probe saw {delta}, fewer than perf stat's {reference} in a window containing perf's"
+        );
+        assert!(
+            delta as f64 <= reference as f64 * 1.05 + extra,
+            "{table}: the probe saw {delta}, more than perf stat's {reference} + 5% + {extra:.0} background"
+        );
+    }
+}
+
+/// The cgroup v2 mount (`/sys/fs/cgroup` or `/sys/fs/cgroup/unified`).
+fn cgroup2_mount() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some("cgroup2"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .map(PathBuf::from)
+}
+
+/// With `--cgroup`, only the cgroup's tasks count: the workload joins a
+/// fresh cgroup under `perf stat -a -G`, so the probe and perf count the
+/// same events whatever else the machine does, and agree within 5%.
+#[test]
+fn root_perf_cgroup_counts_agree_with_perf_stat() {
+    let test = "root_perf_cgroup_counts_agree_with_perf_stat";
+    if !require_root(test) || !require_tool(test, "perf") || !require_tool(test, "python3") {
+        return;
+    }
+    let Some(mount) = cgroup2_mount() else {
+        assert!(!in_ci(), "{test}: CI needs a cgroup v2 mount");
+        eprintln!("SKIP {test}: no cgroup v2 mount");
+        return;
+    };
+    let _serial = serial();
+    let name = format!("kml-perf-test-{}", std::process::id());
+    let cgroup = mount.join(&name);
+    std::fs::create_dir_all(&cgroup).expect("creating a cgroup");
+    let plugins = perf_plugins("perf-cg");
+    let config = collect_config("perf-cg-config");
+    let output = temp_dir("perf-cg-out");
+    let c = Collector::start(&[
+        "--config",
+        config.to_str().expect("utf8"),
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "perf",
+        "--cgroup",
+        cgroup.to_str().expect("utf8"),
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let script = format!("echo $$ > {}/cgroup.procs\n{WORKLOAD}", cgroup.display());
+    let t0 = uptime_us();
+    let counts = perf_stat(
+        "perf-cg-stat",
+        &[
+            "-a",
+            "-e",
+            "page-faults,context-switches",
+            "-G",
+            &format!("{name},{name}"),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    let t1 = uptime_us();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let done = c.signal_and_wait(libc::SIGTERM);
+    let _ = std::fs::remove_dir(&cgroup);
+    assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+
+    for (table, event) in SOFTWARE {
+        let reference = counts
+            .get(*event)
+            .copied()
+            .flatten()
+            .unwrap_or_else(|| panic!("perf stat did not count {event}: {counts:?}"));
+        assert!(
+            reference > 90_000,
+            "the workload should make a burst of {event}, perf saw {reference}"
+        );
+        let (delta, _, _) = bracketed_delta(&dir, table, t0, t1);
+        let ratio = delta as f64 / reference as f64;
+        eprintln!("{table} in cgroup: probe {delta} vs perf stat {reference} (ratio {ratio:.4})");
+        assert!(
+            (ratio - 1.0).abs() <= 0.05,
+            "{table}: the probe saw {delta}, perf stat {reference}"
+        );
+    }
+}
+
+/// Whether perf itself can count `event` here (`<not supported>` otherwise).
+fn perf_supports(event: &str) -> bool {
+    let counts = perf_stat(
+        &format!("perf-support-{event}"),
+        &["-a", "-e", event, "--", "true"],
+    );
+    counts.get(event).copied().flatten().is_some()
+}
+
+/// The default counters on this machine: each TLB hardware counter perf
+/// cannot count here is skipped with a note on stderr and in the manifest,
+/// and its table is absent (no file, not in the summary); the software ones
+/// are collected; exit 0. With `--strict` the same notes fail the run.
+#[test]
+fn root_perf_missing_counters_are_notes() {
+    let test = "root_perf_missing_counters_are_notes";
+    if !require_root(test) || !require_tool(test, "perf") {
+        return;
+    }
+    let _serial = serial();
+    let plugins = perf_plugins("perf-notes");
+    let output = temp_dir("perf-notes-out");
+    let args = [
+        "run",
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "perf",
+        "--duration",
+        "1s",
+        "--output",
+        output.to_str().expect("utf8"),
+    ];
+    let out = kernmlops(&args);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "kernmlops failed:\n{stderr}");
+    let dir = PathBuf::from(
+        text(&out.stdout)
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("collection ")?
+                    .split_once(" in ")
+                    .map(|(_, d)| d.trim().to_owned())
+            })
+            .expect("collection folder printed"),
+    );
+    let man = manifest(&dir);
+    let probe = man["probes"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "perf"))
+        .expect("perf in the manifest");
+    let notes: Vec<&str> = probe["notes"]
+        .as_array()
+        .map(|n| n.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+
+    let mut expected_notes = Vec::new();
+    for (table, event) in [
+        ("dtlb_misses", "dTLB-load-misses"),
+        ("itlb_misses", "iTLB-load-misses"),
+    ] {
+        let file = dir.join(format!("{table}.arrow"));
+        if perf_supports(event) {
+            assert!(
+                file.is_file(),
+                "{table}: perf counts {event} here, so the table must exist"
+            );
+            assert!(!column_u64(&read_table(&file), "count").is_empty());
+        } else {
+            let note = format!(
+                "hardware counter {table} ({event}) is not supported on this machine: skipped"
+            );
+            assert!(stderr.contains(&note), "stderr lacks {note:?}:\n{stderr}");
+            assert!(
+                notes.contains(&note.as_str()),
+                "manifest notes lack {note:?}: {notes:?}"
+            );
+            assert!(
+                !file.exists(),
+                "{table}: a skipped counter has no table file"
+            );
+            expected_notes.push(note);
+        }
+    }
+    for (table, _) in SOFTWARE {
+        let rows = column_u64(&read_table(&dir.join(format!("{table}.arrow"))), "count");
+        assert!(!rows.is_empty(), "{table} has rows");
+    }
+
+    if !notes.is_empty() {
+        let mut strict = args.to_vec();
+        strict.push("--strict");
+        let out = kernmlops(&strict);
+        let stderr = text(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "--strict must fail with notes:\n{stderr}"
+        );
+        assert!(stderr.contains("--strict: "), "{stderr}");
+        for note in &expected_notes {
+            assert!(
+                stderr.contains(note.as_str()),
+                "--strict error lacks {note:?}:\n{stderr}"
+            );
+        }
+    }
+}
+
+/// `perf-list --json` is JSON; the software events open; each hardware
+/// event's `supported` matches what perf stat says about it here; the text
+/// form lists them too.
+#[test]
+fn root_perf_list_agrees_with_perf() {
+    let test = "root_perf_list_agrees_with_perf";
+    if !require_root(test) || !require_tool(test, "perf") {
+        return;
+    }
+    let out = kernmlops(&["perf-list", "--json"]);
+    assert!(
+        out.status.success(),
+        "perf-list failed: {}",
+        text(&out.stderr)
+    );
+    let events: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("perf-list --json prints JSON");
+    let events = events.as_array().expect("a JSON array");
+    let find = |name: &str| {
+        events
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap_or_else(|| panic!("perf-list lacks {name}"))
+    };
+    for name in ["page-faults", "context-switches"] {
+        assert_eq!(find(name)["supported"], true, "{name} opens here");
+        assert_eq!(find(name)["pmu"], "software");
+    }
+    let mut unsupported = 0;
+    for name in [
+        "cpu-cycles",
+        "instructions",
+        "dTLB-load-misses",
+        "iTLB-load-misses",
+    ] {
+        let supported = perf_supports(name);
+        assert_eq!(
+            find(name)["supported"],
+            supported,
+            "{name}: perf-list and perf stat disagree"
+        );
+        unsupported += usize::from(!supported);
+    }
+    if !Path::new("/sys/bus/event_source/devices/cpu").exists() {
+        assert!(
+            unsupported > 0,
+            "no cpu PMU, yet every hardware event opened"
+        );
+    }
+    // Every sysfs PMU event is listed under its PMU.
+    for pmu in std::fs::read_dir("/sys/bus/event_source/devices")
+        .expect("sysfs PMUs")
+        .flatten()
+    {
+        let Ok(evs) = std::fs::read_dir(pmu.path().join("events")) else {
+            continue;
+        };
+        for ev in evs.flatten() {
+            let name = ev.file_name().to_string_lossy().into_owned();
+            if name.contains(".scale")
+                || name.contains(".unit")
+                || name.ends_with(".per-pkg")
+                || name.ends_with(".snapshot")
+            {
+                continue;
+            }
+            let pmu_name = pmu.file_name().to_string_lossy().into_owned();
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e["name"] == name.as_str() && e["pmu"] == pmu_name.as_str()),
+                "perf-list lacks {pmu_name}/{name}"
+            );
+        }
+    }
+    let out = kernmlops(&["perf-list"]);
+    let listing = text(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with("page-faults ") && l.contains(" yes ")),
+        "{listing}"
+    );
+}
