@@ -90,16 +90,20 @@ fn clk_tck() -> u64 {
     unsafe { libc::sysconf(libc::_SC_CLK_TCK) as u64 }
 }
 
+/// Longest command line the probe keeps (its README).
+const CMDLINE_LIMIT: usize = 4096;
+
 /// Starts `bin_dir/name` (a copy of dash waiting on stdin, or exiting at
-/// once when `short`) under `nice -n 5`, in `cgroup` if any, with a long
-/// argument; returns once the program runs under its own name and its
-/// /proc facts are read.
+/// once when `short`) under `nice -n 5`, in `cgroup` if any, with an
+/// argument of `long` bytes; returns once the program runs under its own
+/// name and its /proc facts are read.
 fn spawn(
     bin_dir: &Path,
     name: &str,
     cgroup: Option<&TestCgroup>,
     new: bool,
     short: bool,
+    long: usize,
 ) -> Spawned {
     let path = bin_dir.join(name);
     if !path.exists() {
@@ -167,8 +171,8 @@ fn spawn(
     }
 }
 
-/// Three processes started before the collector and three (one of them
-/// short-lived) during it: each has exactly one row under its name, with
+/// Four processes started before the collector and four (one of them
+/// short-lived) during it, one of each with a command line over the limit: each has exactly one row under its name, with
 /// the right source, ids, parent, nice, full command line, cgroup and start
 /// time.
 #[test]
@@ -185,9 +189,12 @@ fn root_process_metadata_describes_existing_and_new_processes() {
         eprintln!("children run in cgroup {}", cg.path);
     }
     let mut spawned = Vec::new();
-    for i in 0..3 {
+    // The last of each kind has a command line longer than the limit.
+    let long_of = |i: usize| if i == 3 { 5000 } else { 400 };
+    for i in 0..4 {
         let name = format!("kmlt_meta_e{i}");
-        spawned.push(spawn(&bin_dir, &name, cgroup.as_ref(), false, false));
+        let long = long_of(i);
+        spawned.push(spawn(&bin_dir, &name, cgroup.as_ref(), false, false, long));
     }
     let c = Collector::start(&[
         "--plugin-dir",
@@ -197,9 +204,10 @@ fn root_process_metadata_describes_existing_and_new_processes() {
         "--output",
         output.to_str().expect("utf8"),
     ]);
-    for i in 0..3 {
+    for i in 0..4 {
         let name = format!("kmlt_meta_n{i}");
-        spawned.push(spawn(&bin_dir, &name, cgroup.as_ref(), true, i == 2));
+        let long = long_of(i);
+        spawned.push(spawn(&bin_dir, &name, cgroup.as_ref(), true, i == 2, long));
     }
     std::thread::sleep(Duration::from_millis(300));
     let done = c.signal_and_wait(libc::SIGINT);
@@ -235,12 +243,11 @@ fn root_process_metadata_describes_existing_and_new_processes() {
         assert_eq!(tgid[i], u64::from(s.pid), "{what}: tgid");
         assert_eq!(ppid[i], me, "{what}: ppid is the test process");
         assert_eq!(nice[i], 5, "{what}: nice");
-        assert_eq!(
-            cmdline[i].as_deref(),
-            Some(s.argv.join(" ").as_str()),
-            "{what}: cmdline"
-        );
-        assert!(!truncated[i], "{what}: cmdline_truncated");
+        let full = s.argv.join(" ");
+        let cut = full.len() >= CMDLINE_LIMIT;
+        let want = &full[..full.len().min(CMDLINE_LIMIT)];
+        assert_eq!(cmdline[i].as_deref(), Some(want), "{what}: cmdline");
+        assert_eq!(truncated[i], cut, "{what}: cmdline_truncated");
         assert_eq!(
             cgroup_col[i].as_deref(),
             Some(s.cgroup.as_str()),
@@ -266,8 +273,8 @@ fn root_process_metadata_honours_the_tgid_filter() {
     let plugins = plugin_dir("procmeta-f", &[("process_metadata", "process_metadata")]);
     let output = temp_dir("procmeta-f-out");
     let bin_dir = temp_dir("procmeta-f-bins");
-    let mut wanted = spawn(&bin_dir, "kmlt_meta_f0", None, false, false);
-    let mut other = spawn(&bin_dir, "kmlt_meta_f1", None, false, false);
+    let mut wanted = spawn(&bin_dir, "kmlt_meta_f0", None, false, false, 10);
+    let mut other = spawn(&bin_dir, "kmlt_meta_f1", None, false, false, 10);
     let c = Collector::start(&[
         "--plugin-dir",
         plugins.to_str().expect("utf8"),
