@@ -109,7 +109,7 @@ fn spawn(
     if !path.exists() {
         std::fs::copy("/bin/sh", &path).expect("copying /bin/sh");
     }
-    let long: String = (0..400)
+    let long: String = (0..long)
         .map(|i| char::from(b'a' + (i % 26) as u8))
         .collect();
     let argv: Vec<String> = vec![
