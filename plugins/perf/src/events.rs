@@ -11,6 +11,7 @@ use std::{
 
 pub const PERF_TYPE_HARDWARE: u32 = 0;
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
+pub const PERF_TYPE_TRACEPOINT: u32 = 2;
 pub const PERF_TYPE_HW_CACHE: u32 = 3;
 pub const PERF_TYPE_RAW: u32 = 4;
 
@@ -23,6 +24,9 @@ const ATTR_FLAG_INHERIT: u64 = 1 << 1;
 /// `perf_event_open` flag: `pid` is a cgroup folder's file descriptor.
 pub const PERF_FLAG_PID_CGROUP: libc::c_ulong = 1 << 2;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+
+/// Where tracefs may be mounted.
+const TRACEFS: &[&str] = &["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
 /// Where sysfs lists the machine's PMUs.
 pub const PMU_ROOT: &str = "/sys/bus/event_source/devices";
@@ -398,6 +402,24 @@ pub fn pmu_spec(pmu: &Pmu, terms: &str) -> Result<EventSpec, String> {
     Ok(spec)
 }
 
+/// Terms perf accepts in `pmu/.../` that set sampling or naming, not the
+/// event: ignored when building a counting event.
+const PSEUDO_TERMS: &[&str] = &[
+    "period",
+    "freq",
+    "name",
+    "percore",
+    "metric-id",
+    "call-graph",
+    "stack-size",
+    "time",
+    "inherit",
+    "no-inherit",
+    "overwrite",
+    "no-overwrite",
+    "max-stack",
+];
+
 fn apply_terms(pmu: &Pmu, terms: &str, spec: &mut EventSpec, depth: u32) -> Result<(), String> {
     if depth > 4 {
         return Err(format!(
@@ -410,6 +432,20 @@ fn apply_terms(pmu: &Pmu, terms: &str, spec: &mut EventSpec, depth: u32) -> Resu
             Some((k, v)) => (k.trim(), Some(v.trim())),
             None => (term, None),
         };
+        // perf's own settings, not part of the event's encoding.
+        if PSEUDO_TERMS.contains(&key) {
+            continue;
+        }
+        if let ("config" | "config1" | "config2", Some(v)) = (key, value) {
+            let v = parse_number(v)
+                .ok_or_else(|| format!("{key}={v} in PMU {}: not a number", pmu.name))?;
+            match key {
+                "config" => spec.config |= v,
+                "config1" => spec.config1 |= v,
+                _ => spec.config2 |= v,
+            }
+            continue;
+        }
         let format_file = pmu.dir.join("format").join(key);
         if let Ok(format) = fs::read_to_string(&format_file) {
             let value = match value {
@@ -446,14 +482,15 @@ pub struct Resolved {
     pub spec: EventSpec,
     /// Where it came from, for messages: `generic hw_cache`, `PMU cpu`, `raw`.
     pub source: String,
-    /// `hardware`, `software`, `hw_cache`, `raw` or `pmu`.
+    /// `hardware`, `software`, `hw_cache`, `raw`, `tracepoint` or `pmu`.
     pub kind: &'static str,
 }
 
 /// Resolves an event as perf writes it: a generic name (`dTLB-load-misses`,
 /// `cs`), `pmu/terms/` (`cpu/event=0x08,umask=0x20/`,
-/// `cpu/dtlb_load_misses.walk_duration/`), a raw `rHEX` code, or a PMU event
-/// name found in any PMU's sysfs `events/` (`tlb_flush.dtlb_thread`).
+/// `cpu/dtlb_load_misses.walk_duration/`), a tracepoint (`tlb:tlb_flush`), a
+/// raw `rHEX` code, or a PMU event name found in any PMU's sysfs `events/`
+/// (`tlb_flush.dtlb_thread`).
 /// `Ok(None)` means the name is well formed but this machine has no such
 /// PMU or event.
 pub fn resolve(root: &Path, text: &str) -> Result<Option<Resolved>, String> {
@@ -486,6 +523,30 @@ pub fn resolve(root: &Path, text: &str) -> Result<Option<Resolved>, String> {
             kind: "pmu",
         }));
     }
+    if let Some((system, name)) = text.split_once(':') {
+        let id = TRACEFS
+            .iter()
+            .find_map(|t| {
+                fs::read_to_string(
+                    Path::new(t)
+                        .join("events")
+                        .join(system)
+                        .join(name)
+                        .join("id"),
+                )
+                .ok()
+            })
+            .and_then(|id| id.trim().parse::<u64>().ok());
+        return Ok(id.map(|config| Resolved {
+            spec: EventSpec {
+                type_: PERF_TYPE_TRACEPOINT,
+                config,
+                ..EventSpec::default()
+            },
+            source: format!("tracepoint {text} (id {config})"),
+            kind: "tracepoint",
+        }));
+    }
     if let Some(hex) = text.strip_prefix('r') {
         if !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()) {
             let config = u64::from_str_radix(hex, 16)
@@ -513,6 +574,51 @@ pub fn resolve(root: &Path, text: &str) -> Result<Option<Resolved>, String> {
         }
     }
     Ok(None)
+}
+
+/// Looks `name` up in perf's own event tables (`perf list --details NAME`),
+/// which know model-specific events sysfs does not list, and returns the
+/// `pmu/terms/` encoding perf prints for it. `None` when perf is missing or
+/// does not know the event on this CPU.
+pub fn perf_tool_encoding(name: &str) -> Option<String> {
+    let out = std::process::Command::new("perf")
+        .args(["list", "--details", name])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    encoding_from_perf_list(&String::from_utf8_lossy(&out.stdout), name)
+}
+
+/// The `pmu/terms/` line that follows `name` in `perf list --details`
+/// output.
+fn encoding_from_perf_list(text: &str, name: &str) -> Option<String> {
+    let mut in_event = false;
+    for line in text.lines() {
+        let t = line.trim();
+        let first = t.split_whitespace().next().unwrap_or("");
+        if first.eq_ignore_ascii_case(name) {
+            in_event = true;
+            continue;
+        }
+        if !in_event {
+            continue;
+        }
+        if t.starts_with('[') || t.is_empty() {
+            continue;
+        }
+        let is_encoding = t.ends_with('/')
+            && t.split_once('/').is_some_and(|(pmu, rest)| {
+                !pmu.is_empty() && !pmu.contains(' ') && rest.contains('=')
+            });
+        if is_encoding {
+            return Some(t.to_owned());
+        }
+        in_event = false;
+    }
+    None
 }
 
 /// Opens a counting event on `cpu` for `pid` (-1: every task; a cgroup
@@ -662,6 +768,14 @@ mod tests {
         assert!(pmu_spec(&pmu, "umask=?").is_err());
         assert!(pmu_spec(&pmu, "nosuch=1").is_err());
         assert_eq!(
+            pmu_spec(&pmu, "event=0xbd,period=100007,umask=0x1").map(|s| s.config),
+            Ok(0x1bd)
+        );
+        assert_eq!(
+            pmu_spec(&pmu, "config=0x5300c0,config1=7").map(|s| (s.config, s.config1)),
+            Ok((0x5300c0, 7))
+        );
+        assert_eq!(
             pmu_events(&pmu),
             vec![(
                 "dtlb_load_misses.walk_duration".to_owned(),
@@ -693,6 +807,24 @@ mod tests {
         let r = resolve(root, "r01bd").expect("ok").expect("found");
         assert_eq!((r.spec.type_, r.spec.config), (PERF_TYPE_RAW, 0x1bd));
         assert!(resolve(root, "no-such-event").expect("ok").is_none());
+    }
+
+    #[test]
+    fn perf_list_details_give_the_encoding() {
+        let text = "\ntlb:\n  tlb_flush.dtlb_thread\n       [DTLB flush attempts of the thread-specific entries]\n       cpu/event=0xbd,period=100007,umask=0x1/\n  tlb_flush.stlb_any\n       [STLB flush attempts]\n       cpu/event=0xbd,period=100007,umask=0x20/\n";
+        assert_eq!(
+            encoding_from_perf_list(text, "tlb_flush.stlb_any").as_deref(),
+            Some("cpu/event=0xbd,period=100007,umask=0x20/")
+        );
+        assert_eq!(
+            encoding_from_perf_list(text, "TLB_FLUSH.DTLB_THREAD").as_deref(),
+            Some("cpu/event=0xbd,period=100007,umask=0x1/")
+        );
+        assert_eq!(encoding_from_perf_list(text, "tlb_flush.none"), None);
+        assert_eq!(
+            encoding_from_perf_list("  tlb:tlb_flush  [Tracepoint event]\n", "tlb:tlb_flush"),
+            None
+        );
     }
 
     #[test]

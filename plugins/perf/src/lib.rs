@@ -69,7 +69,12 @@ const NAMED: &[(&str, &[&str], &str)] = &[
     ),
     (
         "tlb_flushes",
-        &["tlb_flush.dtlb_thread", "tlb_flush.stlb_any"],
+        &[
+            "tlb_flush.dtlb_thread",
+            "tlb_flush.stlb_any",
+            "ls_tlb_flush.all",
+            "ls_tlb_flush",
+        ],
         "TLB flushes",
     ),
     (
@@ -201,6 +206,28 @@ fn wanted(config: &Config) -> Result<Vec<Wanted>> {
     Ok(out)
 }
 
+/// Resolves an event from sysfs and the generic names, else from perf's own
+/// event tables (model-specific events sysfs does not list, when the `perf`
+/// tool is installed): the event as named for messages, and its attribute.
+fn resolve_candidate(
+    root: &Path,
+    candidate: &str,
+) -> std::result::Result<Option<(String, events::Resolved)>, String> {
+    if let Some(r) = events::resolve(root, candidate)? {
+        return Ok(Some((candidate.to_owned(), r)));
+    }
+    if candidate.contains('/') || candidate.contains(':') {
+        return Ok(None);
+    }
+    let Some(encoding) = events::perf_tool_encoding(candidate) else {
+        return Ok(None);
+    };
+    Ok(events::resolve(root, &encoding)?.map(|mut r| {
+        r.source = format!("{encoding} from perf's event tables");
+        (candidate.to_owned(), r)
+    }))
+}
+
 /// What the machine lacks when none of `candidates` resolves.
 fn missing(candidates: &[String]) -> String {
     let pmus: Vec<&str> = candidates
@@ -211,7 +238,7 @@ fn missing(candidates: &[String]) -> String {
         format!("{} has no PMU {}", events::PMU_ROOT, pmus.join(" or "))
     } else {
         format!(
-            "no PMU in {} has an event {}",
+            "neither {} nor perf's event tables list {}",
             events::PMU_ROOT,
             candidates.join(" or ")
         )
@@ -438,10 +465,9 @@ impl Perf {
         for w in wanted(config)? {
             let mut found = None;
             for candidate in &w.candidates {
-                if let Some(r) = events::resolve(root, candidate)
-                    .map_err(|e| Error(format!("perf: counter {}: {e}", w.table)))?
-                {
-                    found = Some((candidate.clone(), r));
+                found = resolve_candidate(root, candidate)
+                    .map_err(|e| Error(format!("perf: counter {}: {e}", w.table)))?;
+                if found.is_some() {
                     break;
                 }
             }
@@ -457,6 +483,7 @@ impl Perf {
             let kind = match resolved.kind {
                 "software" => "software counter",
                 "pmu" | "raw" => "PMU counter",
+                "tracepoint" => "tracepoint counter",
                 _ => "hardware counter",
             };
             match Counter::open(&resolved.spec, &cpus, &target) {
