@@ -491,3 +491,91 @@ fn root_perf_list_agrees_with_perf() {
         "{listing}"
     );
 }
+
+/// A process that waits for a line on stdin, touches 100k fresh pages,
+/// prints how many page faults the kernel charged it for that (minflt +
+/// majflt from /proc/self/stat), and waits for another line to exit.
+const FAULTER: &str = r#"
+import mmap, sys
+def faults():
+    f = open('/proc/self/stat').read().rsplit(')', 1)[1].split()
+    return int(f[7]) + int(f[9])
+sys.stdin.readline()
+a = faults()
+n = 100000 * 4096
+m = mmap.mmap(-1, n)
+m.madvise(mmap.MADV_NOHUGEPAGE)
+for i in range(0, n, 4096):
+    m[i] = 1
+print(faults() - a, flush=True)
+sys.stdin.readline()
+"#;
+
+/// With `--tgid`, only that process counts: its page faults during the
+/// burst agree within 5% with the kernel's own per-process fault counters,
+/// whatever else the machine does.
+#[test]
+fn root_perf_tgid_filter_counts_the_process() {
+    use std::io::{BufRead, Write};
+    let test = "root_perf_tgid_filter_counts_the_process";
+    if !require_root(test) || !require_tool(test, "python3") {
+        return;
+    }
+    let _serial = serial();
+    let mut child = Command::new("python3")
+        .args(["-c", FAULTER])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting python3");
+    let plugins = perf_plugins("perf-tgid");
+    let config = collect_config("perf-tgid-config");
+    let output = temp_dir("perf-tgid-out");
+    let tgid = child.id().to_string();
+    let c = Collector::start(&[
+        "--config",
+        config.to_str().expect("utf8"),
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "perf",
+        "--tgid",
+        &tgid,
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut stdin = child.stdin.take().expect("stdin piped");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout piped"));
+    let t0 = uptime_us();
+    writeln!(stdin, "go").expect("starting the burst");
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .expect("reading the fault count");
+    let t1 = uptime_us();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let done = c.signal_and_wait(libc::SIGTERM);
+    writeln!(stdin, "end").expect("ending the child");
+    let _ = child.wait();
+    assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+
+    let reference: u64 = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("the child printed {line:?}"));
+    assert!(
+        reference > 90_000,
+        "the child faulted only {reference} times"
+    );
+    let (delta, _, _) = bracketed_delta(&dir, "page_faults", t0, t1);
+    let ratio = delta as f64 / reference as f64;
+    eprintln!(
+        "--tgid page_faults: probe {delta} vs /proc/<pid>/stat {reference} (ratio {ratio:.4})"
+    );
+    assert!(
+        (ratio - 1.0).abs() <= 0.05,
+        "the probe saw {delta} page faults of the process, the kernel charged it {reference}"
+    );
+}
