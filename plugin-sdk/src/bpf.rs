@@ -96,8 +96,13 @@ fn capture_libbpf_log(_level: PrintLevel, msg: String) {
 /// Turns a libbpf error into a message that says what to do, with the tail
 /// of libbpf's log (the verifier's complaint) when there is one.
 fn explain(what: &str, e: &libbpf_rs::Error) -> Error {
+    // SAFETY: geteuid has no preconditions.
+    let is_root = unsafe { libc::geteuid() } == 0;
     let hint = match e.kind() {
-        ErrorKind::PermissionDenied => " (needs root, or CAP_BPF and CAP_PERFMON; run with sudo)",
+        // As root, EPERM means the kernel refuses the feature, not us.
+        ErrorKind::PermissionDenied if !is_root => {
+            " (needs root, or CAP_BPF and CAP_PERFMON; run with sudo)"
+        }
         _ => "",
     };
     let log = LIBBPF_LOG.lock().map(|l| l.clone()).unwrap_or_default();
