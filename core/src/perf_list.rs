@@ -10,8 +10,7 @@ use serde::Serialize;
 /// The `perf` plugin's event code, shared by source: the host must not
 /// depend on a plugin crate, and both must build attributes the same way.
 #[allow(dead_code)]
-#[path = "../../plugins/perf/src/events.rs"]
-mod events;
+use kernmlops_perf_events as events;
 
 /// One event of `perf-list`.
 #[derive(Debug, Clone, Serialize)]

@@ -4,7 +4,7 @@
 //! frequency. One table per counter with the cumulative count and the time
 //! the counter was enabled and running, so multiplexing can be corrected.
 
-pub mod events;
+pub use kernmlops_perf_events as events;
 
 use std::{
     mem::offset_of,

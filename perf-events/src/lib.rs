@@ -1,7 +1,7 @@
 //! Counting events with `perf_event_open`: perf's generic event names, PMU
 //! events and formats from sysfs, event-name parsing and the open/read
-//! calls. Depends on `libc` only: `kernmlops perf-list` (core) includes this
-//! same file, so the plugin and the host build attributes one way.
+//! calls. Depends on `libc` only; shared by the `perf` plugin and
+//! `kernmlops perf-list`, so both build event attributes one way.
 
 use std::{
     fs, io,
