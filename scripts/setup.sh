@@ -13,8 +13,9 @@ fi
 
 # Build: clang compiles the BPF programs, libelf/zlib/pkg-config/make build
 # the vendored libbpf. Run and test: perf (independent counts), stress tools,
-# util-linux (setpriv, unshare), python3 for the read-back tests.
-packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc util-linux python3 python3-pip)
+# util-linux (setpriv, unshare), fio (block I/O tests), python3 for the
+# read-back tests.
+packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc util-linux python3 python3-pip fio)
 optional=(bpftool)
 if grep -qi ubuntu /etc/os-release 2>/dev/null; then
     optional+=(linux-tools-common "linux-tools-$(uname -r)")
