@@ -1,6 +1,8 @@
 //! block_io: one row per completed block I/O request, joined in BPF from
-//! `tp_btf/block_rq_issue` and `tp_btf/block_rq_complete`: latency, disk,
-//! sector, size, flags, issuing task and the disk's queue depth.
+//! `tp_btf/block_rq_issue` and `tp_btf/block_rq_complete` (with the
+//! submitting task from `tp_btf/block_io_start` where the kernel has it):
+//! latency, disk, sector, size, flags, issuing task and the disk's queue
+//! depth.
 
 use std::mem::MaybeUninit;
 
@@ -71,6 +73,17 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// Whether the running kernel has the `block_io_start` tracepoint (its
+/// `btf_trace_` type in the kernel's BTF).
+fn has_block_io_start() -> bool {
+    libbpf_rs::btf::Btf::from_vmlinux()
+        .map(|btf| {
+            btf.type_by_name::<libbpf_rs::btf::BtfType<'_>>("btf_trace_block_io_start")
+                .is_some()
+        })
+        .unwrap_or(false)
 }
 
 /// Size of the field `f` selects, from the compiler.
@@ -250,7 +263,7 @@ impl BpfSpec for BlockIo {
             "pid",
             ColumnKind::U32,
             "",
-            "thread that issued the request"
+            "thread that submitted the request (see README: the issuing task)"
         );
         let t = column!(
             t,
@@ -259,7 +272,7 @@ impl BpfSpec for BlockIo {
             "tgid",
             ColumnKind::U32,
             "",
-            "process that issued the request"
+            "process that submitted the request (see README: the issuing task)"
         );
 
         ProbeDecl {
@@ -281,6 +294,14 @@ impl BpfSpec for BlockIo {
         open.maps
             .inflight
             .set_max_entries(config.inflight_entries)?;
+        open.maps
+            .submitters
+            .set_max_entries(config.inflight_entries)?;
+        // block_io_start (Linux 6.5+) names the submitting task; without it
+        // the task current at block_rq_issue stands in.
+        if !has_block_io_start() {
+            open.progs.handle_block_io_start.set_autoload(false);
+        }
         open.load()
     }
 }

@@ -7,15 +7,19 @@
  * queue depth. block_rq_complete looks it up, emits the row with the
  * latency, takes it off the depth and deletes the entry. block_rq_requeue
  * (request sent back to the queue) also takes it off, so the re-issue is
- * counted once.
+ * counted once, and remembers its submitter for the re-issue.
  *
  * Completions whose issue was not seen (issued before the probe started, or
  * `inflight` full) are skipped and counted in `unmatched_completions`.
  *
  * Filters: completions often run in interrupt context, so --tgid/--pid/
- * --cgroup are applied to the task that issued the request (current at
- * block_rq_issue). Every request still counts in its disk's queue depth;
- * only wanted ones get rows. */
+ * --cgroup are applied to the task that issued the request. That is the
+ * task that submitted it, seen at block_io_start (Linux 6.5+, in the
+ * submitter's context, kept in `submitters` until the issue), since
+ * block_rq_issue may run later in a kblockd worker; without block_io_start
+ * (older kernels, or requests it does not see such as the flush machinery's
+ * own) it is the task current at block_rq_issue. Every request still
+ * counts in its disk's queue depth; only wanted ones get rows. */
 #include "kml.bpf.h"
 #include "block_io.h"
 
@@ -59,6 +63,22 @@ struct depth {
 	__s64 requests;
 	__s64 bytes;
 };
+
+/* The task that submitted a request, from block_io_start to its issue. LRU:
+ * a request freed without being issued is forgotten, never fills it. */
+struct submitter {
+	__u32 pid;
+	__u32 tgid;
+	__u32 wanted;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64); /* struct request * */
+	__type(value, struct submitter);
+} submitters SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -245,11 +265,28 @@ static __always_inline void depth_sub(__u32 dev, __u64 bytes, __u32 *requests_af
 	*bytes_after = b > 0 ? (__u64)b : 0;
 }
 
+/* Optional (Linux 6.5+): the plugin turns it off where the kernel has no
+ * block_io_start tracepoint. */
+SEC("tp_btf/block_io_start")
+int BPF_PROG(handle_block_io_start, struct request *rq)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 key = (__u64)rq;
+	struct submitter s = {};
+
+	s.pid = BPF_CORE_READ(task, pid);
+	s.tgid = BPF_CORE_READ(task, tgid);
+	s.wanted = kml_wanted(task);
+	bpf_map_update_elem(&submitters, &key, &s, BPF_ANY);
+	return 0;
+}
+
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(handle_block_rq_issue, struct request *rq)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	__u64 key = (__u64)rq;
+	struct submitter *s;
 	struct issue *old;
 	struct issue in = {};
 
@@ -259,9 +296,17 @@ int BPF_PROG(handle_block_rq_issue, struct request *rq)
 	in.device = disk_dev(rq_disk(rq));
 	in.segments = BPF_CORE_READ(rq, nr_phys_segments);
 	in.flags = BPF_CORE_READ(rq, cmd_flags);
-	in.pid = BPF_CORE_READ(task, pid);
-	in.tgid = BPF_CORE_READ(task, tgid);
-	in.wanted = kml_wanted(task);
+	s = bpf_map_lookup_elem(&submitters, &key);
+	if (s) {
+		in.pid = s->pid;
+		in.tgid = s->tgid;
+		in.wanted = s->wanted;
+		bpf_map_delete_elem(&submitters, &key);
+	} else {
+		in.pid = BPF_CORE_READ(task, pid);
+		in.tgid = BPF_CORE_READ(task, tgid);
+		in.wanted = kml_wanted(task);
+	}
 
 	old = bpf_map_lookup_elem(&inflight, &key);
 	if (old) {
@@ -279,9 +324,15 @@ int BPF_PROG(handle_block_rq_requeue, struct request *rq)
 {
 	__u64 key = (__u64)rq;
 	struct issue *in = bpf_map_lookup_elem(&inflight, &key);
+	struct submitter s = {};
 
 	if (!in)
 		return 0;
+	/* The re-issue often runs in a kblockd worker: keep the submitter. */
+	s.pid = in->pid;
+	s.tgid = in->tgid;
+	s.wanted = in->wanted;
+	bpf_map_update_elem(&submitters, &key, &s, BPF_ANY);
 	depth_add(in->device, -1, -(__s64)in->bytes);
 	bpf_map_delete_elem(&inflight, &key);
 	return 0;
