@@ -52,18 +52,37 @@ fn fio_layout(dir: &Path) {
     );
 }
 
-/// fio's completed read and write I/O counts, summed over its jobs, from
-/// its JSON report (which may follow warnings on stdout).
-fn fio_total_ios(json: &str) -> (u64, u64) {
+/// What fio reports for one direction, summed over its jobs.
+#[derive(Debug, Clone, Copy)]
+struct FioDir {
+    /// Completed I/Os (`total_ios`).
+    ios: u64,
+    /// Mean submission-to-completion latency (`lat_ns.mean`), in us.
+    mean_lat_us: f64,
+}
+
+/// fio's read and write reports, from its JSON (which may follow warnings
+/// on stdout).
+fn fio_report(json: &str) -> (FioDir, FioDir) {
     let start = json.find('{').expect("fio printed JSON");
     let report: serde_json::Value = serde_json::from_str(&json[start..]).expect("fio JSON parses");
     let jobs = report["jobs"].as_array().expect("fio JSON has jobs");
-    let sum = |dir: &str| {
-        jobs.iter()
-            .map(|j| j[dir]["total_ios"].as_u64().expect("total_ios is a number"))
-            .sum::<u64>()
+    let dir = |d: &str| {
+        let (mut ios, mut lat_sum) = (0u64, 0f64);
+        for j in jobs {
+            let n = j[d]["total_ios"].as_u64().expect("total_ios is a number");
+            let mean = j[d]["lat_ns"]["mean"]
+                .as_f64()
+                .expect("lat_ns.mean is a number");
+            ios += n;
+            lat_sum += mean * n as f64;
+        }
+        FioDir {
+            ios,
+            mean_lat_us: lat_sum / ios.max(1) as f64 / 1000.0,
+        }
     };
-    (sum("read"), sum("write"))
+    (dir("read"), dir("write"))
 }
 
 /// The rows of one collection's block_io table, by column.
@@ -187,7 +206,8 @@ fn arrow_cast_to_strings(col: &dyn arrow_array::Array) -> Vec<String> {
 
 /// Checks the rows in `idx` against fio's read and write counts and the
 /// column invariants; `what` names the run in messages.
-fn check_fio_rows(rows: &Rows, idx: &[usize], reads: u64, writes: u64, what: &str) {
+fn check_fio_rows(rows: &Rows, idx: &[usize], fio: (FioDir, FioDir), what: &str) {
+    let (reads, writes) = (fio.0.ios, fio.1.ios);
     let kind = |i: usize| rows.flags_readable[i].rsplit('-').next().unwrap_or("");
     let read_rows = idx.iter().filter(|&&i| kind(i) == "Read").count() as u64;
     let write_rows = idx.iter().filter(|&&i| kind(i) == "Write").count() as u64;
@@ -295,6 +315,26 @@ fn check_fio_rows(rows: &Rows, idx: &[usize], reads: u64, writes: u64, what: &st
             rows.disk_name[i]
         );
     }
+    // Each request's issue-to-completion lies inside fio's submission-to-
+    // completion of the same I/O, so the means compare: never above fio's,
+    // and the same order of magnitude (a unit error would be 1000x off).
+    for (kind, dir) in [("Read", fio.0), ("Write", fio.1)] {
+        let lats: Vec<u64> = idx
+            .iter()
+            .filter(|&&i| rows.flags_readable[i].ends_with(kind) && bytes[i] == 4096)
+            .map(|&i| lat[i])
+            .collect();
+        let mean = lats.iter().sum::<u64>() as f64 / lats.len().max(1) as f64;
+        eprintln!(
+            "{what}: {kind} mean latency {mean:.1} us, fio's {:.1} us",
+            dir.mean_lat_us
+        );
+        assert!(
+            mean <= dir.mean_lat_us + 1.0 && mean >= dir.mean_lat_us * 0.1,
+            "{what}: {kind} mean latency_us {mean:.1} vs fio's mean {:.1} us",
+            dir.mean_lat_us
+        );
+    }
     let max_depth = idx.iter().map(|&i| depth[i]).max().unwrap_or(0);
     assert!(
         max_depth > 0,
@@ -312,7 +352,8 @@ fn check_fio_rows(rows: &Rows, idx: &[usize], reads: u64, writes: u64, what: &st
 }
 
 /// fio's direct random reads and writes: block_io's rows of fio's process
-/// agree with fio's own I/O counts within 5%, with latency > 0, whole
+/// agree with fio's own I/O counts within 5%, mean latency within fio's own
+/// mean (each request is part of one fio I/O), with latency > 0, whole
 /// sectors, consistent flags, devices as sysfs names them, and a queue depth
 /// that is never negative and sometimes above zero.
 #[test]
@@ -351,10 +392,10 @@ fn root_block_io_rows_agree_with_fio() {
     assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
     let dir = done.dir.expect("collection folder printed");
 
-    let (reads, writes) = fio_total_ios(&text(&out.stdout));
+    let fio = fio_report(&text(&out.stdout));
     let rows = Rows::read(&dir);
     let idx = rows.of_tgid(fio_pid);
-    check_fio_rows(&rows, &idx, reads, writes, "unfiltered");
+    check_fio_rows(&rows, &idx, fio, "unfiltered");
     let ts = rows.col("ts_uptime_us");
     for &i in &idx {
         assert!(
@@ -427,7 +468,7 @@ fn root_block_io_tgid_filter_applies_to_the_issuer() {
     assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
     let dir = done.dir.expect("collection folder printed");
 
-    let (reads, writes) = fio_total_ios(&text(&out.stdout));
+    let fio = fio_report(&text(&out.stdout));
     let rows = Rows::read(&dir);
     let strangers: Vec<u64> = rows
         .col("tgid")
@@ -440,7 +481,7 @@ fn root_block_io_tgid_filter_applies_to_the_issuer() {
         "--tgid {fio_pid} kept rows of other processes: {strangers:?}"
     );
     let idx: Vec<usize> = (0..rows.len()).collect();
-    check_fio_rows(&rows, &idx, reads, writes, "--tgid");
+    check_fio_rows(&rows, &idx, fio, "--tgid");
     let _ = std::fs::remove_dir_all(&data);
 }
 
