@@ -335,6 +335,16 @@ fn check_fio_rows(rows: &Rows, idx: &[usize], fio: (FioDir, FioDir), what: &str)
             dir.mean_lat_us
         );
     }
+    // fio's two psync threads have at most two requests in flight, so after
+    // one completes at most one of fio's is left: the median depth, other
+    // I/O on the disk included, is at most 1 (double counting would show).
+    let mut depths: Vec<u64> = idx.iter().map(|&i| depth[i]).collect();
+    depths.sort_unstable();
+    let median = depths.get(depths.len() / 2).copied().unwrap_or(0);
+    assert!(
+        median <= 1,
+        "{what}: median queue_depth {median} with two psync jobs"
+    );
     let max_depth = idx.iter().map(|&i| depth[i]).max().unwrap_or(0);
     assert!(
         max_depth > 0,
