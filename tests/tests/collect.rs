@@ -298,7 +298,7 @@ fn root_files_read_back_in_pyarrow_and_polars_with_declared_types() {
             "system_info",
             &[
                 ("hostname", "string", "String"),
-                ("cpu_count", "uint32", "UInt32"),
+                ("logical_cores", "uint32", "UInt32"),
                 ("boot_time", "timestamp[us, tz=UTC]", "Datetime"),
             ],
         ),
