@@ -26,6 +26,8 @@ use abi_stable::{
     StableAbi,
 };
 
+pub mod spec;
+
 /// Version of the data contract between host and plugins (table layout
 /// rules, record encoding). abi_stable checks the type layouts; this number
 /// covers meaning that layouts cannot express. Bump on incompatible change.

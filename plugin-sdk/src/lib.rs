@@ -13,6 +13,7 @@
 pub mod bpf;
 mod guard;
 pub mod table;
+pub mod testing;
 
 use std::time::Duration;
 

@@ -1,188 +1,59 @@
-//! Tests of the block_io probe: its declaration against the rules the host
-//! checks at load (no root needed), and, as root, that it loads, attaches and
-//! collects rows.
+//! Tests of the block_io probe: its declaration against the specification
+//! the host enforces at load (no root needed), and, as root, that it loads,
+//! attaches and collects rows on the running kernel.
 
-use std::{
-    collections::HashSet,
-    mem::size_of,
-    time::{Duration, Instant},
-};
+use std::{mem::size_of, time::Duration};
 
 use block_io::{BlockIo, BlockIoEvent};
 use kernmlops_plugin_sdk::{
-    api::TIMESTAMP_COLUMN,
     bpf::{BpfProbe, BpfSpec},
-    Batch, ColumnKind, ProbeImpl, StartArgs, TableDecl,
+    testing::{self, Running},
 };
 
-fn table() -> TableDecl {
-    let decl = BlockIo::decl();
-    assert_eq!(decl.name.as_str(), BlockIo::NAME, "probe name");
+#[test]
+fn declaration_meets_the_spec() {
+    testing::check_declaration::<BpfProbe<BlockIo>>();
     assert_eq!(
-        decl.tables.len(),
+        BlockIo::decl().tables.len(),
         BlockIo::RINGS.len(),
         "one ring buffer per table"
     );
-    decl.tables
-        .iter()
-        .find(|t| t.name.as_str() == "block_io")
-        .cloned()
-        .expect("a table named block_io")
-}
-
-fn is_snake_case(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some('a'..='z'))
-        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
-        && !name.ends_with('_')
-        && !name.contains("__")
 }
 
 #[test]
 fn record_size_is_the_generated_event_struct() {
+    let decl = BlockIo::decl();
+    let table = decl
+        .tables
+        .iter()
+        .find(|t| t.name.as_str() == "block_io")
+        .expect("a table named block_io");
     assert_eq!(
-        table().record_size as usize,
+        table.record_size as usize,
         size_of::<BlockIoEvent>(),
         "record_size must be size_of the skeleton's block_io_event"
     );
 }
 
 #[test]
-fn has_a_u64_timestamp_column() {
-    let t = table();
-    let ts = t
-        .columns
-        .iter()
-        .find(|c| c.name.as_str() == TIMESTAMP_COLUMN)
-        .expect("a ts_uptime_us column");
-    assert_eq!(ts.kind, ColumnKind::U64, "ts_uptime_us must be u64");
-    assert_eq!(ts.unit.as_str(), "us", "ts_uptime_us is in microseconds");
-}
-
-#[test]
-fn columns_follow_the_declaration_rules() {
-    for t in BlockIo::decl().tables.iter() {
-        assert!(
-            is_snake_case(&t.name),
-            "table name {} not snake_case",
-            t.name
-        );
-        assert!(!t.columns.is_empty(), "table {} has no columns", t.name);
-        let mut names = HashSet::new();
-        let mut spans = Vec::new();
-        for c in t.columns.iter() {
-            let what = format!("table {} column {}", t.name, c.name);
-            assert!(is_snake_case(&c.name), "{what}: not snake_case");
-            assert!(names.insert(c.name.as_str()), "{what}: declared twice");
-            assert!(c.kind.name().is_some(), "{what}: unknown type");
-            if let Some(size) = c.kind.fixed_size() {
-                assert_eq!(c.size, size, "{what}: size does not match its type");
-            }
-            assert!(
-                c.offset + c.size <= t.record_size,
-                "{what}: outside the {}-byte record",
-                t.record_size
-            );
-            spans.push((c.offset, c.offset + c.size, c.name.as_str()));
-        }
-        spans.sort_unstable();
-        for pair in spans.windows(2) {
-            assert!(
-                pair[1].0 >= pair[0].1,
-                "table {}: columns {} and {} overlap",
-                t.name,
-                pair[0].2,
-                pair[1].2
-            );
-        }
-    }
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|ids| ids.split_whitespace().nth(1).map(|euid| euid == "0"))
-        })
-        .unwrap_or(false)
-}
-
-/// CLOCK_BOOTTIME now, in microseconds (`/proc/uptime` counts from boot,
-/// suspend included, like `bpf_ktime_get_boot_ns`).
-fn uptime_us() -> u64 {
-    let uptime = std::fs::read_to_string("/proc/uptime").expect("reading /proc/uptime");
-    let secs: f64 = uptime
-        .split_whitespace()
-        .next()
-        .and_then(|s| s.parse().ok())
-        .expect("parsing /proc/uptime");
-    (secs * 1e6) as u64
-}
-
-#[test]
 fn root_loads_attaches_and_collects_rows() {
-    if !is_root() {
-        // In CI a skipped root test is a failure.
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "root_loads_attaches_and_collects_rows needs root, and CI must run it"
-        );
-        eprintln!("skipped root_loads_attaches_and_collects_rows: loading BPF needs root");
+    if !testing::require_root("root_loads_attaches_and_collects_rows") {
         return;
     }
-    let args = StartArgs {
-        config_json: "{}".into(),
-        ring_bytes: 4 << 20,
-        filter_tgid: 0,
-        filter_pid: 0,
-        filter_cgroup_id: 0,
-        self_tgid: std::process::id(),
-    };
-    let mut probe = BpfProbe::<BlockIo>::start(&args).unwrap_or_else(|e| panic!("{e}"));
-    let decl = BlockIo::decl();
-    let index = decl
-        .tables
-        .iter()
-        .position(|t| t.name.as_str() == "block_io")
-        .expect("a table named block_io");
-    let mut batches: Vec<Batch> = decl.tables.iter().map(|_| Batch::default()).collect();
-    // Make some block I/O of our own: a file written and synced on the
-    // temp dir's disk issues write requests from this process.
+    let mut run = Running::<BpfProbe<BlockIo>>::start("{}");
+    // Make block I/O of our own: a file written and synced on the temp
+    // folder's disk issues write requests from this process.
     let scratch = std::env::temp_dir().join(format!("kml-block_io-unit-{}", std::process::id()));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while batches[index].records == 0 && Instant::now() < deadline {
+    let got = run.drain_until(Duration::from_secs(5), |r| {
         let written = std::fs::File::create(&scratch).and_then(|mut f| {
             std::io::Write::write_all(&mut f, &[1u8; 64 * 1024])?;
             f.sync_all()
         });
         written.unwrap_or_else(|e| panic!("writing {}: {e}", scratch.display()));
-        probe
-            .drain(Duration::from_millis(100), &mut batches)
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
-    probe.stop().unwrap_or_else(|e| panic!("{e}"));
+        r.rows("block_io") > 0
+    });
+    run.stop();
     let _ = std::fs::remove_file(&scratch);
-
-    let t = &decl.tables[index];
-    let batch = &batches[index];
-    assert!(batch.records > 0, "no block_io rows within 5 s");
-    assert_eq!(
-        batch.data.len() as u64,
-        batch.records * u64::from(t.record_size),
-        "batch holds whole records"
-    );
-    let ts = t
-        .columns
-        .iter()
-        .find(|c| c.name.as_str() == TIMESTAMP_COLUMN)
-        .expect("a ts_uptime_us column");
-    let at = ts.offset as usize;
-    let first = u64::from_le_bytes(batch.data[at..at + 8].try_into().expect("8 bytes"));
-    let now = uptime_us();
-    assert!(
-        first <= now + 1_000_000 && first + 60_000_000 >= now,
-        "first ts_uptime_us {first} is not CLOCK_BOOTTIME in us (uptime {now} us)"
-    );
+    assert!(got, "no block_io rows within 5 s");
+    run.assert_recent_timestamps("block_io");
 }
