@@ -3,7 +3,7 @@
 //! (tables merge, values replace), then command-line flags. An unknown key
 //! or a wrong type is an error naming the key and the file.
 
-use std::{path::Path, time::Duration};
+use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +17,10 @@ pub struct Config {
     /// Each probe's own settings, `[probes.<probe name>]`, passed to the
     /// probe as a JSON object; the probe checks its keys when it starts.
     #[serde(default)]
-    pub probes: std::collections::BTreeMap<String, toml::Table>,
+    pub probes: BTreeMap<String, toml::Table>,
+    /// Where the user's settings came from, for error messages.
+    #[serde(skip)]
+    pub source: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -58,8 +61,59 @@ impl Default for Config {
                 strict: false,
             },
             probes: Default::default(),
+            source: BUILT_IN.into(),
         }
     }
+}
+
+const BUILT_IN: &str = "built-in defaults";
+
+/// Name of a TOML value's type, for messages.
+fn type_name(v: &toml::Value) -> &'static str {
+    match v {
+        toml::Value::String(_) => "a string",
+        toml::Value::Integer(_) => "an integer",
+        toml::Value::Float(_) => "a number",
+        toml::Value::Boolean(_) => "true or false",
+        toml::Value::Datetime(_) => "a date",
+        toml::Value::Array(_) => "a list",
+        toml::Value::Table(_) => "a table",
+    }
+}
+
+/// Checks `user` against `known`: every key must exist there with a value of
+/// the same type (an integer may stand for a number). Errors name the key
+/// path.
+fn check_keys(path: &str, known: &toml::Table, user: &toml::Table) -> Result<(), String> {
+    for (key, value) in user {
+        let at = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        let Some(default) = known.get(key) else {
+            let mut names: Vec<&str> = known.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            return Err(if names.is_empty() {
+                format!("{at}: unknown key ({path} has no settings)")
+            } else {
+                format!("{at}: unknown key (known: {})", names.join(", "))
+            });
+        };
+        match (default, value) {
+            (toml::Value::Table(k), toml::Value::Table(u)) => check_keys(&at, k, u)?,
+            (toml::Value::Float(_), toml::Value::Integer(_)) => {}
+            (d, v) if std::mem::discriminant(d) != std::mem::discriminant(v) => {
+                return Err(format!(
+                    "{at}: expected {}, found {}",
+                    type_name(d),
+                    type_name(v)
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// A configuration problem, naming the file.
@@ -101,10 +155,10 @@ impl Config {
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
         let mut base: toml::Table =
             toml::from_str(DEFAULTS_TOML).map_err(|e| ConfigError::Invalid {
-                file: "built-in defaults".into(),
+                file: BUILT_IN.into(),
                 message: one_line(&e),
             })?;
-        let mut source = "built-in defaults".to_owned();
+        let mut source = BUILT_IN.to_owned();
         if let Some(path) = file {
             source = path.display().to_string();
             let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
@@ -115,28 +169,83 @@ impl Config {
                 file: source.clone(),
                 message: one_line(&e),
             })?;
+            // Probe sections are checked against each probe's own defaults
+            // once plugins are loaded (`probe_settings`).
+            let mut known = base.clone();
+            known.insert("probes".into(), toml::Value::Table(toml::Table::new()));
+            let mut checked = over.clone();
+            if let Some(toml::Value::Table(_)) = checked.get("probes") {
+                checked.insert("probes".into(), toml::Value::Table(toml::Table::new()));
+            }
+            check_keys("", &known, &checked).map_err(|message| ConfigError::Invalid {
+                file: source.clone(),
+                message,
+            })?;
             merge(&mut base, over);
         }
-        let cfg: Config = toml::Value::Table(base)
-            .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Invalid {
-                file: source.clone(),
-                message: one_line(&e),
-            })?;
+        let mut cfg: Config =
+            toml::Value::Table(base)
+                .try_into()
+                .map_err(|e: toml::de::Error| ConfigError::Invalid {
+                    file: source.clone(),
+                    message: one_line(&e),
+                })?;
         cfg.check().map_err(|message| ConfigError::Invalid {
-            file: source,
+            file: source.clone(),
             message,
         })?;
+        cfg.source = source;
         Ok(cfg)
     }
 
-    /// Each probe's settings as JSON, for [`crate::collect::RunOptions`].
-    pub fn probe_json(&self) -> std::collections::BTreeMap<String, serde_json::Value> {
-        self.probes
+    /// Each probe's settings: the defaults it declares (`probes` gives
+    /// probe name and defaults TOML for every loaded probe) with the user's
+    /// `[probes.<name>]` merged on top. A section for an unknown probe, a key
+    /// the probe does not declare, or a value of another type is an error
+    /// naming the key path and the file.
+    pub fn probe_settings<'a>(
+        &self,
+        probes: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<BTreeMap<String, toml::Table>, ConfigError> {
+        let invalid = |file: &str, message: String| ConfigError::Invalid {
+            file: file.to_owned(),
+            message,
+        };
+        let mut settings = BTreeMap::new();
+        for (name, text) in probes {
+            let defaults: toml::Table = toml::from_str(text)
+                .map_err(|e| invalid(&format!("defaults of probe {name}"), one_line(&e)))?;
+            settings.insert(name.to_owned(), defaults);
+        }
+        for (name, user) in &self.probes {
+            let Some(defaults) = settings.get_mut(name) else {
+                let known: Vec<&str> = settings.keys().map(String::as_str).collect();
+                return Err(invalid(
+                    &self.source,
+                    format!(
+                        "probes.{name}: no loaded plugin has a probe named {name} (loaded: {})",
+                        known.join(", ")
+                    ),
+                ));
+            };
+            check_keys(&format!("probes.{name}"), defaults, user)
+                .map_err(|m| invalid(&self.source, m))?;
+            merge(defaults, user.clone());
+        }
+        Ok(settings)
+    }
+
+    /// Probe settings as the JSON objects probes receive.
+    pub fn settings_json(
+        settings: &BTreeMap<String, toml::Table>,
+    ) -> BTreeMap<String, serde_json::Value> {
+        settings
             .iter()
             .map(|(name, table)| {
-                let value = serde_json::to_value(table).unwrap_or(serde_json::Value::Null);
-                (name.clone(), value)
+                (
+                    name.clone(),
+                    serde_json::to_value(table).unwrap_or_default(),
+                )
             })
             .collect()
     }
@@ -231,10 +340,13 @@ mod tests {
         assert_eq!(cfg.collect.output, "data", "unset keys keep their defaults");
 
         for (body, needle) in [
-            ("[collect]\nbogus = 1\n", "bogus"),
-            ("[collect]\nflush_rows = \"many\"\n", "flush_rows"),
+            ("[collect]\nbogus = 1\n", "collect.bogus: unknown key"),
+            (
+                "[collect]\nflush_rows = \"many\"\n",
+                "collect.flush_rows: expected an integer, found a string",
+            ),
             ("[collect]\nring_size = \"3MiB\"\n", "collect.ring_size"),
-            ("[nope]\n", "nope"),
+            ("[nope]\n", "nope: unknown key"),
         ] {
             let bad = dir.join("bad.toml");
             std::fs::write(&bad, body).expect("write");
@@ -242,6 +354,61 @@ mod tests {
             assert!(
                 err.contains(needle) && err.contains("bad.toml"),
                 "{body:?} gave {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn probe_settings_merge_over_declared_defaults() {
+        let mut cfg = Config {
+            source: "mine.toml".into(),
+            ..Config::default()
+        };
+        let declared = [
+            ("memory_usage", "interval = \"1s\"\nfields = [\"a\"]\n"),
+            ("quiet", ""),
+        ];
+        let user = |text: &str| toml::from_str::<toml::Table>(text).expect("toml");
+
+        cfg.probes
+            .insert("memory_usage".into(), user("interval = \"250ms\""));
+        let got = cfg.probe_settings(declared).expect("valid");
+        assert_eq!(got["memory_usage"]["interval"].as_str(), Some("250ms"));
+        assert!(
+            got["memory_usage"].contains_key("fields"),
+            "unset keys keep defaults"
+        );
+        assert!(got["quiet"].is_empty());
+
+        for (probe, body, needle) in [
+            (
+                "memory_usage",
+                "bogus = 1",
+                "probes.memory_usage.bogus: unknown key (known: fields, interval)",
+            ),
+            (
+                "memory_usage",
+                "interval = 5",
+                "probes.memory_usage.interval: expected a string, found an integer",
+            ),
+            (
+                "quiet",
+                "x = 1",
+                "probes.quiet.x: unknown key (probes.quiet has no settings)",
+            ),
+            (
+                "nobody",
+                "x = 1",
+                "probes.nobody: no loaded plugin has a probe named nobody",
+            ),
+        ] {
+            let mut bad = cfg.clone();
+            bad.probes.clear();
+            bad.probes.insert(probe.into(), user(body));
+            let err = bad.probe_settings(declared).expect_err(body).to_string();
+            assert!(
+                err.starts_with("mine.toml: ") && err.contains(needle),
+                "{body}: {err}"
             );
         }
     }

@@ -65,11 +65,27 @@ killed, `kernmlops repair <collection folder>` makes the files readable.")]
         #[arg(long)]
         json: bool,
     },
+    /// Print the configuration: every key with its default, or the merged
+    /// result of the defaults, your file and each probe's settings.
+    Config {
+        #[command(subcommand)]
+        what: ConfigCommand,
+    },
     /// Make the table files of a crashed collection readable again.
     Repair {
         /// A collection folder (<output>/<collection_id>).
         collection: PathBuf,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCommand {
+    /// Every key with its default and comment, including each loaded
+    /// probe's `[probes.<name>]` settings.
+    Defaults,
+    /// The configuration in effect: defaults, then --config FILE (or
+    /// ./overrides.toml), with probe settings merged.
+    Show,
 }
 
 #[derive(Args, Debug)]
@@ -117,12 +133,18 @@ fn main() -> ExitCode {
 }
 
 fn dispatch(cli: Cli) -> Result<ExitCode> {
-    let cfg = Config::load(cli.config.as_deref())?;
+    // Without --config, ./overrides.toml is the user's file when present.
+    let file = cli
+        .config
+        .clone()
+        .or_else(|| Some(PathBuf::from("overrides.toml")).filter(|p| p.is_file()));
+    let cfg = Config::load(file.as_deref())?;
     match cli.command {
         Command::Run(args) => run(&cfg, cli.plugin_dir.as_deref(), args),
         Command::Plugins => plugins(&cfg, cli.plugin_dir.as_deref()),
         Command::Check { plugins } => check(&cfg, cli.plugin_dir.as_deref(), plugins),
         Command::Repair { collection } => repair(&collection),
+        Command::Config { what } => config_command(&cfg, cli.plugin_dir.as_deref(), what),
         Command::PerfList { json } => perf_list(json),
     }
 }
@@ -194,6 +216,7 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
 
     let registry = load_registry(cfg, plugin_flag)?;
     registry.resolve(&probes).map_err(anyhow::Error::msg)?;
+    let settings = cfg.probe_settings(registry.config_defaults())?;
     report_refused(&registry);
     preflight::require_bpf_privileges("run").map_err(anyhow::Error::msg)?;
     preflight::require_btf().map_err(anyhow::Error::msg)?;
@@ -215,6 +238,8 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
     config_value["collect"]["duration"] = serde_json::json!(duration_text);
     config_value["collect"]["ring_size"] = serde_json::json!(ring_text);
     config_value["collect"]["flush_interval"] = serde_json::json!(flush_text);
+    config_value["probes"] = serde_json::json!(Config::settings_json(&settings));
+    config_value["config_file"] = serde_json::json!(cfg.source);
     config_value["filter"] = serde_json::json!({
         "tgid": args.tgid,
         "pid": args.pid,
@@ -242,7 +267,7 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
                 None => 0,
             },
         },
-        probe_config: cfg.probe_json(),
+        probe_config: Config::settings_json(&settings),
         config: config_value,
         command: std::env::args().collect(),
     };
@@ -365,6 +390,7 @@ fn check(cfg: &Config, plugin_flag: Option<&Path>, probes: Vec<String>) -> Resul
     } else {
         probes
     };
+    let settings = Config::settings_json(&cfg.probe_settings(reg.config_defaults())?);
     reg.resolve(&probes).map_err(anyhow::Error::msg)?;
     preflight::require_bpf_privileges("check").map_err(anyhow::Error::msg)?;
     preflight::require_btf().map_err(anyhow::Error::msg)?;
@@ -376,7 +402,7 @@ fn check(cfg: &Config, plugin_flag: Option<&Path>, probes: Vec<String>) -> Resul
     for (path, e) in &reg.failures {
         println!("FAIL {}: {e}", path.display());
     }
-    for r in collect::check(&reg, &probes, ring, &cfg.probe_json()).map_err(anyhow::Error::msg)? {
+    for r in collect::check(&reg, &probes, ring, &settings).map_err(anyhow::Error::msg)? {
         match r.outcome {
             Ok(ms) => println!(
                 "ok   {} ({}): attached in {ms:.0} ms, detached",
@@ -398,6 +424,70 @@ fn check(cfg: &Config, plugin_flag: Option<&Path>, probes: Vec<String>) -> Resul
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn config_command(
+    cfg: &Config,
+    plugin_flag: Option<&Path>,
+    what: ConfigCommand,
+) -> Result<ExitCode> {
+    // Probe settings come from the plugins; without a plugin folder only the
+    // host's keys can be shown.
+    let registry = load_registry(cfg, plugin_flag).ok();
+    let declared: Vec<(String, String)> = registry
+        .iter()
+        .flat_map(|r| {
+            r.config_defaults()
+                .map(|(n, t)| (n.to_owned(), t.to_owned()))
+        })
+        .collect();
+    match what {
+        ConfigCommand::Defaults => {
+            print!("{}", config::DEFAULTS_TOML);
+            match &registry {
+                None => println!("\n# (no plugin folder found: probe settings are not listed)"),
+                Some(r) => {
+                    for (name, text) in &declared {
+                        if !text.trim().is_empty() {
+                            println!(
+                                "\n[probes.{name}]  # plugin folder {}\n{}",
+                                r.dir.display(),
+                                text.trim_end()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        ConfigCommand::Show => {
+            let settings =
+                cfg.probe_settings(declared.iter().map(|(n, t)| (n.as_str(), t.as_str())))?;
+            let mut doc = toml::Table::new();
+            doc.insert(
+                "collect".into(),
+                toml::Value::try_from(&cfg.collect).context("showing [collect]")?,
+            );
+            let probes: toml::Table = settings
+                .into_iter()
+                .filter(|(_, t)| !t.is_empty())
+                .map(|(n, t)| (n, toml::Value::Table(t)))
+                .collect();
+            doc.insert("probes".into(), toml::Value::Table(probes));
+            println!(
+                "# merged from: built-in defaults{}",
+                if cfg.source == "built-in defaults" {
+                    String::new()
+                } else {
+                    format!(", {}", cfg.source)
+                }
+            );
+            print!(
+                "{}",
+                toml::to_string_pretty(&doc).context("showing the configuration")?
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn repair(dir: &Path) -> Result<ExitCode> {

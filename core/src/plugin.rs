@@ -5,7 +5,7 @@
 //! others still load.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     fmt,
     io::Read,
     path::{Path, PathBuf},
@@ -28,6 +28,8 @@ pub enum LoadError {
     Invalid(#[from] ValidationError),
     #[error("listing its probes failed: {0}")]
     Listing(String),
+    #[error("probe {probe}: its default settings are not TOML: {message}")]
+    ConfigDefaults { probe: String, message: String },
     #[error("a plugin named {name} is already loaded from {other}")]
     DuplicatePlugin { name: String, other: String },
     #[error("reading the file: {0}")]
@@ -40,6 +42,8 @@ pub struct Plugin {
     pub sha256: String,
     pub info: PluginInfo,
     pub probes: Vec<ProbeDecl>,
+    /// Each probe's settings with defaults (TOML), by probe name.
+    pub config_defaults: BTreeMap<String, String>,
     module: PluginMod_Ref,
 }
 
@@ -66,16 +70,33 @@ impl Plugin {
             RResult::ROk(p) => p.into_vec(),
             RResult::RErr(e) => return Err(LoadError::Listing(e.into())),
         };
+        let mut config_defaults = BTreeMap::new();
         for probe in &probes {
             for table in probe.tables.iter() {
                 validate_table(table)?;
             }
+            // Plugins built before probe settings existed have none.
+            let text = match module.probe_config() {
+                Some(f) => match f(probe.name.as_rstr()) {
+                    RResult::ROk(t) => t.into_string(),
+                    RResult::RErr(e) => return Err(LoadError::Listing(e.into())),
+                },
+                None => String::new(),
+            };
+            if let Err(e) = text.parse::<toml::Table>() {
+                return Err(LoadError::ConfigDefaults {
+                    probe: probe.name.to_string(),
+                    message: e.message().to_owned(),
+                });
+            }
+            config_defaults.insert(probe.name.to_string(), text);
         }
         Ok(Self {
             path: path.to_owned(),
             sha256,
             info,
             probes,
+            config_defaults,
             module,
         })
     }
@@ -186,6 +207,15 @@ impl Registry {
                 .iter()
                 .find(|d| d.name.as_str() == name)
                 .map(|d| (p, d))
+        })
+    }
+
+    /// (probe name, default settings TOML) of every probe offered.
+    pub fn config_defaults(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.plugins.iter().flat_map(|p| {
+            p.config_defaults
+                .iter()
+                .map(|(n, t)| (n.as_str(), t.as_str()))
         })
     }
 

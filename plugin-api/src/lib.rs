@@ -329,6 +329,10 @@ pub struct PluginMod {
     /// Power sources this plugin offers; each runs as a probe of the same
     /// name through `new_probe`.
     pub power_sources: extern "C" fn() -> PluginResult<RVec<PowerSourceDecl>>,
+    /// A probe's settings with their defaults: the body of its
+    /// `[probes.<name>]` table in TOML, commented; empty when it has none.
+    /// The host rejects keys that are not in it, or of another type.
+    pub probe_config: extern "C" fn(name: RStr<'_>) -> PluginResult<RString>,
 }
 
 impl RootModule for PluginMod_Ref {

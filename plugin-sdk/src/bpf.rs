@@ -23,6 +23,8 @@ use crate::{Batch, Error, ProbeDecl, ProbeImpl, Result, StartArgs};
 pub trait BpfSpec: Send + 'static {
     /// The probe's name, as users type it in `--plugins`.
     const NAME: &'static str;
+    /// Settings with defaults, as for [`ProbeImpl::CONFIG_DEFAULTS`].
+    const CONFIG_DEFAULTS: &'static str = "";
     /// Ring buffer map names, one per declared table, in table order.
     const RINGS: &'static [&'static str];
     /// The generated skeleton, loaded.
@@ -261,6 +263,7 @@ impl<S: BpfSpec> BpfProbe<S> {
 
 impl<S: BpfSpec> ProbeImpl for BpfProbe<S> {
     const NAME: &'static str = S::NAME;
+    const CONFIG_DEFAULTS: &'static str = S::CONFIG_DEFAULTS;
 
     fn decl() -> ProbeDecl {
         S::decl()

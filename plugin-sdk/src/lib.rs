@@ -61,6 +61,12 @@ pub trait ProbeImpl: Sized + Send + 'static {
     /// The probe's name, as users type it in `--plugins`.
     const NAME: &'static str;
 
+    /// The probe's settings with their defaults: the body of its
+    /// `[probes.<name>]` table in TOML, with a comment per key. Empty when
+    /// it has none. Keep it equal to the settings' `Default` (check with
+    /// `testing::check_config_defaults`).
+    const CONFIG_DEFAULTS: &'static str = "";
+
     /// The probe and the tables it produces, in the order of `drain`'s
     /// batches.
     fn decl() -> ProbeDecl;
@@ -95,7 +101,7 @@ pub mod __private {
     pub use kernmlops_plugin_api::{
         abi_stable::{
             prefix_type::PrefixTypeTrait,
-            std_types::{RStr, RVec},
+            std_types::{RStr, RString, RVec},
         },
         BenchmarkBox, BenchmarkDecl, GraphBox, GraphDecl, PluginInfo, PluginMod, PluginMod_Ref,
         PluginResult, PowerSourceDecl, ProbeBox, ProbeDecl, StartArgs,
@@ -165,6 +171,17 @@ macro_rules! export_plugin {
                 p::list(Vec::new)
             }
 
+            extern "C" fn probe_config(name: p::RStr<'_>) -> p::PluginResult<p::RString> {
+                $(
+                    if name.as_str() == <$probe as $crate::ProbeImpl>::NAME {
+                        return p::PluginResult::ROk(
+                            <$probe as $crate::ProbeImpl>::CONFIG_DEFAULTS.into(),
+                        );
+                    }
+                )*
+                p::PluginResult::RErr(format!("this plugin has no probe named {name}").into())
+            }
+
             #[p::abi_stable::export_root_module]
             pub fn root_module() -> p::PluginMod_Ref {
                 use p::PrefixTypeTrait as _;
@@ -177,6 +194,7 @@ macro_rules! export_plugin {
                     benchmarks,
                     new_benchmark,
                     power_sources,
+                    probe_config,
                 }
                 .leak_into_prefix()
             }

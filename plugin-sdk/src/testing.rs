@@ -52,6 +52,31 @@ pub fn check_declaration<P: ProbeImpl>() {
     }
 }
 
+/// Panics unless `P::CONFIG_DEFAULTS` parses as TOML into settings equal to
+/// `C::default()`: the defaults users see (`kernmlops config defaults`) are
+/// the ones the probe uses.
+pub fn check_config_defaults<P, C>()
+where
+    P: ProbeImpl,
+    C: serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
+{
+    let table: toml::Table = toml::from_str(P::CONFIG_DEFAULTS)
+        .unwrap_or_else(|e| panic!("{}: CONFIG_DEFAULTS is not TOML: {e}", P::NAME));
+    let json = serde_json::to_value(&table).unwrap_or_else(|e| panic!("{}: {e}", P::NAME));
+    let parsed: C = serde_json::from_value(json).unwrap_or_else(|e| {
+        panic!(
+            "{}: CONFIG_DEFAULTS does not fit the settings: {e}",
+            P::NAME
+        )
+    });
+    assert_eq!(
+        parsed,
+        C::default(),
+        "{}: CONFIG_DEFAULTS differs from the settings' Default",
+        P::NAME
+    );
+}
+
 /// True as root. Otherwise prints why the calling test is skipped, or
 /// panics under `CI=true`, where every test must run.
 pub fn require_root(test: &str) -> bool {

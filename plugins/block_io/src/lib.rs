@@ -48,7 +48,7 @@ pub const OP_LABELS: &[&str] = &[
 ];
 
 /// `[probes.block_io]` settings.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Requests tracked between issue and completion, over all disks.
@@ -96,6 +96,10 @@ pub struct BlockIo;
 
 impl BpfSpec for BlockIo {
     const NAME: &'static str = "block_io";
+    const CONFIG_DEFAULTS: &'static str = "\
+# Requests tracked between issue and completion, over all disks.
+inflight_entries = 65536
+";
     const RINGS: &'static [&'static str] = &["events"];
     type Skel = BlockIoSkel<'static>;
 
@@ -309,6 +313,17 @@ impl BpfSpec for BlockIo {
 export_plugin! {
     description: "Block I/O requests: issue-to-completion latency, device, sector, bytes, flags and per-device queue depth",
     probes: [BpfProbe<BlockIo>],
+}
+
+#[cfg(test)]
+mod config_defaults {
+    #[test]
+    fn shown_defaults_are_the_used_ones() {
+        kernmlops_plugin_sdk::testing::check_config_defaults::<
+            kernmlops_plugin_sdk::bpf::BpfProbe<super::BlockIo>,
+            super::Config,
+        >();
+    }
 }
 
 #[cfg(test)]

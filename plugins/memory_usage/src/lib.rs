@@ -87,7 +87,7 @@ const COMMON_FIELDS: &[(&str, bool)] = &[
 ];
 
 /// `[probes.memory_usage]` settings.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 struct Settings {
     /// Time between two samples: "1s", "500ms", "2m".
@@ -371,6 +371,10 @@ impl MemoryUsage {
 
 impl ProbeImpl for MemoryUsage {
     const NAME: &'static str = "memory_usage";
+    const CONFIG_DEFAULTS: &'static str = "\
+# Time between two samples of /proc/meminfo: \"1s\", \"500ms\", \"2m\" (at least 10ms).
+interval = \"1s\"
+";
 
     fn decl() -> ProbeDecl {
         let fields: Vec<Field> = COMMON_FIELDS
@@ -461,6 +465,15 @@ impl ProbeImpl for MemoryUsage {
 export_plugin! {
     description: "System memory counters from /proc/meminfo, sampled at an interval",
     probes: [MemoryUsage],
+}
+
+#[cfg(test)]
+mod config_defaults {
+    #[test]
+    fn shown_defaults_are_the_used_ones() {
+        kernmlops_plugin_sdk::testing::check_config_defaults::<super::MemoryUsage, super::Settings>(
+        );
+    }
 }
 
 #[cfg(test)]

@@ -107,7 +107,7 @@ const DEFAULT_COUNTERS: &[&str] = &[
 ];
 
 /// `[probes.perf]` settings.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 struct Config {
     /// Counter names: those of [`NAMED`] or any generic perf event name.
@@ -128,7 +128,7 @@ impl Default for Config {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 struct CustomEvent {
     name: String,
@@ -546,6 +546,18 @@ impl Perf {
 
 impl ProbeImpl for Perf {
     const NAME: &'static str = "perf";
+    const CONFIG_DEFAULTS: &'static str = "\
+# Counters by name: dtlb_misses, itlb_misses, tlb_flushes, dtlb_walk_duration,
+# page_faults, context_switches, or any generic perf event name (see
+# `kernmlops perf-list`). One table per counter; a counter this machine lacks
+# is skipped with a note.
+counters = [\"dtlb_misses\", \"itlb_misses\", \"tlb_flushes\", \"dtlb_walk_duration\", \"page_faults\", \"context_switches\"]
+# Samples per second of every counter on every CPU.
+frequency_hz = 10.0
+# Extra counters, each a table name and a perf event, e.g.
+# [[probes.perf.events]] name = \"l2_misses\" event = \"cpu/event=0x24,umask=0x3f/\"
+events = []
+";
 
     fn decl() -> ProbeDecl {
         let tables = DEFAULT_COUNTERS
@@ -635,6 +647,14 @@ impl ProbeImpl for Perf {
 export_plugin! {
     description: "Performance counters per CPU: TLB misses and flushes, page walks, page faults, context switches, or any perf event",
     probes: [Perf],
+}
+
+#[cfg(test)]
+mod config_defaults {
+    #[test]
+    fn shown_defaults_are_the_used_ones() {
+        kernmlops_plugin_sdk::testing::check_config_defaults::<super::Perf, super::Config>();
+    }
 }
 
 #[cfg(test)]

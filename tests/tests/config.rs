@@ -1,0 +1,146 @@
+//! Configuration as a user meets it: defaults that include each probe's
+//! declared settings, a user file merged on top (or ./overrides.toml), and
+//! bad keys rejected with their path and file before anything is collected.
+
+use std::process::Command;
+
+use kernmlops_e2e::*;
+
+fn plugins(name: &str) -> std::path::PathBuf {
+    plugin_dir(
+        name,
+        &[
+            ("memory_usage", "memory_usage"),
+            ("quanta_runtime", "quanta_runtime"),
+        ],
+    )
+}
+
+#[test]
+fn defaults_list_every_probes_settings() {
+    let dir = plugins("cfg-defaults");
+    let out = kernmlops(&[
+        "--plugin-dir",
+        dir.to_str().expect("utf8"),
+        "config",
+        "defaults",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("[collect]") && stdout.contains("flush_interval = \"1s\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("[probes.memory_usage]") && stdout.contains("interval = \"1s\""),
+        "{stdout}"
+    );
+    let parsed = Command::new("python3")
+        .args(["-c", "import sys, tomllib; tomllib.loads(sys.stdin.read())"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .expect("stdin")
+                .write_all(stdout.as_bytes())?;
+            c.wait()
+        });
+    if let Ok(status) = parsed {
+        assert!(
+            status.success(),
+            "config defaults is not valid TOML:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn user_file_and_overrides_toml_merge_over_the_defaults() {
+    let dir = plugins("cfg-show");
+    let cwd = temp_dir("cfg-cwd");
+    std::fs::write(
+        cwd.join("overrides.toml"),
+        "[probes.memory_usage]\ninterval = \"250ms\"\n",
+    )
+    .expect("write");
+    let show = |extra: &[&str]| {
+        let out = Command::new(kernmlops_bin())
+            .current_dir(&cwd)
+            .args(extra)
+            .args([
+                "--plugin-dir",
+                dir.to_str().expect("utf8"),
+                "config",
+                "show",
+            ])
+            .output()
+            .expect("kernmlops");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let from_overrides = show(&[]);
+    assert!(
+        from_overrides.contains("interval = \"250ms\"")
+            && from_overrides.contains("overrides.toml"),
+        "{from_overrides}"
+    );
+    let file = cwd.join("mine.toml");
+    std::fs::write(&file, "[collect]\nduration = \"7s\"\n").expect("write");
+    let from_flag = show(&["--config", file.to_str().expect("utf8")]);
+    assert!(from_flag.contains("duration = \"7s\""), "{from_flag}");
+    assert!(
+        from_flag.contains("interval = \"1s\""),
+        "--config replaces overrides.toml:\n{from_flag}"
+    );
+}
+
+#[test]
+fn bad_settings_fail_with_key_path_and_file_before_collecting() {
+    let dir = plugins("cfg-bad");
+    let work = temp_dir("cfg-bad-work");
+    for (body, needle) in [
+        ("[collect]\nbogus = 1\n", "collect.bogus: unknown key"),
+        (
+            "[collect]\nflush_rows = \"many\"\n",
+            "collect.flush_rows: expected an integer, found a string",
+        ),
+        (
+            "[probes.memory_usage]\nintervall = \"1s\"\n",
+            "probes.memory_usage.intervall: unknown key (known: interval)",
+        ),
+        (
+            "[probes.memory_usage]\ninterval = 5\n",
+            "probes.memory_usage.interval: expected a string, found an integer",
+        ),
+        (
+            "[probes.no_such_probe]\nx = 1\n",
+            "probes.no_such_probe: no loaded plugin has a probe named no_such_probe",
+        ),
+    ] {
+        let file = work.join("bad.toml");
+        std::fs::write(&file, body).expect("write");
+        let output = work.join("out");
+        let out = kernmlops(&[
+            "--config",
+            file.to_str().expect("utf8"),
+            "run",
+            "--plugin-dir",
+            dir.to_str().expect("utf8"),
+            "--plugins",
+            "memory_usage",
+            "--duration",
+            "1s",
+            "--output",
+            output.to_str().expect("utf8"),
+        ]);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{body:?} was accepted");
+        assert!(
+            stderr.starts_with(&format!("error: {}: ", file.display())) && stderr.contains(needle),
+            "{body:?}: {stderr}"
+        );
+        assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+        assert!(!output.exists(), "{body:?}: nothing may be collected");
+    }
+}
