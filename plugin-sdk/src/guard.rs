@@ -12,11 +12,11 @@ use abi_stable::{
     std_types::{RResult, RString, RVec},
 };
 use kernmlops_plugin_api::{
-    Batch, PluginInfo, PluginResult, Probe, ProbeBox, Probe_TO, StartArgs, TableDecl,
-    DATA_CONTRACT_VERSION,
+    Batch, Benchmark, BenchmarkBox, BenchmarkDecl, BenchmarkStatus, Benchmark_TO, PluginInfo,
+    PluginResult, Probe, ProbeBox, Probe_TO, StartArgs, TableDecl, DATA_CONTRACT_VERSION,
 };
 
-use crate::ProbeImpl;
+use crate::{BenchmarkImpl, ProbeImpl};
 
 /// Text of a panic payload.
 fn panic_message(payload: Box<dyn Any + Send>) -> String {
@@ -159,5 +159,77 @@ impl<P: ProbeImpl> Probe for Guarded<P> {
         catch_unwind(AssertUnwindSafe(|| self.inner.notes()))
             .map(|n| n.into_iter().map(RString::from).collect())
             .unwrap_or_else(|_| RVec::from(vec![RString::from("listing notes panicked")]))
+    }
+}
+
+pub fn benchmark_decl<B: BenchmarkImpl>() -> BenchmarkDecl {
+    BenchmarkDecl {
+        name: B::NAME.into(),
+        description: B::DESCRIPTION.into(),
+    }
+}
+
+pub fn new_benchmark<B: BenchmarkImpl>(args: &StartArgs) -> PluginResult<BenchmarkBox> {
+    guarded("configuring the benchmark", || B::new(args)).map(|b| {
+        Benchmark_TO::from_value(
+            GuardedBenchmark {
+                inner: b,
+                poisoned: false,
+            },
+            TD_Opaque,
+        )
+    })
+}
+
+/// A benchmark behind the ABI; after a panic it refuses every call but
+/// `kill`, which is still tried so nothing stays running.
+struct GuardedBenchmark<B> {
+    inner: B,
+    poisoned: bool,
+}
+
+impl<B: BenchmarkImpl> GuardedBenchmark<B> {
+    fn call<T>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut B) -> crate::Result<T>,
+    ) -> PluginResult<T> {
+        if self.poisoned && what != "killing" {
+            return RResult::RErr(format!("{what}: the benchmark panicked earlier").into());
+        }
+        let inner = &mut self.inner;
+        let r = guarded(what, || f(inner));
+        if let RResult::RErr(e) = &r {
+            if e.as_str().contains(" panicked: ") {
+                self.poisoned = true;
+            }
+        }
+        r
+    }
+}
+
+impl<B: BenchmarkImpl> Benchmark for GuardedBenchmark<B> {
+    fn is_configured(&self) -> PluginResult<()> {
+        guarded("checking the benchmark", || self.inner.is_configured())
+    }
+
+    fn setup(&mut self) -> PluginResult<()> {
+        self.call("setting up", |b| b.setup())
+    }
+
+    fn launch(&mut self) -> PluginResult<()> {
+        self.call("launching", |b| b.launch())
+    }
+
+    fn poll(&mut self) -> PluginResult<BenchmarkStatus> {
+        self.call("polling", |b| b.poll())
+            .map(|code| BenchmarkStatus {
+                finished: code.is_some(),
+                exit_code: code.unwrap_or(0),
+            })
+    }
+
+    fn kill(&mut self) -> PluginResult<()> {
+        self.call("killing", |b| b.kill())
     }
 }

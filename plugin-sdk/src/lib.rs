@@ -14,6 +14,7 @@ pub mod bpf;
 mod guard;
 pub mod table;
 pub mod testing;
+pub mod workload;
 
 use std::time::Duration;
 
@@ -93,10 +94,37 @@ pub trait ProbeImpl: Sized + Send + 'static {
     }
 }
 
+/// A workload benchmark written in plain Rust. [`export_plugin!`] turns it
+/// into an ABI [`api::BenchmarkBox`] with every call guarded against
+/// panics. The host calls `is_configured`, `setup`, `launch`, then `poll`
+/// until it reports an exit code, and `kill` at the end in every case.
+pub trait BenchmarkImpl: Sized + Send + 'static {
+    /// The benchmark's name, as users type it in `--benchmark`.
+    const NAME: &'static str;
+    /// One line saying what it runs.
+    const DESCRIPTION: &'static str;
+    /// Settings with defaults, as for [`ProbeImpl::CONFIG_DEFAULTS`]
+    /// (`[benchmarks.<name>]`).
+    const CONFIG_DEFAULTS: &'static str = "";
+
+    /// Parses the settings (`args.config_json`), naming a bad key.
+    fn new(args: &StartArgs) -> Result<Self>;
+    /// Fails with what to install or configure when the software is missing.
+    fn is_configured(&self) -> Result<()>;
+    /// Prepares the machine (page cache, THP mode, data files).
+    fn setup(&mut self) -> Result<()>;
+    /// Starts the workload and returns at once.
+    fn launch(&mut self) -> Result<()>;
+    /// `Some(exit code)` once the workload has ended.
+    fn poll(&mut self) -> Result<Option<i32>>;
+    /// Stops the workload and everything it started; nothing stays running.
+    fn kill(&mut self) -> Result<()>;
+}
+
 /// Not public API: used by the code [`export_plugin!`] generates.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::guard::{info, list, new_probe, no_such_probe};
+    pub use crate::guard::{benchmark_decl, info, list, new_benchmark, new_probe, no_such_probe};
     pub use abi_stable;
     pub use kernmlops_plugin_api::{
         abi_stable::{
@@ -115,11 +143,19 @@ pub mod __private {
 ///     description: "Scheduler run lengths and run-queue waits",
 ///     probes: [bpf::BpfProbe<QuantaRuntime>],
 /// }
+/// kernmlops_plugin_sdk::export_plugin! {
+///     description: "Workloads",
+///     probes: [],
+///     benchmarks: [Redis, Memcached],
+/// }
 /// ```
 /// The plugin's name and version are its crate's.
 #[macro_export]
 macro_rules! export_plugin {
     (description: $desc:expr, probes: [$($probe:ty),* $(,)?] $(,)?) => {
+        $crate::export_plugin! { description: $desc, probes: [$($probe),*], benchmarks: [] }
+    };
+    (description: $desc:expr, probes: [$($probe:ty),* $(,)?], benchmarks: [$($bench:ty),* $(,)?] $(,)?) => {
         mod __kernmlops_plugin_export {
             #[allow(unused_imports)]
             use super::*;
@@ -157,13 +193,19 @@ macro_rules! export_plugin {
             }
 
             extern "C" fn benchmarks() -> p::PluginResult<p::RVec<p::BenchmarkDecl>> {
-                p::list(Vec::new)
+                p::list(|| vec![$(p::benchmark_decl::<$bench>()),*])
             }
 
             extern "C" fn new_benchmark(
                 name: p::RStr<'_>,
-                _args: &p::StartArgs,
+                args: &p::StartArgs,
             ) -> p::PluginResult<p::BenchmarkBox> {
+                $(
+                    if name.as_str() == <$bench as $crate::BenchmarkImpl>::NAME {
+                        return p::new_benchmark::<$bench>(args);
+                    }
+                )*
+                let _ = args;
                 p::PluginResult::RErr(format!("this plugin has no benchmark named {name}").into())
             }
 
@@ -179,7 +221,14 @@ macro_rules! export_plugin {
                         );
                     }
                 )*
-                p::PluginResult::RErr(format!("this plugin has no probe named {name}").into())
+                $(
+                    if name.as_str() == <$bench as $crate::BenchmarkImpl>::NAME {
+                        return p::PluginResult::ROk(
+                            <$bench as $crate::BenchmarkImpl>::CONFIG_DEFAULTS.into(),
+                        );
+                    }
+                )*
+                p::PluginResult::RErr(format!("this plugin has no component named {name}").into())
             }
 
             #[p::abi_stable::export_root_module]
