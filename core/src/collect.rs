@@ -23,7 +23,9 @@ use kernmlops_plugin_api::{Batch, ProbeBox, ProbeDecl, StartArgs, TableDecl};
 use crate::{
     clock,
     decode::TableDecoder,
-    manifest::{self, Manifest, PluginEntry, ProbeEntry, RefusedPlugin, TableEntry},
+    manifest::{
+        self, BenchmarkEntry, Manifest, PluginEntry, ProbeEntry, RefusedPlugin, TableEntry,
+    },
     plugin::{Plugin, Registry},
     sink::{self, FlushPolicy, IpcSink},
     system_info::SystemInfo,
@@ -47,6 +49,10 @@ pub struct RunOptions {
     /// The merged configuration, recorded in the manifest.
     pub config: serde_json::Value,
     pub command: Vec<String>,
+    /// The workload to run while collecting; the run lasts its lifetime.
+    pub benchmark: Option<String>,
+    /// Each benchmark's settings (`[benchmarks.<name>]`) as JSON.
+    pub benchmark_config: BTreeMap<String, serde_json::Value>,
 }
 
 /// Which tasks probes record, applied in the kernel (0: no filter).
@@ -67,6 +73,8 @@ pub struct TableCounters {
 /// What a run produced.
 #[derive(Debug)]
 pub struct Summary {
+    /// `curated`, `baseline` or `failed`.
+    pub run_class: String,
     pub collection_id: String,
     pub dir: PathBuf,
     pub tables: BTreeMap<String, TableEntry>,
@@ -116,6 +124,21 @@ pub fn run(
     stop: Arc<AtomicBool>,
 ) -> Result<Summary, String> {
     let selected = registry.resolve(&opts.probes)?;
+    // A benchmark that cannot run is refused before anything is collected.
+    let mut bench = match &opts.benchmark {
+        Some(name) => {
+            let (plugin, _) = registry.find_benchmark(name)?;
+            let args = start_args(name, opts.ring_bytes, opts.filter, &opts.benchmark_config);
+            let b = plugin
+                .start_benchmark(name, &args)
+                .map_err(|e| format!("benchmark {name}: {e}"))?;
+            if let RResult::RErr(e) = b.is_configured() {
+                return Err(format!("benchmark {name}: {e}"));
+            }
+            Some((name.clone(), plugin.name().to_owned(), b))
+        }
+        None => None,
+    };
     let collection_id = new_collection_id();
     let dir = opts.output.join(&collection_id);
     std::fs::create_dir_all(&dir)
@@ -147,12 +170,34 @@ pub fn run(
         probes: Vec::new(),
         tables: BTreeMap::new(),
         errors: Vec::new(),
+        run_class: "running".into(),
+        benchmark: bench.as_ref().map(|(name, plugin, _)| BenchmarkEntry {
+            name: name.clone(),
+            plugin: plugin.clone(),
+            ..BenchmarkEntry::default()
+        }),
     };
     let write_manifest = |m: &Manifest| {
         m.write(&dir)
             .map_err(|e| format!("writing {}: {e}", dir.join("manifest.json").display()))
     };
     write_manifest(&man)?;
+
+    if let Some((name, _, b)) = bench.as_mut() {
+        eprintln!("setting up benchmark {name}");
+        if let RResult::RErr(e) = b.setup() {
+            let _ = b.kill();
+            let msg = format!("benchmark {name}: setup: {e}");
+            if let Some(entry) = man.benchmark.as_mut() {
+                entry.error = Some(msg.clone());
+            }
+            man.status = "failed".into();
+            man.run_class = "failed".into();
+            man.end = Some(manifest::Instant::now());
+            write_manifest(&man)?;
+            return Err(msg);
+        }
+    }
 
     let attach_start = Instant::now();
     let mut running: Vec<Running> = Vec::new();
@@ -229,8 +274,12 @@ pub fn run(
     let attach_ms = attach_start.elapsed().as_secs_f64() * 1e3;
     write_manifest(&man)?;
 
-    if running.is_empty() {
+    if running.is_empty() && !selected.is_empty() {
+        if let Some((_, _, b)) = bench.as_mut() {
+            let _ = b.kill();
+        }
         man.status = "failed".into();
+        man.run_class = "failed".into();
         man.end = Some(manifest::Instant::now());
         write_manifest(&man)?;
         return Err(format!(
@@ -238,29 +287,76 @@ pub fn run(
             dir.join("manifest.json").display()
         ));
     }
+    let names = running
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
     eprintln!(
         "collecting {} into {} (attached in {attach_ms:.0} ms){}",
-        running
-            .iter()
-            .map(|r| r.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
+        if names.is_empty() {
+            "nothing (baseline)"
+        } else {
+            names.as_str()
+        },
         dir.display(),
-        match opts.duration {
-            Some(d) => format!(" for {:.1}s", d.as_secs_f64()),
-            None => "; press Ctrl+C to stop".into(),
+        match (&bench, opts.duration) {
+            (Some((name, _, _)), Some(d)) =>
+                format!(" while {name} runs, at most {:.1}s", d.as_secs_f64()),
+            (Some((name, _, _)), None) => format!(" while {name} runs; Ctrl+C stops it"),
+            (None, Some(d)) => format!(" for {:.1}s", d.as_secs_f64()),
+            (None, None) => "; press Ctrl+C to stop".into(),
         }
     );
+    if let Some((name, _, b)) = bench.as_mut() {
+        if let Some(entry) = man.benchmark.as_mut() {
+            entry.start_uptime_us = Some(clock::uptime_us());
+        }
+        if let RResult::RErr(e) = b.launch() {
+            let msg = format!("benchmark {name}: launch: {e}");
+            eprintln!("error: {msg}");
+            if let Some(entry) = man.benchmark.as_mut() {
+                entry.error = Some(msg);
+            }
+            stop.store(true, Ordering::SeqCst);
+        }
+    }
 
     // Wait for the end, refreshing the manifest's counts now and then.
     let begun = Instant::now();
     let mut last_manifest = Instant::now();
+    let mut last_poll = Instant::now();
+    let mut stopped_by: Option<&str> = None;
     loop {
         if stop.load(Ordering::SeqCst) {
+            stopped_by = Some("signal");
             break;
         }
         if opts.duration.is_some_and(|d| begun.elapsed() >= d) {
+            stopped_by = Some("duration");
             break;
+        }
+        if let Some((name, _, b)) = bench.as_mut() {
+            if last_poll.elapsed() >= Duration::from_millis(100) {
+                last_poll = Instant::now();
+                match b.poll() {
+                    RResult::ROk(st) if st.finished => {
+                        if let Some(entry) = man.benchmark.as_mut() {
+                            entry.exit_code = Some(st.exit_code);
+                        }
+                        break;
+                    }
+                    RResult::ROk(_) => {}
+                    RResult::RErr(e) => {
+                        let msg = format!("benchmark {name}: {e}");
+                        eprintln!("error: {msg}");
+                        if let Some(entry) = man.benchmark.as_mut() {
+                            entry.error = Some(msg);
+                        }
+                        break;
+                    }
+                }
+            }
         }
         if opts.strict && running.iter().any(|r| r.handle.is_finished()) {
             break;
@@ -273,7 +369,22 @@ pub fn run(
         thread::sleep(Duration::from_millis(20));
     }
     stop.store(true, Ordering::SeqCst);
+    if let Some((name, _, b)) = bench.as_mut() {
+        // Always: whatever ended the run, nothing of the workload stays.
+        if let RResult::RErr(e) = b.kill() {
+            let msg = format!("benchmark {name}: stopping: {e}");
+            eprintln!("error: {msg}");
+            man.errors.push(msg);
+        }
+        if let Some(entry) = man.benchmark.as_mut() {
+            entry.end_uptime_us = Some(clock::uptime_us());
+            if entry.exit_code.is_none() && entry.error.is_none() {
+                entry.stopped_by = stopped_by.map(str::to_owned);
+            }
+        }
+    }
 
+    let running_probes = running.len();
     let mut failed = false;
     let mut results = Vec::new();
     for r in running {
@@ -335,15 +446,47 @@ pub fn run(
     } else {
         "complete".into()
     };
+    man.run_class = classify(&man, running_probes);
+    if let Some(entry) = &man.benchmark {
+        if man.run_class == "failed" {
+            let why = match (&entry.error, entry.exit_code) {
+                (Some(e), _) => e.clone(),
+                (None, Some(code)) => format!("benchmark {} exited with code {code}", entry.name),
+                (None, None) => format!("benchmark {} failed", entry.name),
+            };
+            eprintln!("error: {why}; its data is kept in {}", dir.display());
+            man.errors.push(why);
+        }
+    }
     man.end = Some(manifest::Instant::now());
     write_manifest(&man)?;
     Ok(Summary {
+        run_class: man.run_class.clone(),
         collection_id,
         dir,
         tables: man.tables.clone(),
         errors: man.errors.clone(),
         attach_ms,
     })
+}
+
+/// The run's class: `failed` when the benchmark failed (it could not start,
+/// exited non-zero, or errored) or probes failed, `baseline` when no probe
+/// ran, `curated` otherwise. A benchmark stopped by the duration or a
+/// signal did not fail: the user chose the window.
+fn classify(man: &Manifest, running_probes: usize) -> String {
+    let bench_failed = man
+        .benchmark
+        .as_ref()
+        .is_some_and(|b| b.error.is_some() || b.exit_code.is_some_and(|c| c != 0));
+    if bench_failed || man.status != "complete" {
+        "failed"
+    } else if running_probes == 0 {
+        "baseline"
+    } else {
+        "curated"
+    }
+    .into()
 }
 
 /// Shows the first line of an error and keeps multi-line detail (a

@@ -18,6 +18,10 @@ pub struct Config {
     /// probe as a JSON object; the probe checks its keys when it starts.
     #[serde(default)]
     pub probes: BTreeMap<String, toml::Table>,
+    /// Each benchmark's settings, `[benchmarks.<name>]`, checked against the
+    /// defaults the benchmark declares.
+    #[serde(default)]
+    pub benchmarks: BTreeMap<String, toml::Table>,
     /// Where the user's settings came from, for error messages.
     #[serde(skip)]
     pub source: String,
@@ -61,6 +65,7 @@ impl Default for Config {
                 strict: false,
             },
             probes: Default::default(),
+            benchmarks: Default::default(),
             source: BUILT_IN.into(),
         }
     }
@@ -172,10 +177,12 @@ impl Config {
             // Probe sections are checked against each probe's own defaults
             // once plugins are loaded (`probe_settings`).
             let mut known = base.clone();
-            known.insert("probes".into(), toml::Value::Table(toml::Table::new()));
             let mut checked = over.clone();
-            if let Some(toml::Value::Table(_)) = checked.get("probes") {
-                checked.insert("probes".into(), toml::Value::Table(toml::Table::new()));
+            for section in ["probes", "benchmarks"] {
+                known.insert(section.into(), toml::Value::Table(toml::Table::new()));
+                if let Some(toml::Value::Table(_)) = checked.get(section) {
+                    checked.insert(section.into(), toml::Value::Table(toml::Table::new()));
+                }
             }
             check_keys("", &known, &checked).map_err(|message| ConfigError::Invalid {
                 file: source.clone(),
@@ -207,28 +214,47 @@ impl Config {
         &self,
         probes: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<BTreeMap<String, toml::Table>, ConfigError> {
+        self.component_settings("probes", "probe", &self.probes, probes)
+    }
+
+    /// Each benchmark's settings, as [`Config::probe_settings`] does for
+    /// probes, from `[benchmarks.<name>]`.
+    pub fn benchmark_settings<'a>(
+        &self,
+        benchmarks: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<BTreeMap<String, toml::Table>, ConfigError> {
+        self.component_settings("benchmarks", "benchmark", &self.benchmarks, benchmarks)
+    }
+
+    fn component_settings<'a>(
+        &self,
+        section: &str,
+        kind: &str,
+        user_sections: &BTreeMap<String, toml::Table>,
+        declared: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<BTreeMap<String, toml::Table>, ConfigError> {
         let invalid = |file: &str, message: String| ConfigError::Invalid {
             file: file.to_owned(),
             message,
         };
         let mut settings = BTreeMap::new();
-        for (name, text) in probes {
+        for (name, text) in declared {
             let defaults: toml::Table = toml::from_str(text)
-                .map_err(|e| invalid(&format!("defaults of probe {name}"), one_line(&e)))?;
+                .map_err(|e| invalid(&format!("defaults of {kind} {name}"), one_line(&e)))?;
             settings.insert(name.to_owned(), defaults);
         }
-        for (name, user) in &self.probes {
+        for (name, user) in user_sections {
             let Some(defaults) = settings.get_mut(name) else {
                 let known: Vec<&str> = settings.keys().map(String::as_str).collect();
                 return Err(invalid(
                     &self.source,
                     format!(
-                        "probes.{name}: no loaded plugin has a probe named {name} (loaded: {})",
+                        "{section}.{name}: no loaded plugin has a {kind} named {name} (loaded: {})",
                         known.join(", ")
                     ),
                 ));
             };
-            check_keys(&format!("probes.{name}"), defaults, user)
+            check_keys(&format!("{section}.{name}"), defaults, user)
                 .map_err(|m| invalid(&self.source, m))?;
             merge(defaults, user.clone());
         }

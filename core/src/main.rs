@@ -114,6 +114,13 @@ struct RunArgs {
     /// Record only this thread (thread id), filtered in the kernel.
     #[arg(long, value_name = "PID")]
     pid: Option<u32>,
+    /// Run this workload benchmark and collect for its lifetime (see
+    /// `kernmlops plugins` for the available ones).
+    #[arg(long, short, value_name = "NAME")]
+    benchmark: Option<String>,
+    /// With --benchmark: run it without probes, as a baseline.
+    #[arg(long, requires = "benchmark", conflicts_with = "plugins")]
+    baseline: bool,
     /// Record only tasks in this cgroup v2 folder (e.g.
     /// /sys/fs/cgroup/system.slice/redis.service), filtered in the kernel.
     #[arg(long, value_name = "PATH")]
@@ -208,7 +215,9 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         .map_err(anyhow::Error::msg)
         .context("--flush-interval")?;
     let drain_interval = config::parse_duration(&c.drain_interval).map_err(anyhow::Error::msg)?;
-    let probes = if args.plugins.is_empty() {
+    let probes = if args.baseline {
+        Vec::new()
+    } else if args.plugins.is_empty() {
         c.plugins.clone()
     } else {
         args.plugins.clone()
@@ -217,6 +226,10 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
     let registry = load_registry(cfg, plugin_flag)?;
     registry.resolve(&probes).map_err(anyhow::Error::msg)?;
     let settings = cfg.probe_settings(registry.config_defaults())?;
+    let bench_settings = cfg.benchmark_settings(registry.benchmark_defaults())?;
+    if let Some(b) = &args.benchmark {
+        registry.find_benchmark(b).map_err(anyhow::Error::msg)?;
+    }
     report_refused(&registry);
     preflight::require_bpf_privileges("run").map_err(anyhow::Error::msg)?;
     preflight::require_btf().map_err(anyhow::Error::msg)?;
@@ -239,6 +252,7 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
     config_value["collect"]["ring_size"] = serde_json::json!(ring_text);
     config_value["collect"]["flush_interval"] = serde_json::json!(flush_text);
     config_value["probes"] = serde_json::json!(Config::settings_json(&settings));
+    config_value["benchmarks"] = serde_json::json!(Config::settings_json(&bench_settings));
     config_value["config_file"] = serde_json::json!(cfg.source);
     config_value["filter"] = serde_json::json!({
         "tgid": args.tgid,
@@ -268,6 +282,8 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
             },
         },
         probe_config: Config::settings_json(&settings),
+        benchmark: args.benchmark.clone(),
+        benchmark_config: Config::settings_json(&bench_settings),
         config: config_value,
         command: std::env::args().collect(),
     };
@@ -278,6 +294,7 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         summary.collection_id,
         summary.dir.display()
     );
+    println!("  run class: {}", summary.run_class);
     let width = summary
         .tables
         .keys()
@@ -302,7 +319,7 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         Ok(ExitCode::SUCCESS)
     } else {
         eprintln!(
-            "error: {} probe error(s); the data above was still written",
+            "error: {} error(s) during the run (see above); the data was still written",
             summary.errors.len()
         );
         Ok(ExitCode::FAILURE)
@@ -348,6 +365,9 @@ fn plugins(cfg: &Config, plugin_flag: Option<&Path>) -> Result<ExitCode> {
         println!("  {} {}  {}", p.name(), p.info.version, p.path.display());
         if !p.info.description.is_empty() {
             println!("    {}", p.info.description);
+        }
+        for b in &p.benchmarks {
+            println!("    benchmark {}: {}", b.name, b.description);
         }
         for probe in &p.probes {
             println!("    probe {}: {}", probe.name, probe.description);

@@ -58,6 +58,21 @@ pub struct TableEntry {
     pub lost_events: u64,
 }
 
+/// The workload a run collected around.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct BenchmarkEntry {
+    pub name: String,
+    pub plugin: String,
+    /// Its exit code, when it ended by itself.
+    pub exit_code: Option<i32>,
+    /// `duration` or `signal` when the host stopped it.
+    pub stopped_by: Option<String>,
+    /// Why it failed to set up, launch or run.
+    pub error: Option<String>,
+    pub start_uptime_us: Option<u64>,
+    pub end_uptime_us: Option<u64>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RefusedPlugin {
     pub path: String,
@@ -86,6 +101,13 @@ pub struct Manifest {
     pub probes: Vec<ProbeEntry>,
     pub tables: BTreeMap<String, TableEntry>,
     pub errors: Vec<String>,
+    /// `curated` (benchmark succeeded, or no benchmark), `baseline` (no
+    /// probes), `failed` (the benchmark or a probe failed; data kept), or
+    /// `running`.
+    #[serde(default)]
+    pub run_class: String,
+    #[serde(default)]
+    pub benchmark: Option<BenchmarkEntry>,
 }
 
 impl Manifest {

@@ -12,7 +12,9 @@ use std::{
 };
 
 use abi_stable::{library::lib_header_from_path, std_types::RResult};
-use kernmlops_plugin_api::{PluginInfo, PluginMod_Ref, ProbeBox, ProbeDecl, StartArgs};
+use kernmlops_plugin_api::{
+    BenchmarkBox, BenchmarkDecl, PluginInfo, PluginMod_Ref, ProbeBox, ProbeDecl, StartArgs,
+};
 use sha2::{Digest, Sha256};
 
 use crate::validate::{validate_contract, validate_table, ValidationError};
@@ -44,6 +46,10 @@ pub struct Plugin {
     pub probes: Vec<ProbeDecl>,
     /// Each probe's settings with defaults (TOML), by probe name.
     pub config_defaults: BTreeMap<String, String>,
+    /// Workload benchmarks this plugin offers.
+    pub benchmarks: Vec<BenchmarkDecl>,
+    /// Each benchmark's settings with defaults (TOML), by name.
+    pub benchmark_defaults: BTreeMap<String, String>,
     module: PluginMod_Ref,
 }
 
@@ -91,12 +97,39 @@ impl Plugin {
             }
             config_defaults.insert(probe.name.to_string(), text);
         }
+        // Plugins built before benchmarks existed offer none.
+        let benchmarks = match module.benchmarks() {
+            Some(f) => match f() {
+                RResult::ROk(b) => b.into_vec(),
+                RResult::RErr(e) => return Err(LoadError::Listing(e.into())),
+            },
+            None => Vec::new(),
+        };
+        let mut benchmark_defaults = BTreeMap::new();
+        for b in &benchmarks {
+            let text = match module.probe_config() {
+                Some(f) => match f(b.name.as_rstr()) {
+                    RResult::ROk(t) => t.into_string(),
+                    RResult::RErr(e) => return Err(LoadError::Listing(e.into())),
+                },
+                None => String::new(),
+            };
+            if let Err(e) = text.parse::<toml::Table>() {
+                return Err(LoadError::ConfigDefaults {
+                    probe: b.name.to_string(),
+                    message: e.message().to_owned(),
+                });
+            }
+            benchmark_defaults.insert(b.name.to_string(), text);
+        }
         Ok(Self {
             path: path.to_owned(),
             sha256,
             info,
             probes,
             config_defaults,
+            benchmarks,
+            benchmark_defaults,
             module,
         })
     }
@@ -109,6 +142,19 @@ impl Plugin {
     pub fn start_probe(&self, probe: &str, args: &StartArgs) -> Result<ProbeBox, String> {
         match (self.module.new_probe())(probe.into(), args) {
             RResult::ROk(p) => Ok(p),
+            RResult::RErr(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Plugin {
+    /// Creates one of this plugin's benchmarks with its settings.
+    pub fn start_benchmark(&self, name: &str, args: &StartArgs) -> Result<BenchmarkBox, String> {
+        let Some(new) = self.module.new_benchmark() else {
+            return Err(format!("plugin {} offers no benchmarks", self.name()));
+        };
+        match new(name.into(), args) {
+            RResult::ROk(b) => Ok(b),
             RResult::RErr(e) => Err(e.into()),
         }
     }
@@ -217,6 +263,44 @@ impl Registry {
                 .iter()
                 .map(|(n, t)| (n.as_str(), t.as_str()))
         })
+    }
+
+    /// (benchmark name, default settings TOML) of every benchmark offered.
+    pub fn benchmark_defaults(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.plugins.iter().flat_map(|p| {
+            p.benchmark_defaults
+                .iter()
+                .map(|(n, t)| (n.as_str(), t.as_str()))
+        })
+    }
+
+    /// The plugin offering the benchmark `name`, or what is available.
+    pub fn find_benchmark(&self, name: &str) -> Result<(&Plugin, &BenchmarkDecl), String> {
+        self.plugins
+            .iter()
+            .find_map(|p| {
+                p.benchmarks
+                    .iter()
+                    .find(|b| b.name.as_str() == name)
+                    .map(|b| (p, b))
+            })
+            .ok_or_else(|| {
+                let mut names: Vec<&str> = self
+                    .plugins
+                    .iter()
+                    .flat_map(|p| p.benchmarks.iter().map(|b| b.name.as_str()))
+                    .collect();
+                names.sort_unstable();
+                format!(
+                    "unknown benchmark {name:?} in {}; available: {}",
+                    self.dir.display(),
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                )
+            })
     }
 
     /// Names of every probe offered, sorted.

@@ -1,0 +1,202 @@
+//! Collections around a workload: the run lasts the benchmark's lifetime,
+//! is classified `curated`, `baseline` or `failed` (with its data kept), a
+//! benchmark that cannot run is refused before anything is collected, and
+//! nothing the workload started is left running.
+
+use std::path::{Path, PathBuf};
+
+use kernmlops_e2e::*;
+
+fn config(dir: &Path, script: &str) -> PathBuf {
+    let file = dir.join("bench.toml");
+    std::fs::write(&file, format!("[benchmarks.shell]\nscript = {script:?}\n")).expect("write");
+    file
+}
+
+/// Processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(needle)
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+fn run_with(name: &str, script: &str, extra: &[&str]) -> (Finished, PathBuf) {
+    let plugins = plugin_dir(name, &[("fixture_faulty", "faulty")]);
+    let work = temp_dir(&format!("{name}-work"));
+    let cfg = config(&work, script);
+    let output = work.join("out");
+    let mut args = vec![
+        "--config",
+        cfg.to_str().expect("utf8"),
+        "run",
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--benchmark",
+        "shell",
+        "--output",
+        output.to_str().expect("utf8"),
+    ];
+    args.extend_from_slice(extra);
+    let out = kernmlops(&args);
+    let stdout = text(&out.stdout);
+    let dir = stdout.lines().find_map(|l| {
+        l.strip_prefix("collection ")?
+            .split_once(" in ")
+            .map(|(_, d)| PathBuf::from(d.trim()))
+    });
+    (
+        Finished {
+            status: out.status,
+            stdout,
+            stderr: text(&out.stderr),
+            dir: dir.clone(),
+        },
+        output,
+    )
+}
+
+#[test]
+fn root_successful_benchmark_gives_curated_data_for_its_lifetime() {
+    if !require_root("root_successful_benchmark_gives_curated_data_for_its_lifetime") {
+        return;
+    }
+    let _serial = serial();
+    let (done, _) = run_with("bench-ok", "sleep 1.5", &["--plugins", "ticker"]);
+    assert!(done.status.success(), "{}\n{}", done.stdout, done.stderr);
+    assert!(
+        done.stdout.contains("run class: curated"),
+        "{}",
+        done.stdout
+    );
+    let dir = done.dir.expect("collection folder");
+    let man = manifest(&dir);
+    assert_eq!(man["run_class"], "curated");
+    assert_eq!(man["benchmark"]["name"], "shell");
+    assert_eq!(man["benchmark"]["exit_code"], 0);
+    let start = man["benchmark"]["start_uptime_us"].as_u64().expect("start");
+    let end = man["benchmark"]["end_uptime_us"].as_u64().expect("end");
+    assert!(
+        (1_400_000..4_000_000).contains(&(end - start)),
+        "the run lasted the benchmark: {} us",
+        end - start
+    );
+    let ts = column_u64(&read_table(&dir.join("ticker.arrow")), "ts_uptime_us");
+    assert!(
+        !ts.is_empty()
+            && ts
+                .iter()
+                .all(|&t| t >= start.saturating_sub(1_000_000) && t <= end + 1_000_000)
+    );
+}
+
+#[test]
+fn root_failing_benchmark_lands_in_failed_with_its_data() {
+    if !require_root("root_failing_benchmark_lands_in_failed_with_its_data") {
+        return;
+    }
+    let _serial = serial();
+    let (done, _) = run_with("bench-fail", "sleep 0.5; exit 3", &["--plugins", "ticker"]);
+    assert!(
+        !done.status.success(),
+        "a failed benchmark must fail the command"
+    );
+    assert!(
+        done.stderr.contains("benchmark shell exited with code 3"),
+        "{}",
+        done.stderr
+    );
+    let dir = done.dir.expect("collection folder");
+    let man = manifest(&dir);
+    assert_eq!(man["run_class"], "failed");
+    assert_eq!(man["benchmark"]["exit_code"], 3);
+    let rows: usize = read_table(&dir.join("ticker.arrow"))
+        .iter()
+        .map(|b| b.num_rows())
+        .sum();
+    assert!(rows > 0, "the failed run's data is kept");
+}
+
+#[test]
+fn root_baseline_runs_without_probes() {
+    if !require_root("root_baseline_runs_without_probes") {
+        return;
+    }
+    let _serial = serial();
+    let (done, _) = run_with("bench-base", "sleep 0.3", &["--baseline"]);
+    assert!(done.status.success(), "{}", done.stderr);
+    let man = manifest(&done.dir.expect("collection folder"));
+    assert_eq!(man["run_class"], "baseline");
+    assert_eq!(man["probes"].as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn root_stopping_early_kills_the_whole_workload() {
+    if !require_root("root_stopping_early_kills_the_whole_workload") {
+        return;
+    }
+    let _serial = serial();
+    let marker = format!("kml-bench-marker-{}", std::process::id());
+    // A workload that forks children which would outlive a plain kill.
+    let script = format!("sleep 300 {marker} & sleep 300 {marker} & wait");
+    let script = script.replace(
+        &format!("sleep 300 {marker}"),
+        &format!("sh -c 'sleep 300; : {marker}'"),
+    );
+    let (done, _) = run_with(
+        "bench-kill",
+        &script,
+        &["--plugins", "ticker", "--duration", "1s"],
+    );
+    assert!(
+        done.status.success(),
+        "stopping at --duration is not a failure: {}",
+        done.stderr
+    );
+    let man = manifest(&done.dir.expect("collection folder"));
+    assert_eq!(man["benchmark"]["stopped_by"], "duration");
+    assert_eq!(man["run_class"], "curated");
+    let left = processes_with(&marker);
+    assert!(left.is_empty(), "workload processes left running: {left:?}");
+}
+
+#[test]
+fn benchmark_that_cannot_run_is_refused_before_collecting() {
+    let (done, output) = run_with("bench-refuse", "refuse", &["--plugins", "ticker"]);
+    assert!(!done.status.success());
+    assert!(
+        done.stderr
+            .starts_with("error: benchmark shell: fixture: shell refuses this script"),
+        "{}",
+        done.stderr
+    );
+    assert!(!output.exists(), "nothing may be collected");
+    let (unknown, _) = {
+        let plugins = plugin_dir("bench-unknown", &[("fixture_faulty", "faulty")]);
+        let out = kernmlops(&[
+            "run",
+            "--plugin-dir",
+            plugins.to_str().expect("utf8"),
+            "--plugins",
+            "ticker",
+            "--benchmark",
+            "nope",
+        ]);
+        (text(&out.stderr), out.status)
+    };
+    assert!(
+        unknown.starts_with("error: unknown benchmark \"nope\"")
+            && unknown.contains("available: shell"),
+        "{unknown}"
+    );
+}
