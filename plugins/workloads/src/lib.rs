@@ -1,0 +1,567 @@
+//! Workload benchmarks: each runs a real program (stress-ng, fio, redis,
+//! memcached, a kernel build, GAP PageRank, or nothing at all) in process
+//! groups of its own, so `kill` stops everything it started.
+
+use std::{
+    net::{TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+use kernmlops_plugin_sdk::{
+    export_plugin, serde_json,
+    workload::{self, Workload},
+    BenchmarkImpl, Error, Result, StartArgs,
+};
+use serde::Deserialize;
+
+mod servers;
+mod tools;
+
+pub use servers::{Memcached, MemcachedSettings, Redis, RedisSettings};
+pub use tools::{Gap, GapSettings, LinuxBuild, LinuxBuildSettings};
+
+export_plugin! {
+    description: "Workload benchmarks: faux, stress-ng, fio, redis, memcached, Linux build, GAP PageRank",
+    probes: [],
+    benchmarks: [Faux, StressNg, Fio, Redis, Memcached, LinuxBuild, Gap],
+}
+
+/// How long a stopped workload gets between SIGTERM and SIGKILL.
+const GRACE: Duration = Duration::from_secs(3);
+
+/// Parses a benchmark's settings, naming the benchmark and the bad key.
+fn parse<S: serde::de::DeserializeOwned>(name: &str, json: &str) -> Result<S> {
+    serde_json::from_str(json).map_err(|e| Error(format!("[benchmarks.{name}]: {e}")))
+}
+
+/// Refuses a THP mode the kernel would not take, before anything runs.
+fn check_thp(name: &str, mode: &str) -> Result<()> {
+    if ["", "always", "madvise", "never"].contains(&mode) {
+        Ok(())
+    } else {
+        Err(Error(format!(
+            "[benchmarks.{name}] thp_mode = {mode:?}: use \"\" (leave as is), \"always\", \"madvise\" or \"never\""
+        )))
+    }
+}
+
+/// The machine state a benchmark changes in `setup` and restores in `kill`.
+#[derive(Default)]
+struct Machine {
+    thp_before: Option<String>,
+}
+
+impl Machine {
+    /// Drops the page cache if asked and sets the THP mode unless empty.
+    fn prepare(&mut self, drop_cache: bool, thp: &str) -> Result<()> {
+        if drop_cache {
+            workload::drop_page_cache()?;
+        }
+        if !thp.is_empty() && self.thp_before.is_none() {
+            self.thp_before = Some(workload::set_thp_mode(thp)?);
+        }
+        Ok(())
+    }
+
+    /// Puts the THP mode back as `prepare` found it.
+    fn restore(&mut self) -> Result<()> {
+        match self.thp_before.take() {
+            Some(mode) => workload::set_thp_mode(&mode).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Stops an optional workload (nothing when it never started).
+fn stop(w: &mut Option<Workload>) -> Result<()> {
+    match w.as_mut() {
+        Some(w) => w.kill(GRACE),
+        None => Ok(()),
+    }
+}
+
+/// The exit code of a workload that may not have started yet.
+fn poll_of(w: &mut Option<Workload>, name: &str) -> Result<Option<i32>> {
+    match w.as_mut() {
+        Some(w) => w.poll(),
+        None => Err(Error(format!("{name}: poll before launch"))),
+    }
+}
+
+/// A fresh directory of this process under `base` (the system's temporary
+/// directory when `None`), named after the benchmark.
+fn fresh_dir(base: Option<&Path>, name: &str) -> Result<PathBuf> {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let base = base.map_or_else(std::env::temp_dir, Path::to_path_buf);
+    let dir = base.join(format!(
+        "kernmlops-{name}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| Error(format!("creating {}: {e}", dir.display())))?;
+    Ok(dir)
+}
+
+/// Removes a directory this benchmark created, if any.
+fn remove_dir(dir: &mut Option<PathBuf>) -> Result<()> {
+    match dir.take() {
+        Some(d) => match std::fs::remove_dir_all(&d) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error(format!("removing {}: {e}", d.display()))),
+        },
+        None => Ok(()),
+    }
+}
+
+/// A TCP port on the loopback interface that nothing listens on now.
+fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| Error(format!("finding a free loopback port: {e}")))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| Error(format!("finding a free loopback port: {e}")))
+}
+
+/// Waits until `ready` holds, failing early if `server` ends or after
+/// `timeout`.
+fn wait_ready(
+    server: &mut Workload,
+    what: &str,
+    timeout: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(code) = server.poll()? {
+            return Err(Error(format!(
+                "{what} exited with code {code} before it answered"
+            )));
+        }
+        if ready() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error(format!(
+                "{what} did not answer within {}s",
+                timeout.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// True when something accepts TCP connections on 127.0.0.1:`port`.
+fn accepts(port: u16) -> bool {
+    TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(200),
+    )
+    .is_ok()
+}
+
+/// Runs `cmd` to completion (setup steps), failing on a non-zero exit.
+fn run_to_end(mut cmd: Command, what: &str) -> Result<()> {
+    cmd.stdin(Stdio::null());
+    let status = cmd.status().map_err(|e| Error(format!("{what}: {e}")))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(Error(format!("{what} failed: {status}")))
+    }
+}
+
+// ---------------------------------------------------------------- faux
+
+/// Settings of [`Faux`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FauxSettings {
+    pub drop_page_cache: bool,
+    pub thp_mode: String,
+}
+
+impl Default for FauxSettings {
+    fn default() -> Self {
+        Self {
+            drop_page_cache: true,
+            thp_mode: String::new(),
+        }
+    }
+}
+
+/// Runs nothing useful (`sleep infinity`) until the host stops it.
+pub struct Faux {
+    settings: FauxSettings,
+    machine: Machine,
+    work: Option<Workload>,
+}
+
+impl Faux {
+    /// The process id of the idle workload, once launched.
+    pub fn pid(&self) -> Option<u32> {
+        self.work.as_ref().map(Workload::pid)
+    }
+}
+
+impl BenchmarkImpl for Faux {
+    const NAME: &'static str = "faux";
+    const DESCRIPTION: &'static str =
+        "Runs no workload until Ctrl+C or --duration: collects an idle machine";
+    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
+drop_page_cache = true
+# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+thp_mode = ""
+"#;
+
+    fn new(args: &StartArgs) -> Result<Self> {
+        let settings: FauxSettings = parse(Self::NAME, &args.config_json)?;
+        check_thp(Self::NAME, &settings.thp_mode)?;
+        Ok(Self {
+            settings,
+            machine: Machine::default(),
+            work: None,
+        })
+    }
+
+    fn is_configured(&self) -> Result<()> {
+        workload::require_program("sleep", "apt-get install coreutils").map(|_| ())
+    }
+
+    fn setup(&mut self) -> Result<()> {
+        self.machine
+            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+    }
+
+    fn launch(&mut self) -> Result<()> {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("infinity");
+        self.work = Some(Workload::spawn(cmd, "faux (sleep infinity)")?);
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Result<Option<i32>> {
+        poll_of(&mut self.work, Self::NAME)
+    }
+
+    fn kill(&mut self) -> Result<()> {
+        let stopped = stop(&mut self.work);
+        let restored = self.machine.restore();
+        stopped.and(restored)
+    }
+}
+
+// ---------------------------------------------------------------- stress_ng
+
+/// Settings of [`StressNg`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StressNgSettings {
+    pub drop_page_cache: bool,
+    pub thp_mode: String,
+    pub stressor: String,
+    pub workers: u32,
+    pub timeout: String,
+    pub extra_args: Vec<String>,
+}
+
+impl Default for StressNgSettings {
+    fn default() -> Self {
+        Self {
+            drop_page_cache: true,
+            thp_mode: String::new(),
+            stressor: "cpu".into(),
+            workers: 2,
+            timeout: "10s".into(),
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// `stress-ng --<stressor> <workers> --timeout <timeout> <extra_args...>`.
+pub struct StressNg {
+    settings: StressNgSettings,
+    machine: Machine,
+    work: Option<Workload>,
+}
+
+impl BenchmarkImpl for StressNg {
+    const NAME: &'static str = "stress_ng";
+    const DESCRIPTION: &'static str =
+        "stress-ng with a stressor, worker count and timeout from config";
+    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
+drop_page_cache = true
+# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+thp_mode = ""
+# The stress-ng stressor (stress-ng --stressor-list).
+stressor = "cpu"
+# Worker processes of the stressor (0: one per CPU).
+workers = 2
+# How long stress-ng runs (stress-ng's --timeout: 10s, 2m, ...).
+timeout = "10s"
+# More stress-ng arguments, as a list.
+extra_args = []
+"#;
+
+    fn new(args: &StartArgs) -> Result<Self> {
+        let settings: StressNgSettings = parse(Self::NAME, &args.config_json)?;
+        check_thp(Self::NAME, &settings.thp_mode)?;
+        if settings.stressor.is_empty() || settings.stressor.starts_with('-') {
+            return Err(Error(format!(
+                "[benchmarks.stress_ng] stressor = {:?}: name a stressor, e.g. \"cpu\"",
+                settings.stressor
+            )));
+        }
+        Ok(Self {
+            settings,
+            machine: Machine::default(),
+            work: None,
+        })
+    }
+
+    fn is_configured(&self) -> Result<()> {
+        workload::require_program("stress-ng", "apt-get install stress-ng").map(|_| ())
+    }
+
+    fn setup(&mut self) -> Result<()> {
+        self.machine
+            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+    }
+
+    fn launch(&mut self) -> Result<()> {
+        let s = &self.settings;
+        let mut cmd = Command::new("stress-ng");
+        cmd.arg(format!("--{}", s.stressor))
+            .arg(s.workers.to_string())
+            .arg("--timeout")
+            .arg(&s.timeout)
+            .args(&s.extra_args);
+        self.work = Some(Workload::spawn(cmd, "stress-ng")?);
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Result<Option<i32>> {
+        poll_of(&mut self.work, Self::NAME)
+    }
+
+    fn kill(&mut self) -> Result<()> {
+        let stopped = stop(&mut self.work);
+        let restored = self.machine.restore();
+        stopped.and(restored)
+    }
+}
+
+// ---------------------------------------------------------------- fio
+
+/// Settings of [`Fio`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FioSettings {
+    pub drop_page_cache: bool,
+    pub thp_mode: String,
+    pub rw: String,
+    pub bs: String,
+    pub size: String,
+    pub runtime: String,
+    pub direct: bool,
+    pub directory: String,
+    pub ioengine: String,
+    pub numjobs: u32,
+}
+
+impl Default for FioSettings {
+    fn default() -> Self {
+        Self {
+            drop_page_cache: true,
+            thp_mode: String::new(),
+            rw: "randrw".into(),
+            bs: "4k".into(),
+            size: "64m".into(),
+            runtime: "10s".into(),
+            direct: true,
+            directory: String::new(),
+            ioengine: "psync".into(),
+            numjobs: 1,
+        }
+    }
+}
+
+/// One fio job from config, its files in a directory of its own that
+/// `kill` removes.
+pub struct Fio {
+    settings: FioSettings,
+    machine: Machine,
+    work: Option<Workload>,
+    dir: Option<PathBuf>,
+}
+
+impl Fio {
+    /// The directory the job's files are in (after `setup`).
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+}
+
+impl BenchmarkImpl for Fio {
+    const NAME: &'static str = "fio";
+    const DESCRIPTION: &'static str =
+        "fio with one job from config (pattern, block size, size, runtime)";
+    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
+drop_page_cache = true
+# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+thp_mode = ""
+# I/O pattern (fio --rw): read, write, randread, randwrite, rw, randrw.
+rw = "randrw"
+# Block size (fio --bs).
+bs = "4k"
+# File size per job (fio --size).
+size = "64m"
+# Longest run (fio --runtime); the job ends earlier once size is done.
+runtime = "10s"
+# O_DIRECT I/O, bypassing the page cache (needs a file system that supports it, not tmpfs).
+direct = true
+# Where the job's files go, in a fresh subdirectory removed afterwards ("": /var/tmp).
+directory = ""
+# fio --ioengine.
+ioengine = "psync"
+# Parallel jobs (fio --numjobs).
+numjobs = 1
+"#;
+
+    fn new(args: &StartArgs) -> Result<Self> {
+        let settings: FioSettings = parse(Self::NAME, &args.config_json)?;
+        check_thp(Self::NAME, &settings.thp_mode)?;
+        if settings.numjobs == 0 {
+            return Err(Error("[benchmarks.fio] numjobs = 0: use 1 or more".into()));
+        }
+        Ok(Self {
+            settings,
+            machine: Machine::default(),
+            work: None,
+            dir: None,
+        })
+    }
+
+    fn is_configured(&self) -> Result<()> {
+        workload::require_program("fio", "apt-get install fio")?;
+        let d = &self.settings.directory;
+        if !d.is_empty() && !Path::new(d).is_dir() {
+            return Err(Error(format!(
+                "[benchmarks.fio] directory = {d:?} is not a directory"
+            )));
+        }
+        Ok(())
+    }
+
+    fn setup(&mut self) -> Result<()> {
+        let d = &self.settings.directory;
+        // /var/tmp rather than /tmp: /tmp is often tmpfs, which has no O_DIRECT.
+        let base = if d.is_empty() { "/var/tmp" } else { d.as_str() };
+        if self.dir.is_none() {
+            self.dir = Some(fresh_dir(Some(Path::new(base)), Self::NAME)?);
+        }
+        self.machine
+            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+    }
+
+    fn launch(&mut self) -> Result<()> {
+        let s = &self.settings;
+        let dir = self
+            .dir
+            .as_ref()
+            .ok_or_else(|| Error("fio: launch before setup".into()))?;
+        let mut cmd = Command::new("fio");
+        cmd.arg("--name=kernmlops")
+            .arg(format!("--directory={}", dir.display()))
+            .arg(format!("--rw={}", s.rw))
+            .arg(format!("--bs={}", s.bs))
+            .arg(format!("--size={}", s.size))
+            .arg(format!("--runtime={}", s.runtime))
+            .arg(format!("--direct={}", u8::from(s.direct)))
+            .arg(format!("--ioengine={}", s.ioengine))
+            .arg(format!("--numjobs={}", s.numjobs))
+            .arg("--group_reporting");
+        self.work = Some(Workload::spawn(cmd, "fio")?);
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Result<Option<i32>> {
+        poll_of(&mut self.work, Self::NAME)
+    }
+
+    fn kill(&mut self) -> Result<()> {
+        let stopped = stop(&mut self.work);
+        let removed = remove_dir(&mut self.dir);
+        let restored = self.machine.restore();
+        stopped.and(removed).and(restored)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `B::CONFIG_DEFAULTS` parses into settings equal to `S::default()`.
+    pub(crate) fn check_defaults<B: BenchmarkImpl, S>()
+    where
+        S: serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
+    {
+        let table: toml::Table = toml::from_str(B::CONFIG_DEFAULTS)
+            .unwrap_or_else(|e| panic!("{}: CONFIG_DEFAULTS is not TOML: {e}", B::NAME));
+        let json = serde_json::to_string(&table).expect("TOML table as JSON");
+        let parsed: S = parse(B::NAME, &json).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(parsed, S::default(), "{}: CONFIG_DEFAULTS differs", B::NAME);
+    }
+
+    pub(crate) fn new_err<B: BenchmarkImpl>(json: &str) -> String {
+        match B::new(&kernmlops_plugin_sdk::testing::start_args(json)) {
+            Ok(_) => panic!("{}: {json} accepted", B::NAME),
+            Err(e) => e.0,
+        }
+    }
+
+    #[test]
+    fn defaults_match_settings() {
+        check_defaults::<Faux, FauxSettings>();
+        check_defaults::<StressNg, StressNgSettings>();
+        check_defaults::<Fio, FioSettings>();
+        check_defaults::<Redis, RedisSettings>();
+        check_defaults::<Memcached, MemcachedSettings>();
+        check_defaults::<LinuxBuild, LinuxBuildSettings>();
+        check_defaults::<Gap, GapSettings>();
+    }
+
+    #[test]
+    fn bad_settings_name_the_key() {
+        for e in [
+            new_err::<Faux>(r#"{"bogus": 1}"#),
+            new_err::<StressNg>(r#"{"bogus": 1}"#),
+            new_err::<Fio>(r#"{"bogus": 1}"#),
+            new_err::<Redis>(r#"{"bogus": 1}"#),
+            new_err::<Memcached>(r#"{"bogus": 1}"#),
+            new_err::<LinuxBuild>(r#"{"bogus": 1}"#),
+            new_err::<Gap>(r#"{"bogus": 1}"#),
+        ] {
+            assert!(e.contains("bogus") && e.contains("[benchmarks."), "{e}");
+        }
+        let e = new_err::<StressNg>(r#"{"workers": "two"}"#);
+        assert!(e.contains("stress_ng") && e.contains("invalid type"), "{e}");
+        let e = new_err::<Fio>(r#"{"thp_mode": "sometimes"}"#);
+        assert!(e.contains("thp_mode") && e.contains("sometimes"), "{e}");
+        let e = new_err::<Fio>(r#"{"numjobs": 0}"#);
+        assert!(e.contains("numjobs"), "{e}");
+    }
+
+    #[test]
+    fn missing_directory_is_reported() {
+        let fio = Fio::new(&kernmlops_plugin_sdk::testing::start_args(
+            r#"{"directory": "/no/such/dir-kml"}"#,
+        ))
+        .expect("settings");
+        let e = fio.is_configured().expect_err("missing directory");
+        assert!(e.0.contains("/no/such/dir-kml"), "{e}");
+    }
+}

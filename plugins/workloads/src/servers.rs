@@ -1,0 +1,316 @@
+//! Server benchmarks: a private server on a free loopback port, loaded by
+//! its own benchmark client; both are stopped in `kill`.
+
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use kernmlops_plugin_sdk::{
+    workload::{self, Workload},
+    BenchmarkImpl, Error, Result, StartArgs,
+};
+use serde::Deserialize;
+
+use crate::{
+    accepts, check_thp, free_port, fresh_dir, parse, poll_of, remove_dir, stop, wait_ready, Machine,
+};
+
+/// How long a server gets to answer after it starts.
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+
+// ---------------------------------------------------------------- redis
+
+/// Settings of [`Redis`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisSettings {
+    pub drop_page_cache: bool,
+    pub thp_mode: String,
+    pub requests: u64,
+    pub clients: u32,
+    pub tests: String,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self {
+            drop_page_cache: true,
+            thp_mode: String::new(),
+            requests: 100_000,
+            clients: 50,
+            tests: "set,get".into(),
+        }
+    }
+}
+
+/// A private redis-server loaded by redis-benchmark.
+pub struct Redis {
+    settings: RedisSettings,
+    machine: Machine,
+    port: u16,
+    dir: Option<PathBuf>,
+    server: Option<Workload>,
+    client: Option<Workload>,
+}
+
+impl Redis {
+    /// The loopback port of the server (0 before `launch`).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's process id, once launched.
+    pub fn server_pid(&self) -> Option<u32> {
+        self.server.as_ref().map(Workload::pid)
+    }
+
+    fn answers_ping(port: u16) -> bool {
+        Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "ping"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"PONG"))
+    }
+}
+
+impl BenchmarkImpl for Redis {
+    const NAME: &'static str = "redis";
+    const DESCRIPTION: &'static str =
+        "A private redis-server on a free loopback port, loaded by redis-benchmark";
+    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
+drop_page_cache = true
+# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+thp_mode = ""
+# Requests in total (redis-benchmark -n).
+requests = 100000
+# Parallel connections (redis-benchmark -c).
+clients = 50
+# Commands to benchmark (redis-benchmark -t), comma-separated.
+tests = "set,get"
+"#;
+
+    fn new(args: &StartArgs) -> Result<Self> {
+        let settings: RedisSettings = parse(Self::NAME, &args.config_json)?;
+        check_thp(Self::NAME, &settings.thp_mode)?;
+        if settings.clients == 0 || settings.requests == 0 || settings.tests.is_empty() {
+            return Err(Error(
+                "[benchmarks.redis]: requests and clients must be at least 1 and tests not empty"
+                    .into(),
+            ));
+        }
+        Ok(Self {
+            settings,
+            machine: Machine::default(),
+            port: 0,
+            dir: None,
+            server: None,
+            client: None,
+        })
+    }
+
+    fn is_configured(&self) -> Result<()> {
+        workload::require_program("redis-server", "apt-get install redis-server redis-tools")?;
+        workload::require_program("redis-cli", "apt-get install redis-tools")?;
+        workload::require_program("redis-benchmark", "apt-get install redis-tools")?;
+        Ok(())
+    }
+
+    fn setup(&mut self) -> Result<()> {
+        if self.dir.is_none() {
+            self.dir = Some(fresh_dir(None, Self::NAME)?);
+        }
+        self.machine
+            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+    }
+
+    fn launch(&mut self) -> Result<()> {
+        let dir = self
+            .dir
+            .clone()
+            .ok_or_else(|| Error("redis: launch before setup".into()))?;
+        self.port = free_port()?;
+        let port = self.port.to_string();
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(dir.join("redis-server.log"))
+            .stdout(Stdio::null());
+        let server = self.server.insert(Workload::spawn(cmd, "redis-server")?);
+        let what = format!(
+            "redis-server on port {port} (log: {})",
+            dir.join("redis-server.log").display()
+        );
+        let p = self.port;
+        wait_ready(server, &what, READY_TIMEOUT, || Self::answers_ping(p))?;
+
+        let s = &self.settings;
+        let mut cmd = Command::new("redis-benchmark");
+        cmd.args(["-h", "127.0.0.1", "-p", &port])
+            .args(["-n", &s.requests.to_string()])
+            .args(["-c", &s.clients.to_string()])
+            .args(["-t", &s.tests, "-q"]);
+        self.client = Some(Workload::spawn(cmd, "redis-benchmark")?);
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Result<Option<i32>> {
+        poll_of(&mut self.client, Self::NAME)
+    }
+
+    fn kill(&mut self) -> Result<()> {
+        let client = stop(&mut self.client);
+        let server = stop(&mut self.server);
+        let removed = remove_dir(&mut self.dir);
+        let restored = self.machine.restore();
+        client.and(server).and(removed).and(restored)
+    }
+}
+
+// ---------------------------------------------------------------- memcached
+
+/// Settings of [`Memcached`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemcachedSettings {
+    pub drop_page_cache: bool,
+    pub thp_mode: String,
+    pub memory_mb: u32,
+    pub test: String,
+    pub concurrency: u32,
+    pub execute_number: u64,
+}
+
+impl Default for MemcachedSettings {
+    fn default() -> Self {
+        Self {
+            drop_page_cache: true,
+            thp_mode: String::new(),
+            memory_mb: 64,
+            test: "set".into(),
+            concurrency: 4,
+            execute_number: 10_000,
+        }
+    }
+}
+
+/// A private memcached loaded by libmemcached's memcslap.
+pub struct Memcached {
+    settings: MemcachedSettings,
+    machine: Machine,
+    port: u16,
+    server: Option<Workload>,
+    client: Option<Workload>,
+}
+
+impl Memcached {
+    /// The loopback port of the server (0 before `launch`).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's process id, once launched.
+    pub fn server_pid(&self) -> Option<u32> {
+        self.server.as_ref().map(Workload::pid)
+    }
+}
+
+impl BenchmarkImpl for Memcached {
+    const NAME: &'static str = "memcached";
+    const DESCRIPTION: &'static str =
+        "A private memcached on a free loopback port, loaded by memcslap (libmemcached-tools)";
+    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
+drop_page_cache = true
+# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+thp_mode = ""
+# Item memory of the server in MiB (memcached -m).
+memory_mb = 64
+# Test to perform (memcslap --test): get, mget or set.
+test = "set"
+# Client threads (memcslap --concurrency).
+concurrency = 4
+# Operations per thread (memcslap --execute-number).
+execute_number = 10000
+"#;
+
+    fn new(args: &StartArgs) -> Result<Self> {
+        let settings: MemcachedSettings = parse(Self::NAME, &args.config_json)?;
+        check_thp(Self::NAME, &settings.thp_mode)?;
+        if !["get", "mget", "set"].contains(&settings.test.as_str()) {
+            return Err(Error(format!(
+                "[benchmarks.memcached] test = {:?}: use get, mget or set",
+                settings.test
+            )));
+        }
+        if settings.concurrency == 0 || settings.execute_number == 0 || settings.memory_mb == 0 {
+            return Err(Error(
+                "[benchmarks.memcached]: memory_mb, concurrency and execute_number must be at least 1"
+                    .into(),
+            ));
+        }
+        Ok(Self {
+            settings,
+            machine: Machine::default(),
+            port: 0,
+            server: None,
+            client: None,
+        })
+    }
+
+    fn is_configured(&self) -> Result<()> {
+        workload::require_program("memcached", "apt-get install memcached libmemcached-tools")?;
+        workload::require_program("memcslap", "apt-get install libmemcached-tools")?;
+        Ok(())
+    }
+
+    fn setup(&mut self) -> Result<()> {
+        self.machine
+            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+    }
+
+    fn launch(&mut self) -> Result<()> {
+        self.port = free_port()?;
+        let port = self.port.to_string();
+        let s = &self.settings;
+        let mut cmd = Command::new("memcached");
+        cmd.args(["-l", "127.0.0.1", "-p", &port, "-U", "0"])
+            .args(["-m", &s.memory_mb.to_string()]);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            // memcached refuses to run as root unless told which user to be.
+            cmd.args(["-u", "nobody"]);
+        }
+        let server = self.server.insert(Workload::spawn(cmd, "memcached")?);
+        let p = self.port;
+        wait_ready(
+            server,
+            &format!("memcached on port {port}"),
+            READY_TIMEOUT,
+            || accepts(p),
+        )?;
+
+        let mut cmd = Command::new("memcslap");
+        cmd.arg(format!("--servers=127.0.0.1:{port}"))
+            .arg(format!("--test={}", s.test))
+            .arg(format!("--concurrency={}", s.concurrency))
+            .arg(format!("--execute-number={}", s.execute_number));
+        self.client = Some(Workload::spawn(cmd, "memcslap")?);
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Result<Option<i32>> {
+        poll_of(&mut self.client, Self::NAME)
+    }
+
+    fn kill(&mut self) -> Result<()> {
+        let client = stop(&mut self.client);
+        let server = stop(&mut self.server);
+        let restored = self.machine.restore();
+        client.and(server).and(restored)
+    }
+}

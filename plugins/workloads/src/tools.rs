@@ -1,0 +1,303 @@
+//! Benchmarks over software the user points to: a Linux source tree to
+//! build and a GAP benchmark suite to run PageRank from.
+
+use std::{
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use kernmlops_plugin_sdk::{
+    workload::{self, Workload},
+    BenchmarkImpl, Error, Result, StartArgs,
+};
+use serde::Deserialize;
+
+use crate::{check_thp, parse, poll_of, run_to_end, stop, Machine};
+
+// ---------------------------------------------------------------- linux_build
+
+/// Settings of [`LinuxBuild`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LinuxBuildSettings {
+    pub drop_page_cache: bool,
+    pub thp_mode: String,
+    pub source_dir: String,
+    pub jobs: u32,
+    pub target: String,
+    pub clean_first: bool,
+}
+
+impl Default for LinuxBuildSettings {
+    fn default() -> Self {
+        Self {
+            drop_page_cache: true,
+            thp_mode: String::new(),
+            source_dir: String::new(),
+            jobs: 0,
+            target: "vmlinux".into(),
+            clean_first: true,
+        }
+    }
+}
+
+/// `make -C <source_dir> -j<jobs> <target>` in a Linux tree.
+pub struct LinuxBuild {
+    settings: LinuxBuildSettings,
+    machine: Machine,
+    work: Option<Workload>,
+}
+
+impl LinuxBuild {
+    fn jobs(&self) -> u32 {
+        match self.settings.jobs {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            n => n,
+        }
+    }
+}
+
+/// True when `dir` looks like the top of a Linux source tree.
+fn is_kernel_tree(dir: &Path) -> bool {
+    dir.join("Makefile").is_file()
+        && dir.join("Kconfig").is_file()
+        && dir.join("kernel").is_dir()
+        && dir.join("arch").is_dir()
+}
+
+impl BenchmarkImpl for LinuxBuild {
+    const NAME: &'static str = "linux_build";
+    const DESCRIPTION: &'static str = "Builds a Linux source tree the user points to (make -jN)";
+    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
+drop_page_cache = true
+# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+thp_mode = ""
+# A configured Linux source tree (required).
+source_dir = ""
+# Parallel make jobs (0: one per CPU).
+jobs = 0
+# The make target.
+target = "vmlinux"
+# Run `make clean` in setup, so every run builds everything.
+clean_first = true
+"#;
+
+    fn new(args: &StartArgs) -> Result<Self> {
+        let settings: LinuxBuildSettings = parse(Self::NAME, &args.config_json)?;
+        check_thp(Self::NAME, &settings.thp_mode)?;
+        Ok(Self {
+            settings,
+            machine: Machine::default(),
+            work: None,
+        })
+    }
+
+    fn is_configured(&self) -> Result<()> {
+        let dir = &self.settings.source_dir;
+        if dir.is_empty() {
+            return Err(Error(
+                "set [benchmarks.linux_build] source_dir to a Linux source tree".into(),
+            ));
+        }
+        if !is_kernel_tree(Path::new(dir)) {
+            return Err(Error(format!(
+                "set [benchmarks.linux_build] source_dir to a Linux source tree: {dir:?} is not one (no Makefile, Kconfig, kernel/ and arch/)"
+            )));
+        }
+        if !Path::new(dir).join(".config").is_file() {
+            return Err(Error(format!(
+                "{dir:?} has no .config: run `make -C {dir} defconfig` (or olddefconfig) first"
+            )));
+        }
+        let hint = "apt-get install build-essential bc bison flex libelf-dev libssl-dev";
+        workload::require_program("make", hint)?;
+        workload::require_program("gcc", hint)?;
+        Ok(())
+    }
+
+    fn setup(&mut self) -> Result<()> {
+        if self.settings.clean_first {
+            let mut cmd = Command::new("make");
+            cmd.arg("-C").arg(&self.settings.source_dir).arg("clean");
+            run_to_end(cmd, "make clean")?;
+        }
+        self.machine
+            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+    }
+
+    fn launch(&mut self) -> Result<()> {
+        let mut cmd = Command::new("make");
+        cmd.arg("-C")
+            .arg(&self.settings.source_dir)
+            .arg(format!("-j{}", self.jobs()))
+            .arg(&self.settings.target);
+        self.work = Some(Workload::spawn(cmd, "make (linux_build)")?);
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Result<Option<i32>> {
+        poll_of(&mut self.work, Self::NAME)
+    }
+
+    fn kill(&mut self) -> Result<()> {
+        let stopped = stop(&mut self.work);
+        let restored = self.machine.restore();
+        stopped.and(restored)
+    }
+}
+
+// ---------------------------------------------------------------- gap
+
+/// Settings of [`Gap`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GapSettings {
+    pub drop_page_cache: bool,
+    pub thp_mode: String,
+    pub suite_dir: String,
+    pub scale: u32,
+    pub trials: u32,
+}
+
+impl Default for GapSettings {
+    fn default() -> Self {
+        Self {
+            drop_page_cache: true,
+            thp_mode: String::new(),
+            suite_dir: String::new(),
+            scale: 20,
+            trials: 3,
+        }
+    }
+}
+
+/// `<suite_dir>/pr -g <scale> -n <trials>`: PageRank on a Kronecker graph.
+pub struct Gap {
+    settings: GapSettings,
+    machine: Machine,
+    work: Option<Workload>,
+}
+
+impl Gap {
+    fn pr(&self) -> PathBuf {
+        Path::new(&self.settings.suite_dir).join("pr")
+    }
+}
+
+impl BenchmarkImpl for Gap {
+    const NAME: &'static str = "gap";
+    const DESCRIPTION: &'static str =
+        "PageRank (pr) from a GAP benchmark suite directory on a generated Kronecker graph";
+    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
+drop_page_cache = true
+# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+thp_mode = ""
+# A built GAP benchmark suite (https://github.com/sbeamer/gapbs) holding the pr binary (required).
+suite_dir = ""
+# Kronecker graph of 2^scale vertices (pr -g).
+scale = 20
+# PageRank trials (pr -n).
+trials = 3
+"#;
+
+    fn new(args: &StartArgs) -> Result<Self> {
+        let settings: GapSettings = parse(Self::NAME, &args.config_json)?;
+        check_thp(Self::NAME, &settings.thp_mode)?;
+        if settings.scale == 0 || settings.trials == 0 {
+            return Err(Error(
+                "[benchmarks.gap]: scale and trials must be at least 1".into(),
+            ));
+        }
+        Ok(Self {
+            settings,
+            machine: Machine::default(),
+            work: None,
+        })
+    }
+
+    fn is_configured(&self) -> Result<()> {
+        let dir = &self.settings.suite_dir;
+        if dir.is_empty() {
+            return Err(Error(
+                "set [benchmarks.gap] suite_dir to a built GAP benchmark suite (git clone https://github.com/sbeamer/gapbs && make -C gapbs)".into(),
+            ));
+        }
+        let pr = self.pr();
+        let executable = std::fs::metadata(&pr)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+        if !executable {
+            return Err(Error(format!(
+                "[benchmarks.gap] suite_dir = {dir:?} has no executable pr: build the suite there (make -C {dir})"
+            )));
+        }
+        Ok(())
+    }
+
+    fn setup(&mut self) -> Result<()> {
+        self.machine
+            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+    }
+
+    fn launch(&mut self) -> Result<()> {
+        let mut cmd = Command::new(self.pr());
+        cmd.arg("-g")
+            .arg(self.settings.scale.to_string())
+            .arg("-n")
+            .arg(self.settings.trials.to_string());
+        self.work = Some(Workload::spawn(cmd, "gap pr")?);
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Result<Option<i32>> {
+        poll_of(&mut self.work, Self::NAME)
+    }
+
+    fn kill(&mut self) -> Result<()> {
+        let stopped = stop(&mut self.work);
+        let restored = self.machine.restore();
+        stopped.and(restored)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kernmlops_plugin_sdk::testing::start_args;
+
+    #[test]
+    fn linux_build_needs_a_kernel_tree() {
+        let b = LinuxBuild::new(&start_args("{}")).expect("defaults");
+        let e = b.is_configured().expect_err("no source_dir");
+        assert_eq!(
+            e.0,
+            "set [benchmarks.linux_build] source_dir to a Linux source tree"
+        );
+        let b = LinuxBuild::new(&start_args(r#"{"source_dir": "/tmp"}"#)).expect("settings");
+        let e = b.is_configured().expect_err("not a kernel tree");
+        assert!(
+            e.0.starts_with("set [benchmarks.linux_build] source_dir to a Linux source tree")
+                && e.0.contains("\"/tmp\" is not one"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn linux_build_jobs_default_to_cpus() {
+        let b = LinuxBuild::new(&start_args("{}")).expect("defaults");
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        assert_eq!(b.jobs(), cpus);
+        let b = LinuxBuild::new(&start_args(r#"{"jobs": 3}"#)).expect("settings");
+        assert_eq!(b.jobs(), 3);
+    }
+
+    #[test]
+    fn gap_needs_a_suite_with_pr() {
+        let g = Gap::new(&start_args("{}")).expect("defaults");
+        let e = g.is_configured().expect_err("no suite_dir");
+        assert!(e.0.starts_with("set [benchmarks.gap] suite_dir"), "{e}");
+        let g = Gap::new(&start_args(r#"{"suite_dir": "/tmp"}"#)).expect("settings");
+        let e = g.is_configured().expect_err("no pr");
+        assert!(e.0.contains("has no executable pr"), "{e}");
+    }
+}
