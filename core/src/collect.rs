@@ -327,7 +327,9 @@ pub fn run(
     let mut last_manifest = Instant::now();
     let mut last_poll = Instant::now();
     let mut stopped_by: Option<&str> = None;
+    let mut status = StatusLine::new();
     loop {
+        status.update(begun.elapsed(), &running);
         if stop.load(Ordering::SeqCst) {
             stopped_by = Some("signal");
             break;
@@ -368,6 +370,7 @@ pub fn run(
         }
         thread::sleep(Duration::from_millis(20));
     }
+    status.clear();
     stop.store(true, Ordering::SeqCst);
     if let Some((name, _, b)) = bench.as_mut() {
         // Always: whatever ended the run, nothing of the workload stays.
@@ -468,6 +471,86 @@ pub fn run(
         errors: man.errors.clone(),
         attach_ms,
     })
+}
+
+/// A live one-line status on a terminal (elapsed time, rows per table, row
+/// rate, lost events), redrawn twice a second; silent when stderr is not a
+/// terminal, so logs and pipes stay clean.
+struct StatusLine {
+    enabled: bool,
+    shown: bool,
+    last: Instant,
+    last_rows: u64,
+}
+
+impl StatusLine {
+    fn new() -> Self {
+        // SAFETY: isatty only inspects the descriptor.
+        let enabled = unsafe { libc::isatty(2) } == 1;
+        Self {
+            enabled,
+            shown: false,
+            last: Instant::now(),
+            last_rows: 0,
+        }
+    }
+
+    fn update(&mut self, elapsed: Duration, running: &[Running]) {
+        if !self.enabled || self.last.elapsed() < Duration::from_millis(500) {
+            return;
+        }
+        let mut rows = 0;
+        let mut lost = 0;
+        let mut parts = Vec::new();
+        for r in running {
+            for (t, c) in r.tables.iter().zip(&r.counters) {
+                let n = c.rows.load(Ordering::Relaxed);
+                rows += n;
+                lost += c.lost.load(Ordering::Relaxed);
+                parts.push(format!("{t} {n}"));
+            }
+        }
+        let rate = (rows.saturating_sub(self.last_rows)) as f64 / self.last.elapsed().as_secs_f64();
+        self.last = Instant::now();
+        self.last_rows = rows;
+        let mut line = format!(
+            "{:>7.1}s  {:>9.0} rows/s  lost {lost}  |  {}",
+            elapsed.as_secs_f64(),
+            rate,
+            parts.join("  ")
+        );
+        // Keep to one terminal line.
+        let width = terminal_width();
+        if line.chars().count() >= width {
+            line = line
+                .chars()
+                .take(width.saturating_sub(2))
+                .collect::<String>()
+                + "…";
+        }
+        eprint!("\r\x1b[2K{line}");
+        self.shown = true;
+    }
+
+    fn clear(&mut self) {
+        if self.shown {
+            eprint!("\r\x1b[2K");
+            self.shown = false;
+        }
+    }
+}
+
+/// Columns of the terminal on stderr, 80 when unknown.
+fn terminal_width() -> usize {
+    // SAFETY: winsize is plain old data, filled by the ioctl.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes a winsize into a valid pointer.
+    let rc = unsafe { libc::ioctl(2, libc::TIOCGWINSZ, &mut ws) };
+    if rc == 0 && ws.ws_col > 0 {
+        usize::from(ws.ws_col)
+    } else {
+        80
+    }
 }
 
 /// The run's class: `failed` when the benchmark failed (it could not start,

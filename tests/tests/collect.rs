@@ -688,3 +688,51 @@ fn root_system_info_matches_the_machine() {
         "this kernel has BTF"
     );
 }
+
+/// On a terminal the run shows a live status line (elapsed, rows/s, lost,
+/// rows per table); piped, it stays quiet.
+#[test]
+fn root_status_line_only_on_a_terminal() {
+    if !require_root("root_status_line_only_on_a_terminal")
+        || !require_tool("status_line", "script")
+    {
+        return;
+    }
+    let _serial = serial();
+    let plugins = plugin_dir("status", &[("fixture_faulty", "faulty")]);
+    let output = temp_dir("status-out");
+    let cmd = format!(
+        "{} run --plugin-dir {} --plugins ticker --duration 1.5s --output {}",
+        kernmlops_bin().display(),
+        plugins.display(),
+        output.display()
+    );
+    // `script` gives the command a pseudo-terminal and records what it shows.
+    let on_tty = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+        .expect("script");
+    let shown = text(&on_tty.stdout);
+    assert!(on_tty.status.success(), "{shown}");
+    assert!(
+        shown.contains("rows/s") && shown.contains("lost 0") && shown.contains("ticker "),
+        "no status line:\n{shown}"
+    );
+    let piped = kernmlops(&[
+        "run",
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "ticker",
+        "--duration",
+        "1s",
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    assert!(piped.status.success());
+    assert!(
+        !text(&piped.stderr).contains("rows/s"),
+        "status line in a pipe:\n{}",
+        text(&piped.stderr)
+    );
+}
