@@ -260,3 +260,33 @@ fn root_memcached_exits_zero_and_leaves_nothing() {
     assert!(left.is_empty(), "left running: {left:?}");
     assert!(!alive(server), "memcached {server} survived kill()");
 }
+
+/// The selected mode in the kernel's own THP file.
+fn thp_now() -> Option<String> {
+    let text = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?;
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')))
+        .map(str::to_owned)
+}
+
+#[test]
+fn root_thp_mode_is_set_and_restored() {
+    if !testing::require_root("root_thp_mode_is_set_and_restored") {
+        return;
+    }
+    let Some(before) = thp_now() else {
+        eprintln!("SKIP root_thp_mode_is_set_and_restored: no transparent huge pages here");
+        return;
+    };
+    let other = if before == "never" {
+        "madvise"
+    } else {
+        "never"
+    };
+    let mut b: Faux = new(&format!(r#"{{"thp_mode": "{other}"}}"#));
+    b.setup().expect("setup");
+    assert_eq!(thp_now().as_deref(), Some(other), "setup did not set THP");
+    b.launch().expect("launch");
+    b.kill().expect("kill");
+    assert_eq!(thp_now(), Some(before), "kill did not restore THP");
+}
