@@ -13,9 +13,10 @@ fi
 
 # Build: clang compiles the BPF programs, libelf/zlib/pkg-config/make build
 # the vendored libbpf. Run and test: perf (independent counts), stress tools,
-# util-linux (setpriv, unshare), fio (block I/O tests), python3 for the
-# read-back tests.
-packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc util-linux python3 python3-pip fio)
+# util-linux (setpriv, unshare), python3 for the read-back tests, and the
+# workloads the benchmarks run (fio, stress-ng, redis, memcached).
+packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc util-linux python3 python3-pip
+    fio stress-ng redis-server redis-tools memcached libmemcached-tools)
 optional=(bpftool)
 if grep -qi ubuntu /etc/os-release 2>/dev/null; then
     optional+=(linux-tools-common "linux-tools-$(uname -r)")
@@ -29,8 +30,16 @@ for p in "${packages[@]}"; do
 done
 if [ "${#missing[@]}" -gt 0 ]; then
     say "installing ${missing[*]}"
+    # Server packages (redis, memcached) must not start system services:
+    # benchmarks run their own instances on free loopback ports.
+    policy=/usr/sbin/policy-rc.d
+    own_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && own_policy=1
+    fi
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    [ "$own_policy" = 1 ] && rm -f "$policy"
 fi
 for p in "${optional[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
