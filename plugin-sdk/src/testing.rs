@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use kernmlops_plugin_api::{spec, ColumnKind, TIMESTAMP_COLUMN};
 
-use crate::{Batch, ProbeImpl, StartArgs, TableDecl};
+use crate::{Batch, BenchmarkImpl, ProbeImpl, StartArgs, TableDecl};
 
 /// Panics, naming the rule, unless `P`'s declaration would load in the host:
 /// the probe's name matches `P::NAME`, and every table passes the spec.
@@ -60,20 +60,31 @@ where
     P: ProbeImpl,
     C: serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
 {
-    let table: toml::Table = toml::from_str(P::CONFIG_DEFAULTS)
-        .unwrap_or_else(|e| panic!("{}: CONFIG_DEFAULTS is not TOML: {e}", P::NAME));
-    let json = serde_json::to_value(&table).unwrap_or_else(|e| panic!("{}: {e}", P::NAME));
-    let parsed: C = serde_json::from_value(json).unwrap_or_else(|e| {
-        panic!(
-            "{}: CONFIG_DEFAULTS does not fit the settings: {e}",
-            P::NAME
-        )
-    });
+    check_defaults_text::<C>(P::NAME, P::CONFIG_DEFAULTS);
+}
+
+/// [`check_config_defaults`] for a benchmark.
+pub fn check_benchmark_config_defaults<B, C>()
+where
+    B: BenchmarkImpl,
+    C: serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
+{
+    check_defaults_text::<C>(B::NAME, B::CONFIG_DEFAULTS);
+}
+
+fn check_defaults_text<C>(name: &str, text: &str)
+where
+    C: serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
+{
+    let table: toml::Table =
+        toml::from_str(text).unwrap_or_else(|e| panic!("{name}: CONFIG_DEFAULTS is not TOML: {e}"));
+    let json = serde_json::to_value(&table).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let parsed: C = serde_json::from_value(json)
+        .unwrap_or_else(|e| panic!("{name}: CONFIG_DEFAULTS does not fit the settings: {e}"));
     assert_eq!(
         parsed,
         C::default(),
-        "{}: CONFIG_DEFAULTS differs from the settings' Default",
-        P::NAME
+        "{name}: CONFIG_DEFAULTS differs from the settings' Default"
     );
 }
 

@@ -509,11 +509,7 @@ mod tests {
     where
         S: serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
     {
-        let table: toml::Table = toml::from_str(B::CONFIG_DEFAULTS)
-            .unwrap_or_else(|e| panic!("{}: CONFIG_DEFAULTS is not TOML: {e}", B::NAME));
-        let json = serde_json::to_string(&table).expect("TOML table as JSON");
-        let parsed: S = parse(B::NAME, &json).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(parsed, S::default(), "{}: CONFIG_DEFAULTS differs", B::NAME);
+        kernmlops_plugin_sdk::testing::check_benchmark_config_defaults::<B, S>();
     }
 
     pub(crate) fn new_err<B: BenchmarkImpl>(json: &str) -> String {
