@@ -9,6 +9,8 @@ pub mod clock;
 pub mod collect;
 pub mod config;
 pub mod decode;
+pub mod dump;
+pub mod export;
 pub mod features;
 pub mod manifest;
 pub mod perf_list;

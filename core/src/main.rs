@@ -76,6 +76,37 @@ killed, `kernmlops repair <collection folder>` makes the files readable.")]
         /// A collection folder (<output>/<collection_id>).
         collection: PathBuf,
     },
+    /// Write collections as the training dataset:
+    /// <to>/{curated,baseline,failed}/<table>/<collection_id>.<benchmark>.parquet.
+    #[command(after_help = "Examples:
+  kernmlops export --parquet
+  kernmlops export --parquet --data /data/runs --to /data/dataset 3f2a
+
+The class is the run's: curated, baseline or failed. <benchmark> is `none`
+without one. Exporting again overwrites. Read the result in Python with
+python/kernmlops_data.py: read_parquet_dir(\"data/curated\").")]
+    Export {
+        /// Write Parquet files (the only format).
+        #[arg(long, required = true)]
+        parquet: bool,
+        /// Folder holding the collections [default: collect.output, "data"].
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+        /// Where the class folders go [default: the data folder].
+        #[arg(long, value_name = "DIR")]
+        to: Option<PathBuf>,
+        /// Collection ids or id prefixes [default: every collection].
+        collections: Vec<String>,
+    },
+    /// Summarise each table of a collection: rows, lost events, time span,
+    /// min/mean/max of its numeric columns.
+    Dump {
+        /// Folder holding the collections [default: collect.output, "data"].
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+        /// A collection id, id prefix or folder [default: the newest].
+        collection: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -153,6 +184,13 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Repair { collection } => repair(&collection),
         Command::Config { what } => config_command(&cfg, cli.plugin_dir.as_deref(), what),
         Command::PerfList { json } => perf_list(json),
+        Command::Export {
+            parquet: _,
+            data,
+            to,
+            collections,
+        } => export(&cfg, data, to, &collections),
+        Command::Dump { data, collection } => dump(&cfg, data, collection),
     }
 }
 
@@ -522,6 +560,65 @@ fn repair(dir: &Path) -> Result<ExitCode> {
                 file.display()
             ),
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn export(
+    cfg: &Config,
+    data: Option<PathBuf>,
+    to: Option<PathBuf>,
+    selectors: &[String],
+) -> Result<ExitCode> {
+    let data = data.unwrap_or_else(|| PathBuf::from(&cfg.collect.output));
+    let to = to.unwrap_or_else(|| data.clone());
+    let dirs = kernmlops::export::find_collections(&data, selectors).map_err(anyhow::Error::msg)?;
+    let (mut files, mut rows) = (0, 0);
+    for dir in dirs {
+        match kernmlops::export::export_collection(&dir, &to).map_err(anyhow::Error::msg)? {
+            kernmlops::export::Outcome::Exported {
+                collection_id,
+                class,
+                files: written,
+            } => {
+                println!("{collection_id} ({class})");
+                for w in written {
+                    println!("  {:>10} rows  {}", w.rows, w.path.display());
+                    files += 1;
+                    rows += w.rows;
+                }
+            }
+            kernmlops::export::Outcome::Skipped {
+                collection_id,
+                reason,
+            } => eprintln!("warning: {collection_id} not exported: {reason}"),
+        }
+    }
+    println!("{files} files, {rows} rows under {}", to.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn dump(cfg: &Config, data: Option<PathBuf>, collection: Option<String>) -> Result<ExitCode> {
+    let data = data.unwrap_or_else(|| PathBuf::from(&cfg.collect.output));
+    let dir = match collection {
+        None => kernmlops::dump::newest_collection(&data).map_err(anyhow::Error::msg)?,
+        Some(c) if Path::new(&c).join("manifest.json").is_file() => PathBuf::from(c),
+        Some(c) => {
+            let found = kernmlops::export::find_collections(&data, std::slice::from_ref(&c))
+                .map_err(anyhow::Error::msg)?;
+            if found.len() > 1 {
+                bail!(
+                    "{c:?} matches {} collections; give more of the id",
+                    found.len()
+                );
+            }
+            found.into_iter().next().context("no collection")?
+        }
+    };
+    println!("collection {}", dir.display());
+    let tables = kernmlops::dump::summarize_collection(&dir).map_err(anyhow::Error::msg)?;
+    for t in &tables {
+        print!("{}", kernmlops::dump::render(t));
     }
     Ok(ExitCode::SUCCESS)
 }

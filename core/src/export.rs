@@ -1,0 +1,371 @@
+//! `kernmlops export --parquet`: turns collection folders (`manifest.json`
+//! plus one `<table>.arrow` per table) into the dataset layout researchers
+//! train from, `<to>/{curated,baseline,failed}/<table>/<collection_id>.<benchmark>.parquet`.
+//!
+//! The Arrow schema travels inside each Parquet file (types, field
+//! metadata, the dictionary-encoded `collection_id`), so readers get the
+//! declared types back.
+
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+};
+
+use arrow_ipc::reader::FileReader;
+use parquet::{arrow::ArrowWriter, basic::Compression, file::properties::WriterProperties};
+
+use crate::manifest::Manifest;
+
+/// The run classes a collection is exported under.
+pub const CLASSES: [&str; 3] = ["curated", "baseline", "failed"];
+
+/// One Parquet file written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Written {
+    pub table: String,
+    pub path: PathBuf,
+    pub rows: u64,
+}
+
+/// What happened to one collection.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Exported {
+        collection_id: String,
+        class: String,
+        files: Vec<Written>,
+    },
+    /// Not exported; the reason says what to do.
+    Skipped {
+        collection_id: String,
+        reason: String,
+    },
+}
+
+/// Collection folders under `data` (those holding a `manifest.json`),
+/// sorted by name; with `selectors`, only those whose folder name equals or
+/// starts with one of them. A selector matching nothing is an error.
+pub fn find_collections(data: &Path, selectors: &[String]) -> Result<Vec<PathBuf>, String> {
+    let entries = std::fs::read_dir(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    let mut all: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("manifest.json").is_file())
+        .collect();
+    all.sort();
+    if selectors.is_empty() {
+        return Ok(all);
+    }
+    let name = |p: &Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let mut chosen = Vec::new();
+    for sel in selectors {
+        let hits: Vec<&PathBuf> = all.iter().filter(|p| name(p).starts_with(sel)).collect();
+        if hits.is_empty() {
+            return Err(format!(
+                "no collection {sel:?} under {} (a collection id or its prefix)",
+                data.display()
+            ));
+        }
+        for h in hits {
+            if !chosen.contains(h) {
+                chosen.push(h.clone());
+            }
+        }
+    }
+    chosen.sort();
+    Ok(chosen)
+}
+
+/// The class a collection is exported under, or why it is not exported.
+pub fn export_class(man: &Manifest) -> Result<&'static str, String> {
+    match man.run_class.as_str() {
+        "curated" => Ok("curated"),
+        "baseline" => Ok("baseline"),
+        "failed" => Ok("failed"),
+        // Crashed, then made readable by `kernmlops repair`.
+        "running" if man.status == "repaired" => Ok("failed"),
+        "running" => Err(
+            "still running or crashed; if it crashed, run `kernmlops repair <collection folder>` first"
+                .into(),
+        ),
+        // Older manifests, or a crash before the class was written.
+        "" => Ok("failed"),
+        other => Err(format!("unknown run class {other:?}")),
+    }
+}
+
+/// `<benchmark name>` or `none`, as used in file names.
+pub fn benchmark_label(man: &Manifest) -> String {
+    man.benchmark
+        .as_ref()
+        .map(|b| b.name.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "none".into())
+}
+
+/// The `<table>.arrow` files of a collection folder, by table name.
+pub fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut tables: Vec<(String, PathBuf)> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "arrow"))
+        .filter_map(|p| Some((p.file_stem()?.to_str()?.to_owned(), p.clone())))
+        .collect();
+    tables.sort();
+    Ok(tables)
+}
+
+/// Exports one collection folder under `to`, overwriting earlier exports.
+pub fn export_collection(dir: &Path, to: &Path) -> Result<Outcome, String> {
+    let man = Manifest::read(dir).map_err(|e| format!("{}/manifest.json: {e}", dir.display()))?;
+    let collection_id = if man.collection_id.is_empty() {
+        dir.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    } else {
+        man.collection_id.clone()
+    };
+    let class = match export_class(&man) {
+        Ok(c) => c,
+        Err(reason) => {
+            return Ok(Outcome::Skipped {
+                collection_id,
+                reason,
+            });
+        }
+    };
+    let bench = benchmark_label(&man);
+    let mut files = Vec::new();
+    for (table, src) in table_files(dir)? {
+        let dst = to
+            .join(class)
+            .join(&table)
+            .join(format!("{collection_id}.{bench}.parquet"));
+        let rows = arrow_to_parquet(&src, &dst)?;
+        files.push(Written {
+            table,
+            path: dst,
+            rows,
+        });
+    }
+    // The same collection exported earlier under another class (e.g.
+    // repaired since) must not stay there too.
+    for other in CLASSES.iter().filter(|c| **c != class) {
+        for w in &files {
+            let stale = to
+                .join(other)
+                .join(&w.table)
+                .join(format!("{collection_id}.{bench}.parquet"));
+            if stale.is_file() {
+                std::fs::remove_file(&stale).map_err(|e| format!("{}: {e}", stale.display()))?;
+            }
+        }
+    }
+    Ok(Outcome::Exported {
+        collection_id,
+        class: class.into(),
+        files,
+    })
+}
+
+/// Copies an Arrow IPC file into a Snappy-compressed Parquet file with the
+/// same schema, written atomically (a reader sees the old or the new file).
+/// Returns the row count.
+pub fn arrow_to_parquet(src: &Path, dst: &Path) -> Result<u64, String> {
+    let open = File::open(src).map_err(|e| format!("{}: {e}", src.display()))?;
+    let reader = FileReader::try_new(open, None).map_err(|e| {
+        format!(
+            "{}: {e} (if the run crashed, run `kernmlops repair` on its folder)",
+            src.display()
+        )
+    })?;
+    let parent = dst
+        .parent()
+        .ok_or_else(|| format!("{}: no parent folder", dst.display()))?;
+    std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let tmp = dst.with_extension("parquet.tmp");
+    let out = File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .build();
+    let mut writer = ArrowWriter::try_new(out, reader.schema(), Some(props))
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let mut rows = 0u64;
+    for batch in reader {
+        let batch = batch.map_err(|e| format!("{}: {e}", src.display()))?;
+        rows += batch.num_rows() as u64;
+        writer
+            .write(&batch)
+            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    }
+    writer
+        .close()
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, dst).map_err(|e| format!("{}: {e}", dst.display()))?;
+    Ok(rows)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::{collections::HashMap, sync::Arc};
+
+    use arrow_array::{
+        types::Int32Type, DictionaryArray, RecordBatch, RecordBatchReader, StringArray, UInt64Array,
+    };
+    use arrow_ipc::writer::FileWriter;
+    use arrow_schema::{DataType, Field, Schema};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    use super::*;
+
+    pub(crate) fn tempdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("kml-export-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("temp dir");
+        d
+    }
+
+    pub(crate) fn write_arrow(path: &Path, ts: &[u64]) {
+        let meta = HashMap::from([("unit".to_string(), "us".to_string())]);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("ts_uptime_us", DataType::UInt64, false).with_metadata(meta),
+            Field::new("label", DataType::Utf8, true),
+            Field::new(
+                "collection_id",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                false,
+            ),
+        ]));
+        let n = ts.len();
+        let labels: Vec<String> = (0..n).map(|i| format!("l{i}")).collect();
+        let dict: DictionaryArray<Int32Type> = std::iter::repeat_n("c1", n).collect();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(UInt64Array::from(ts.to_vec())),
+                Arc::new(StringArray::from(labels)),
+                Arc::new(dict),
+            ],
+        )
+        .expect("batch");
+        let mut w =
+            FileWriter::try_new(File::create(path).expect("create"), &schema).expect("writer");
+        w.write(&batch).expect("write");
+        w.finish().expect("finish");
+    }
+
+    fn manifest_json(id: &str, class: &str, bench: Option<&str>) -> String {
+        let bench = match bench {
+            Some(b) => format!(
+                r#"{{"name":"{b}","plugin":"p","exit_code":0,"stopped_by":null,"error":null,"start_uptime_us":null,"end_uptime_us":null}}"#
+            ),
+            None => "null".into(),
+        };
+        format!(
+            r#"{{"kernmlops_version":"0","collection_id":"{id}","status":"complete","command":[],"config":{{}},
+"hostname":"h","kernel_release":"r","kernel_version":"v","start":{{"uptime_us":1,"unix_us":1,"utc":"x"}},
+"end":null,"plugins":[],"refused_plugins":[],"probes":[],
+"tables":{{"ticks":{{"probe":"t","file":"ticks.arrow","rows":3,"lost_events":2}}}},
+"errors":[],"run_class":"{class}","benchmark":{bench}}}"#
+        )
+    }
+
+    pub(crate) fn collection(data: &Path, id: &str, class: &str, bench: Option<&str>) -> PathBuf {
+        let dir = data.join(id);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("manifest.json"), manifest_json(id, class, bench))
+            .expect("manifest");
+        write_arrow(&dir.join("ticks.arrow"), &[1_000_000, 2_000_000, 4_000_000]);
+        dir
+    }
+
+    #[test]
+    fn exports_with_the_declared_types_and_layout() {
+        let data = tempdir("layout");
+        let dir = collection(&data, "abc123", "curated", Some("redis"));
+        let to = data.join("export");
+        let out = export_collection(&dir, &to).expect("export");
+        let Outcome::Exported { class, files, .. } = out else {
+            panic!("skipped: {out:?}")
+        };
+        assert_eq!(class, "curated");
+        let path = to.join("curated/ticks/abc123.redis.parquet");
+        assert_eq!(
+            files,
+            vec![Written {
+                table: "ticks".into(),
+                path: path.clone(),
+                rows: 3
+            }]
+        );
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).expect("open"))
+            .expect("parquet")
+            .build()
+            .expect("reader");
+        let schema = reader.schema();
+        assert_eq!(
+            schema
+                .field_with_name("ts_uptime_us")
+                .expect("ts")
+                .data_type(),
+            &DataType::UInt64
+        );
+        assert_eq!(
+            schema
+                .field_with_name("ts_uptime_us")
+                .expect("ts")
+                .metadata()
+                .get("unit")
+                .map(String::as_str),
+            Some("us")
+        );
+        assert!(matches!(
+            schema
+                .field_with_name("collection_id")
+                .expect("id")
+                .data_type(),
+            DataType::Dictionary(_, _)
+        ));
+        let rows: usize = reader.map(|b| b.expect("batch").num_rows()).sum();
+        assert_eq!(rows, 3);
+        // Idempotent: exporting again overwrites the same file.
+        export_collection(&dir, &to).expect("again");
+        assert!(path.is_file());
+        assert!(!to.join("curated/ticks/abc123.redis.parquet.tmp").exists());
+    }
+
+    #[test]
+    fn classes_and_benchmark_names() {
+        let data = tempdir("classes");
+        let to = data.join("export");
+        let failed = collection(&data, "f1", "failed", Some("shell"));
+        export_collection(&failed, &to).expect("failed");
+        assert!(to.join("failed/ticks/f1.shell.parquet").is_file());
+        let base = collection(&data, "b1", "baseline", None);
+        export_collection(&base, &to).expect("baseline");
+        assert!(to.join("baseline/ticks/b1.none.parquet").is_file());
+        let running = collection(&data, "r1", "running", None);
+        let out = export_collection(&running, &to).expect("running");
+        assert!(
+            matches!(&out, Outcome::Skipped { reason, .. } if reason.contains("kernmlops repair")),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn selects_collections_by_prefix() {
+        let data = tempdir("select");
+        collection(&data, "aa11", "curated", None);
+        collection(&data, "aa22", "curated", None);
+        collection(&data, "bb33", "curated", None);
+        std::fs::create_dir_all(data.join("curated")).expect("mkdir");
+        assert_eq!(find_collections(&data, &[]).expect("all").len(), 3);
+        let aa = find_collections(&data, &["aa".into()]).expect("aa");
+        assert_eq!(aa, vec![data.join("aa11"), data.join("aa22")]);
+        let err = find_collections(&data, &["zz".into()]).expect_err("none");
+        assert!(err.contains("zz"), "{err}");
+    }
+}
