@@ -186,8 +186,10 @@ pub fn newest_collection(data: &Path) -> Result<std::path::PathBuf, String> {
 fn number(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{v:.0}")
-    } else if v.abs() >= 1e6 || v.abs() < 1e-3 && v != 0.0 {
+    } else if v.abs() >= 1e15 || (v.abs() < 1e-3 && v != 0.0) {
         format!("{v:.4e}")
+    } else if v.abs() >= 1000.0 {
+        format!("{v:.1}")
     } else {
         format!("{v:.3}")
     }
