@@ -9,14 +9,15 @@ use std::{
 
 use abi_stable::{
     sabi_trait::TD_Opaque,
-    std_types::{RResult, RString, RVec},
+    std_types::{RResult, RStr, RString, RVec},
 };
 use kernmlops_plugin_api::{
-    Batch, Benchmark, BenchmarkBox, BenchmarkDecl, BenchmarkStatus, Benchmark_TO, PluginInfo,
-    PluginResult, Probe, ProbeBox, Probe_TO, StartArgs, TableDecl, DATA_CONTRACT_VERSION,
+    Batch, Benchmark, BenchmarkBox, BenchmarkDecl, BenchmarkStatus, Benchmark_TO, Graph, GraphBox,
+    GraphDecl, Graph_TO, PluginInfo, PluginResult, Probe, ProbeBox, Probe_TO, StartArgs, TableDecl,
+    DATA_CONTRACT_VERSION,
 };
 
-use crate::{BenchmarkImpl, ProbeImpl};
+use crate::{BenchmarkImpl, GraphImpl, ProbeImpl};
 
 /// Text of a panic payload.
 fn panic_message(payload: Box<dyn Any + Send>) -> String {
@@ -231,5 +232,46 @@ impl<B: BenchmarkImpl> Benchmark for GuardedBenchmark<B> {
 
     fn kill(&mut self) -> PluginResult<()> {
         self.call("killing", |b| b.kill())
+    }
+}
+
+pub fn graph_decl<G: GraphImpl>() -> GraphDecl {
+    GraphDecl {
+        name: G::NAME.into(),
+        description: G::DESCRIPTION.into(),
+        tables: G::TABLES.iter().map(|t| RString::from(*t)).collect(),
+    }
+}
+
+pub fn new_graph<G: GraphImpl>(args: &StartArgs) -> PluginResult<GraphBox> {
+    guarded("preparing the graph", || G::new(args))
+        .map(|g| Graph_TO::from_value(GuardedGraph { inner: g }, TD_Opaque))
+}
+
+/// A graph behind the ABI.
+struct GuardedGraph<G> {
+    inner: G,
+}
+
+impl<G: GraphImpl> Graph for GuardedGraph<G> {
+    fn render(
+        &mut self,
+        collection_dir: RStr<'_>,
+        out_dir: RStr<'_>,
+    ) -> PluginResult<RVec<RString>> {
+        let inner = &mut self.inner;
+        guarded("rendering", || {
+            inner
+                .render(
+                    std::path::Path::new(collection_dir.as_str()),
+                    std::path::Path::new(out_dir.as_str()),
+                )
+                .map(|files| {
+                    files
+                        .iter()
+                        .map(|f| RString::from(f.display().to_string()))
+                        .collect()
+                })
+        })
     }
 }

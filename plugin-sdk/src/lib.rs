@@ -121,10 +121,32 @@ pub trait BenchmarkImpl: Sized + Send + 'static {
     fn kill(&mut self) -> Result<()>;
 }
 
+/// A graph written in plain Rust: renders images from the tables of a
+/// collection folder. [`export_plugin!`] exports it with every call guarded.
+pub trait GraphImpl: Sized + Send + 'static {
+    /// The graph's name, as users see it in `kernmlops plugins`.
+    const NAME: &'static str;
+    /// One line saying what it shows.
+    const DESCRIPTION: &'static str;
+    /// Tables it reads; the host offers it when all of them exist.
+    const TABLES: &'static [&'static str];
+
+    fn new(args: &StartArgs) -> Result<Self>;
+    /// Renders from `collection_dir` into `out_dir`, returning the files
+    /// written (PNG and SVG).
+    fn render(
+        &mut self,
+        collection_dir: &std::path::Path,
+        out_dir: &std::path::Path,
+    ) -> Result<Vec<std::path::PathBuf>>;
+}
+
 /// Not public API: used by the code [`export_plugin!`] generates.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::guard::{benchmark_decl, info, list, new_benchmark, new_probe, no_such_probe};
+    pub use crate::guard::{
+        benchmark_decl, graph_decl, info, list, new_benchmark, new_graph, new_probe, no_such_probe,
+    };
     pub use abi_stable;
     pub use kernmlops_plugin_api::{
         abi_stable::{
@@ -153,9 +175,15 @@ pub mod __private {
 #[macro_export]
 macro_rules! export_plugin {
     (description: $desc:expr, probes: [$($probe:ty),* $(,)?] $(,)?) => {
-        $crate::export_plugin! { description: $desc, probes: [$($probe),*], benchmarks: [] }
+        $crate::export_plugin! { description: $desc, probes: [$($probe),*], benchmarks: [], graphs: [] }
     };
     (description: $desc:expr, probes: [$($probe:ty),* $(,)?], benchmarks: [$($bench:ty),* $(,)?] $(,)?) => {
+        $crate::export_plugin! { description: $desc, probes: [$($probe),*], benchmarks: [$($bench),*], graphs: [] }
+    };
+    (description: $desc:expr, probes: [$($probe:ty),* $(,)?], graphs: [$($graph:ty),* $(,)?] $(,)?) => {
+        $crate::export_plugin! { description: $desc, probes: [$($probe),*], benchmarks: [], graphs: [$($graph),*] }
+    };
+    (description: $desc:expr, probes: [$($probe:ty),* $(,)?], benchmarks: [$($bench:ty),* $(,)?], graphs: [$($graph:ty),* $(,)?] $(,)?) => {
         mod __kernmlops_plugin_export {
             #[allow(unused_imports)]
             use super::*;
@@ -182,13 +210,19 @@ macro_rules! export_plugin {
             }
 
             extern "C" fn graphs() -> p::PluginResult<p::RVec<p::GraphDecl>> {
-                p::list(Vec::new)
+                p::list(|| vec![$(p::graph_decl::<$graph>()),*])
             }
 
             extern "C" fn new_graph(
                 name: p::RStr<'_>,
-                _args: &p::StartArgs,
+                args: &p::StartArgs,
             ) -> p::PluginResult<p::GraphBox> {
+                $(
+                    if name.as_str() == <$graph as $crate::GraphImpl>::NAME {
+                        return p::new_graph::<$graph>(args);
+                    }
+                )*
+                let _ = args;
                 p::PluginResult::RErr(format!("this plugin has no graph named {name}").into())
             }
 
