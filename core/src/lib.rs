@@ -12,6 +12,7 @@ pub mod decode;
 pub mod dump;
 pub mod export;
 pub mod features;
+pub mod graph;
 pub mod manifest;
 pub mod perf_list;
 pub mod plugin;

@@ -71,6 +71,15 @@ killed, `kernmlops repair <collection folder>` makes the files readable.")]
         #[command(subcommand)]
         what: ConfigCommand,
     },
+    /// Render the graphs of a collection (PNG and SVG, into its graphs/
+    /// folder): every graph whose tables the collection has.
+    Graph {
+        /// A collection id, id prefix or folder [default: the newest].
+        collection: Option<String>,
+        /// Folder holding collections [default: collect.output].
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
     /// Make the table files of a crashed collection readable again.
     Repair {
         /// A collection folder (<output>/<collection_id>).
@@ -149,6 +158,9 @@ struct RunArgs {
     /// `kernmlops plugins` for the available ones).
     #[arg(long, short, value_name = "NAME")]
     benchmark: Option<String>,
+    /// Render the collection's graphs when the run ends.
+    #[arg(long)]
+    graphs: bool,
     /// With --benchmark: run it without probes, as a baseline.
     #[arg(long, requires = "benchmark", conflicts_with = "plugins")]
     baseline: bool,
@@ -191,6 +203,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             collections,
         } => export(&cfg, data, to, &collections),
         Command::Dump { data, collection } => dump(&cfg, data, collection),
+        Command::Graph { collection, data } => {
+            let dir = resolve_collection(&cfg, data, collection)?;
+            graphs(&cfg, cli.plugin_dir.as_deref(), &dir)
+        }
     }
 }
 
@@ -353,6 +369,9 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         "  manifest: {}",
         summary.dir.join("manifest.json").display()
     );
+    if args.graphs {
+        graphs(cfg, plugin_flag, &summary.dir)?;
+    }
     if summary.errors.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
@@ -406,6 +425,15 @@ fn plugins(cfg: &Config, plugin_flag: Option<&Path>) -> Result<ExitCode> {
         }
         for b in &p.benchmarks {
             println!("    benchmark {}: {}", b.name, b.description);
+        }
+        for g in &p.graphs {
+            let tables: Vec<&str> = g.tables.iter().map(|t| t.as_str()).collect();
+            println!(
+                "    graph {}: {} (needs: {})",
+                g.name,
+                g.description,
+                tables.join(", ")
+            );
         }
         for probe in &p.probes {
             println!("    probe {}: {}", probe.name, probe.description);
@@ -598,9 +626,15 @@ fn export(
     Ok(ExitCode::SUCCESS)
 }
 
-fn dump(cfg: &Config, data: Option<PathBuf>, collection: Option<String>) -> Result<ExitCode> {
+/// A collection folder from a path, an id or an id prefix under the data
+/// folder; the newest one when none is given.
+fn resolve_collection(
+    cfg: &Config,
+    data: Option<PathBuf>,
+    collection: Option<String>,
+) -> Result<PathBuf> {
     let data = data.unwrap_or_else(|| PathBuf::from(&cfg.collect.output));
-    let dir = match collection {
+    Ok(match collection {
         None => kernmlops::dump::newest_collection(&data).map_err(anyhow::Error::msg)?,
         Some(c) if Path::new(&c).join("manifest.json").is_file() => PathBuf::from(c),
         Some(c) => {
@@ -614,7 +648,43 @@ fn dump(cfg: &Config, data: Option<PathBuf>, collection: Option<String>) -> Resu
             }
             found.into_iter().next().context("no collection")?
         }
-    };
+    })
+}
+
+fn graphs(cfg: &Config, plugin_flag: Option<&Path>, dir: &Path) -> Result<ExitCode> {
+    let registry = load_registry(cfg, plugin_flag)?;
+    let rendered =
+        kernmlops::graph::render_collection(&registry, dir).map_err(anyhow::Error::msg)?;
+    if rendered.is_empty() {
+        println!(
+            "no graph applies to {} (see `kernmlops plugins` for graphs and their tables)",
+            dir.display()
+        );
+    }
+    let mut ok = true;
+    for r in rendered {
+        match r.outcome {
+            Ok(files) if files.is_empty() => println!("graph {}: nothing to draw", r.graph),
+            Ok(files) => {
+                for f in files {
+                    println!("graph {}: {}", r.graph, f.display());
+                }
+            }
+            Err(e) => {
+                ok = false;
+                eprintln!("error: graph {} (plugin {}): {e}", r.graph, r.plugin);
+            }
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn dump(cfg: &Config, data: Option<PathBuf>, collection: Option<String>) -> Result<ExitCode> {
+    let dir = resolve_collection(cfg, data, collection)?;
     println!("collection {}", dir.display());
     let tables = kernmlops::dump::summarize_collection(&dir).map_err(anyhow::Error::msg)?;
     for t in &tables {

@@ -13,7 +13,8 @@ use std::{
 
 use abi_stable::{library::lib_header_from_path, std_types::RResult};
 use kernmlops_plugin_api::{
-    BenchmarkBox, BenchmarkDecl, PluginInfo, PluginMod_Ref, ProbeBox, ProbeDecl, StartArgs,
+    BenchmarkBox, BenchmarkDecl, GraphBox, GraphDecl, PluginInfo, PluginMod_Ref, ProbeBox,
+    ProbeDecl, StartArgs,
 };
 use sha2::{Digest, Sha256};
 
@@ -50,6 +51,8 @@ pub struct Plugin {
     pub benchmarks: Vec<BenchmarkDecl>,
     /// Each benchmark's settings with defaults (TOML), by name.
     pub benchmark_defaults: BTreeMap<String, String>,
+    /// Graphs this plugin offers.
+    pub graphs: Vec<GraphDecl>,
     module: PluginMod_Ref,
 }
 
@@ -122,6 +125,13 @@ impl Plugin {
             }
             benchmark_defaults.insert(b.name.to_string(), text);
         }
+        let graphs = match module.graphs() {
+            Some(f) => match f() {
+                RResult::ROk(g) => g.into_vec(),
+                RResult::RErr(e) => return Err(LoadError::Listing(e.into())),
+            },
+            None => Vec::new(),
+        };
         Ok(Self {
             path: path.to_owned(),
             sha256,
@@ -130,6 +140,7 @@ impl Plugin {
             config_defaults,
             benchmarks,
             benchmark_defaults,
+            graphs,
             module,
         })
     }
@@ -148,6 +159,17 @@ impl Plugin {
 }
 
 impl Plugin {
+    /// Creates one of this plugin's graphs.
+    pub fn start_graph(&self, name: &str, args: &StartArgs) -> Result<GraphBox, String> {
+        let Some(new) = self.module.new_graph() else {
+            return Err(format!("plugin {} offers no graphs", self.name()));
+        };
+        match new(name.into(), args) {
+            RResult::ROk(g) => Ok(g),
+            RResult::RErr(e) => Err(e.into()),
+        }
+    }
+
     /// Creates one of this plugin's benchmarks with its settings.
     pub fn start_benchmark(&self, name: &str, args: &StartArgs) -> Result<BenchmarkBox, String> {
         let Some(new) = self.module.new_benchmark() else {
