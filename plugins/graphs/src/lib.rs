@@ -1,0 +1,340 @@
+//! Graph plugins: figures of a collection's tables (quanta run length and
+//! queued time, memory usage, block I/O queue depth and latency, perf
+//! counter rates), each written as a PNG and an SVG.
+
+use std::path::{Path, PathBuf};
+
+use kernmlops_plugin_sdk::{export_plugin, GraphImpl, Result, StartArgs};
+
+mod data;
+mod plot;
+
+use data::{group, Collection};
+use plot::{Axis, Figure, Kind, Series};
+pub use plot::{FONT_PATH, MAX_POINTS, SIZE};
+
+export_plugin! {
+    description: "Graphs: quanta run length and queued time, memory usage, block I/O queue depth and latency, perf counter rates",
+    probes: [],
+    graphs: [QuantaRuntime, QuantaQueued, MemoryUsage, BlockIo, PerfCounters],
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// A scatter of one u64 column of `table` over time, on a log y axis.
+fn scatter(dir: &Path, out: &Path, table: &str, column: &str, what: &str) -> Result<Vec<PathBuf>> {
+    let c = Collection::open(dir)?;
+    let t = c.table(table)?;
+    let ts = t.u64s("ts_uptime_us")?;
+    let ys = t.u64s(column)?;
+    let points = ts
+        .iter()
+        .zip(&ys)
+        .map(|(&ts, &y)| (c.secs(ts), y as f64))
+        .collect();
+    Figure {
+        stem: table.to_owned(),
+        title: format!("{what}: {}", c.title),
+        x_label: c.x_label(),
+        y: Axis {
+            label: format!("{column} (log scale)"),
+            log: true,
+        },
+        y2: None,
+        series: vec![Series {
+            name: String::new(),
+            points,
+            kind: Kind::Points,
+            secondary: false,
+        }],
+    }
+    .render(out)
+}
+
+/// Scatter of every quantum's run length (table `quanta_runtime`).
+pub struct QuantaRuntime;
+
+impl GraphImpl for QuantaRuntime {
+    const NAME: &'static str = "quanta_runtime";
+    const DESCRIPTION: &'static str = "Scatter of quanta run length (us, log scale) over time";
+    const TABLES: &'static [&'static str] = &["quanta_runtime"];
+
+    fn new(_args: &StartArgs) -> Result<Self> {
+        Ok(Self)
+    }
+
+    fn render(&mut self, dir: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+        scatter(
+            dir,
+            out,
+            "quanta_runtime",
+            "quanta_run_length_us",
+            "Quanta run length",
+        )
+    }
+}
+
+/// Scatter of every wake-up's time on the run queue (table
+/// `quanta_queued_time`).
+pub struct QuantaQueued;
+
+impl GraphImpl for QuantaQueued {
+    const NAME: &'static str = "quanta_queued_time";
+    const DESCRIPTION: &'static str = "Scatter of quanta queued time (us, log scale) over time";
+    const TABLES: &'static [&'static str] = &["quanta_queued_time"];
+
+    fn new(_args: &StartArgs) -> Result<Self> {
+        Ok(Self)
+    }
+
+    fn render(&mut self, dir: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+        scatter(
+            dir,
+            out,
+            "quanta_queued_time",
+            "quanta_queued_time_us",
+            "Quanta queued time",
+        )
+    }
+}
+
+/// Free, available, cached and anonymous memory in GiB over time.
+pub struct MemoryUsage;
+
+impl GraphImpl for MemoryUsage {
+    const NAME: &'static str = "memory_usage";
+    const DESCRIPTION: &'static str =
+        "Free, available, cached and active anonymous memory (GiB) over time";
+    const TABLES: &'static [&'static str] = &["memory_usage"];
+
+    fn new(_args: &StartArgs) -> Result<Self> {
+        Ok(Self)
+    }
+
+    fn render(&mut self, dir: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+        let c = Collection::open(dir)?;
+        let t = c.table("memory_usage")?;
+        let ts = t.u64s("ts_uptime_us")?;
+        let mut series = Vec::new();
+        for column in [
+            "mem_free_bytes",
+            "mem_available_bytes",
+            "cached_bytes",
+            "active_anon_bytes",
+            "anon_pages_bytes",
+        ] {
+            if !t.has(column) {
+                continue;
+            }
+            let ys = t.u64s(column)?;
+            let mut points: Vec<(f64, f64)> = ts
+                .iter()
+                .zip(&ys)
+                .map(|(&ts, &y)| (c.secs(ts), y as f64 / GIB))
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            series.push(Series {
+                name: column.trim_end_matches("_bytes").to_owned(),
+                points,
+                kind: Kind::Line,
+                secondary: false,
+            });
+        }
+        Figure {
+            stem: "memory_usage".into(),
+            title: format!("Memory usage: {}", c.title),
+            x_label: c.x_label(),
+            y: Axis {
+                label: "GiB".into(),
+                log: false,
+            },
+            y2: None,
+            series,
+        }
+        .render(out)
+    }
+}
+
+/// Per-disk queue depth (left axis) with each request's latency (right
+/// axis, log scale).
+pub struct BlockIo;
+
+impl GraphImpl for BlockIo {
+    const NAME: &'static str = "block_io";
+    const DESCRIPTION: &'static str =
+        "Per-disk queue depth over time, with request latency (us, log scale) on a second axis";
+    const TABLES: &'static [&'static str] = &["block_io"];
+
+    fn new(_args: &StartArgs) -> Result<Self> {
+        Ok(Self)
+    }
+
+    fn render(&mut self, dir: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+        let c = Collection::open(dir)?;
+        let t = c.table("block_io")?;
+        let ts = t.u64s("ts_uptime_us")?;
+        let depth = t.u64s("queue_depth")?;
+        let latency = t.u64s("latency_us")?;
+        let disks: Vec<String> = if t.has("disk_name") {
+            t.strings("disk_name")?
+        } else {
+            t.u64s("device")?
+                .iter()
+                .map(|d| format!("{}:{}", d >> 20, d & 0xf_ffff))
+                .collect()
+        };
+        let rows = disks
+            .into_iter()
+            .zip(ts.iter().zip(depth.iter().zip(&latency)))
+            .map(|(disk, (&ts, (&d, &l)))| (disk, (c.secs(ts), d as f64, l as f64)));
+        let mut series = Vec::new();
+        let mut latencies = Vec::new();
+        for (disk, mut rows) in group(rows) {
+            rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+            series.push(Series {
+                name: format!("{disk} queue depth"),
+                points: rows.iter().map(|r| (r.0, r.1)).collect(),
+                kind: Kind::Step,
+                secondary: false,
+            });
+            latencies.push(Series {
+                name: format!("{disk} latency"),
+                points: rows.iter().map(|r| (r.0, r.2)).collect(),
+                kind: Kind::Points,
+                secondary: true,
+            });
+        }
+        series.extend(latencies);
+        Figure {
+            stem: "block_io".into(),
+            title: format!("Block I/O: {}", c.title),
+            x_label: c.x_label(),
+            y: Axis {
+                label: "requests in flight".into(),
+                log: false,
+            },
+            y2: Some(Axis {
+                label: "latency_us (log scale)".into(),
+                log: true,
+            }),
+            series,
+        }
+        .render(out)
+    }
+}
+
+/// Two figures per perf counter table: per-CPU rate and cumulative count.
+pub struct PerfCounters;
+
+impl GraphImpl for PerfCounters {
+    const NAME: &'static str = "perf_counters";
+    const DESCRIPTION: &'static str =
+        "Per perf counter table: per-CPU rate (events/ms, corrected for multiplexing) and cumulative count";
+    // Counter tables are named after the configured counters, so they are
+    // found at render time (tables with exactly the perf columns).
+    const TABLES: &'static [&'static str] = &[];
+
+    fn new(_args: &StartArgs) -> Result<Self> {
+        Ok(Self)
+    }
+
+    fn render(&mut self, dir: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+        let c = Collection::open(dir)?;
+        let mut files = Vec::new();
+        for table in c.perf_tables()? {
+            let t = c.table(&table)?;
+            let ts = t.u64s("ts_uptime_us")?;
+            let cpu = t.u64s("cpu")?;
+            let count = t.u64s("count")?;
+            let enabled = t.u64s("time_enabled_ns")?;
+            let running = t.u64s("time_running_ns")?;
+            let rows = cpu.iter().zip(
+                ts.iter()
+                    .zip(count.iter().zip(enabled.iter().zip(&running))),
+            );
+            let per_cpu =
+                group(rows.map(|(&cpu, (&ts, (&n, (&en, &run))))| (cpu, (ts, n, en, run))));
+            let mut rates = Vec::new();
+            let mut totals = Vec::new();
+            for (cpu, mut samples) in per_cpu {
+                samples.sort_by_key(|s| s.0);
+                rates.push(Series {
+                    name: format!("cpu {cpu}"),
+                    points: rate(&samples)
+                        .into_iter()
+                        .map(|(ts, r)| (c.secs(ts), r))
+                        .collect(),
+                    kind: Kind::Line,
+                    secondary: false,
+                });
+                totals.push(Series {
+                    name: format!("cpu {cpu}"),
+                    points: samples.iter().map(|s| (c.secs(s.0), s.1 as f64)).collect(),
+                    kind: Kind::Line,
+                    secondary: false,
+                });
+            }
+            let figure = |stem: &str, what: &str, y: &str, series| Figure {
+                stem: format!("perf_{table}_{stem}"),
+                title: format!("{table} {what}: {}", c.title),
+                x_label: c.x_label(),
+                y: Axis {
+                    label: y.into(),
+                    log: false,
+                },
+                y2: None,
+                series,
+            };
+            files.extend(figure("rate", "rate", "events per ms", rates).render(out)?);
+            files.extend(figure("cumulative", "cumulative count", "events", totals).render(out)?);
+        }
+        Ok(files)
+    }
+}
+
+/// Events per millisecond between consecutive samples `(ts_us, count,
+/// time_enabled_ns, time_running_ns)`, scaled by Δenabled / Δrunning when
+/// the counter was multiplexed. Intervals where the counter never ran, or
+/// with no time between samples, have no point.
+pub fn rate(samples: &[(u64, u64, u64, u64)]) -> Vec<(u64, f64)> {
+    samples
+        .windows(2)
+        .filter_map(|w| {
+            let (t0, n0, e0, r0) = w[0];
+            let (t1, n1, e1, r1) = w[1];
+            let dt_ms = t1.checked_sub(t0)? as f64 / 1e3;
+            let dn = n1.checked_sub(n0)? as f64;
+            let de = e1.saturating_sub(e0) as f64;
+            let dr = r1.saturating_sub(r0) as f64;
+            if dt_ms <= 0.0 || (dr == 0.0 && de > 0.0) {
+                return None;
+            }
+            let scale = if dr > 0.0 && de > dr { de / dr } else { 1.0 };
+            Some((t1, dn * scale / dt_ms))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_scales_by_multiplexing() {
+        // 1000 events in 10 ms, counter on the PMU half the time.
+        let r = rate(&[(0, 0, 0, 0), (10_000, 1000, 10_000_000, 5_000_000)]);
+        assert_eq!(r, vec![(10_000, 200.0)]);
+        // Never running: no point.
+        assert!(rate(&[(0, 0, 0, 0), (10_000, 0, 10_000_000, 0)]).is_empty());
+    }
+
+    #[test]
+    fn numbers_are_compact() {
+        assert_eq!(plot::number(1500.0), "1500");
+        assert_eq!(plot::number(15000.0), "15k");
+        assert_eq!(plot::number(2_500_000.0), "2.5M");
+        assert_eq!(plot::number(0.25), "0.25");
+        assert_eq!(plot::number(0.5), "0.5");
+        assert_eq!(plot::number(2.0), "2");
+    }
+}

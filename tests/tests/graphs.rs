@@ -1,0 +1,183 @@
+//! Graphs rendered in-process (through the graphs plugin's rlib) from a real
+//! collection: every kind writes a PNG of 1200x600 that is not a blank
+//! image, and an SVG.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use graphs::{BlockIo, MemoryUsage, PerfCounters, QuantaQueued, QuantaRuntime};
+use kernmlops_e2e::*;
+use kernmlops_plugin_sdk::{testing::start_args, GraphImpl};
+
+const CONFIG: &str = "[probes.memory_usage]\ninterval = \"100ms\"\n\n\
+                      [probes.perf]\ncounters = [\"page_faults\", \"context_switches\"]\n\
+                      frequency_hz = 20.0\n";
+
+/// Writes and fsyncs a file a few times, so block_io sees requests.
+fn disk_io(dir: &Path) {
+    let path = dir.join("graphs-io.bin");
+    let chunk = vec![0x5au8; 1 << 20];
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut round = 0u8;
+    while Instant::now() < until {
+        let mut f = std::fs::File::create(&path).expect("creating I/O file");
+        for _ in 0..4 {
+            f.write_all(&chunk).expect("writing I/O file");
+        }
+        f.write_all(&[round]).expect("writing I/O file");
+        f.sync_all().expect("fsync");
+        round = round.wrapping_add(1);
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Collects quanta_runtime, memory_usage, block_io and perf for a few
+/// seconds with disk I/O going on; returns the collection folder.
+fn collect() -> PathBuf {
+    let plugins = plugin_dir(
+        "graphs",
+        &[
+            ("quanta_runtime", "quanta_runtime"),
+            ("memory_usage", "memory_usage"),
+            ("block_io", "block_io"),
+            ("perf", "perf"),
+        ],
+    );
+    let output = temp_dir("graphs-out");
+    let config = temp_dir("graphs-config").join("kernmlops.toml");
+    std::fs::write(&config, CONFIG).expect("writing config");
+    let c = Collector::start(&[
+        "--config",
+        config.to_str().expect("utf8"),
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "quanta_runtime,memory_usage,block_io,perf",
+        "--duration",
+        "4s",
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    disk_io(&temp_dir("graphs-io"));
+    let done = c.wait();
+    assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
+    done.dir.expect("collection folder printed")
+}
+
+/// Width and height from a PNG's IHDR chunk.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert!(bytes.len() > 24, "PNG too short");
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    assert_eq!(&bytes[12..16], b"IHDR");
+    let be = |o: usize| u32::from_be_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+    (be(16), be(20))
+}
+
+/// How many distinct pixel values the decoded PNG holds.
+fn distinct_pixels(path: &Path) -> usize {
+    let decoder = png::Decoder::new(std::fs::File::open(path).expect("opening PNG"));
+    let mut reader = decoder.read_info().expect("PNG header");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("PNG data");
+    let px = info.color_type.samples() * usize::from(info.bit_depth as u8).div_ceil(8);
+    let mut seen = std::collections::HashSet::new();
+    for p in buf[..info.buffer_size()].chunks(px) {
+        seen.insert(p.to_vec());
+    }
+    seen.len()
+}
+
+/// Checks the files one graph wrote: pairs of PNG and SVG, PNG 1200x600 with
+/// more than a background and a few lines' colors.
+fn check_files(graph: &str, files: &[PathBuf], figures: usize) {
+    let pngs: Vec<&PathBuf> = files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "png"))
+        .collect();
+    let svgs: Vec<&PathBuf> = files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "svg"))
+        .collect();
+    assert_eq!(pngs.len(), figures, "{graph}: PNGs {files:?}");
+    assert_eq!(svgs.len(), figures, "{graph}: SVGs {files:?}");
+    for png in pngs {
+        let bytes = std::fs::read(png).expect("reading PNG");
+        assert_eq!(png_size(&bytes), (1200, 600), "{}", png.display());
+        let colors = distinct_pixels(png);
+        // Text is anti-aliased: a real figure has many shades.
+        assert!(colors > 20, "{}: only {colors} colors", png.display());
+        let svg = png.with_extension("svg");
+        let text = std::fs::read_to_string(&svg).expect("reading SVG");
+        assert!(
+            text.starts_with("<svg") || text.starts_with("<?xml"),
+            "{}: not an SVG",
+            svg.display()
+        );
+        assert!(text.len() > 1000, "{}: SVG too small", svg.display());
+    }
+}
+
+fn render<G: GraphImpl>(dir: &Path, out: &Path) -> Vec<PathBuf> {
+    let mut g = G::new(&start_args("{}")).expect("creating graph");
+    let files = g.render(dir, out).expect("rendering");
+    for f in &files {
+        assert!(
+            f.starts_with(out),
+            "{} outside {}",
+            f.display(),
+            out.display()
+        );
+        assert!(std::fs::metadata(f).expect("written file").len() > 0);
+    }
+    files
+}
+
+/// One real collection, every graph kind rendered from it.
+#[test]
+fn root_graphs_render_from_real_collection() {
+    if !require_root("root_graphs_render_from_real_collection") {
+        return;
+    }
+    let dir = {
+        let _serial = serial();
+        collect()
+    };
+    for table in [
+        "quanta_runtime",
+        "quanta_queued_time",
+        "memory_usage",
+        "block_io",
+        "page_faults",
+        "context_switches",
+    ] {
+        assert!(
+            dir.join(format!("{table}.arrow")).is_file(),
+            "collection lacks {table}"
+        );
+    }
+    let out = dir.join("graphs");
+    check_files("quanta_runtime", &render::<QuantaRuntime>(&dir, &out), 1);
+    check_files("quanta_queued_time", &render::<QuantaQueued>(&dir, &out), 1);
+    check_files("memory_usage", &render::<MemoryUsage>(&dir, &out), 1);
+    check_files("block_io", &render::<BlockIo>(&dir, &out), 1);
+    // Two counters, two figures each.
+    check_files("perf_counters", &render::<PerfCounters>(&dir, &out), 4);
+    eprintln!("graphs in {}", out.display());
+}
+
+/// A collection without perf tables: perf_counters renders nothing.
+#[test]
+fn perf_counters_without_perf_tables_render_nothing() {
+    let dir = temp_dir("graphs-noperf");
+    std::fs::write(
+        dir.join("manifest.json"),
+        r#"{"collection_id":"x","benchmark":null,"start":{"uptime_us":1}}"#,
+    )
+    .expect("writing manifest");
+    let files = render::<PerfCounters>(&dir, &dir.join("graphs"));
+    assert!(files.is_empty(), "{files:?}");
+}
