@@ -14,9 +14,10 @@ fi
 # Build: clang compiles the BPF programs, libelf/zlib/pkg-config/make build
 # the vendored libbpf. Run and test: perf (independent counts), stress tools,
 # util-linux (setpriv, unshare), python3 for the read-back tests, and the
-# workloads the benchmarks run (fio, stress-ng, redis, memcached).
+# workloads the benchmarks run (fio, stress-ng, redis, memcached), and the
+# font graphs are drawn with.
 packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc util-linux python3 python3-pip
-    fio stress-ng redis-server redis-tools memcached libmemcached-tools)
+    fio stress-ng redis-server redis-tools memcached libmemcached-tools fonts-dejavu-core)
 optional=(bpftool)
 if grep -qi ubuntu /etc/os-release 2>/dev/null; then
     optional+=(linux-tools-common "linux-tools-$(uname -r)")

@@ -181,3 +181,50 @@ fn perf_counters_without_perf_tables_render_nothing() {
     let files = render::<PerfCounters>(&dir, &dir.join("graphs"));
     assert!(files.is_empty(), "{files:?}");
 }
+
+/// `kernmlops run --graphs` renders the collection's graphs through the
+/// host, loading the graphs plugin like any other.
+#[test]
+fn root_run_with_graphs_writes_png_and_svg() {
+    if !require_root("root_run_with_graphs_writes_png_and_svg") {
+        return;
+    }
+    let _serial = serial();
+    let plugins = plugin_dir(
+        "host-graphs",
+        &[("quanta_runtime", "quanta_runtime"), ("graphs", "graphs")],
+    );
+    let output = temp_dir("host-graphs-out");
+    let out = kernmlops(&[
+        "run",
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "quanta_runtime",
+        "--duration",
+        "1s",
+        "--graphs",
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    for graph in ["quanta_runtime", "quanta_queued_time"] {
+        let files: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("graph {graph}: ")))
+            .collect();
+        assert!(
+            files.iter().any(|f| f.ends_with(".png")) && files.iter().any(|f| f.ends_with(".svg")),
+            "{graph}: no PNG and SVG reported:\n{stdout}"
+        );
+        for f in files {
+            let len = std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
+            assert!(len > 1000, "{f} is empty or tiny ({len} bytes)");
+        }
+    }
+    assert!(
+        !stdout.contains("graph memory_usage"),
+        "graphs whose tables are absent are not drawn:\n{stdout}"
+    );
+}
