@@ -108,15 +108,19 @@ fn explain(what: &str, e: &libbpf_rs::Error) -> Error {
         _ => "",
     };
     let log = LIBBPF_LOG.lock().map(|l| l.clone()).unwrap_or_default();
+    // A verifier rejection comes back as EACCES, which reads like a
+    // privilege problem: say what it is.
+    let headline = if log.contains("PROG LOAD LOG") {
+        format!("{what}: the kernel's BPF verifier rejected a program ({e})")
+    } else {
+        format!("{what}: {e:#}{hint}")
+    };
     let tail: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
     let tail = &tail[tail.len().saturating_sub(12)..];
     if tail.is_empty() {
-        Error(format!("{what}: {e:#}{hint}"))
+        Error(headline)
     } else {
-        Error(format!(
-            "{what}: {e:#}{hint}\nlibbpf log:\n  {}",
-            tail.join("\n  ")
-        ))
+        Error(format!("{headline}\nlibbpf log:\n  {}", tail.join("\n  ")))
     }
 }
 

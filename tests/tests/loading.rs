@@ -231,3 +231,35 @@ fn root_without_capabilities_is_refused_clearly() {
         "unexpected: {stderr}"
     );
 }
+
+/// A program the verifier rejects fails its probe with the verifier's own
+/// words and the offending source line, not a bare permission error.
+#[test]
+fn root_verifier_rejection_shows_the_verifier_log() {
+    if !require_root("root_verifier_rejection_shows_the_verifier_log") {
+        return;
+    }
+    let dir = plugin_dir(
+        "verifier",
+        &[
+            ("fixture_bad_bpf", "bad_bpf"),
+            ("process_trace", "process_trace"),
+        ],
+    );
+    let out = kernmlops(&["check", "--plugin-dir", dir.to_str().expect("utf8")]);
+    let stdout = text(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "a rejected program must fail check:\n{stdout}"
+    );
+    for needle in [
+        "FAIL bad_bpf",
+        "the kernel's BPF verifier rejected a program",
+        "libbpf log:",
+        "invalid access to map value",
+        "bad_bpf.bpf.c:21",
+        "ok   process_trace",
+    ] {
+        assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");
+    }
+}
