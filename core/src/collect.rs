@@ -411,17 +411,8 @@ pub fn run(
                 }
             }
         }
-        for (t, c) in tables.iter().zip(counters) {
-            man.tables.insert(
-                t.clone(),
-                TableEntry {
-                    probe: name.clone(),
-                    file: format!("{t}.arrow"),
-                    rows: c.rows.load(Ordering::SeqCst),
-                    lost_events: c.lost.load(Ordering::SeqCst),
-                },
-            );
-        }
+        // The threads are joined: the counts are final.
+        record_tables(&mut man, name, tables, counters);
     }
 
     let plugin_names: Vec<String> = man.plugins.iter().map(|p| p.name.clone()).collect();
@@ -595,17 +586,27 @@ fn plugin_entries(selected: &[(&Plugin, &ProbeDecl)]) -> Vec<PluginEntry> {
 
 fn fill_tables(man: &mut Manifest, running: &[Running]) {
     for r in running {
-        for (t, c) in r.tables.iter().zip(&r.counters) {
-            man.tables.insert(
-                t.clone(),
-                TableEntry {
-                    probe: r.name.clone(),
-                    file: format!("{t}.arrow"),
-                    rows: c.rows.load(Ordering::Relaxed),
-                    lost_events: c.lost.load(Ordering::Relaxed),
-                },
-            );
-        }
+        record_tables(man, &r.name, &r.tables, &r.counters);
+    }
+}
+
+/// Puts a probe's tables, with their current counts, in the manifest.
+fn record_tables(
+    man: &mut Manifest,
+    probe: &str,
+    tables: &[String],
+    counters: &[Arc<TableCounters>],
+) {
+    for (t, c) in tables.iter().zip(counters) {
+        man.tables.insert(
+            t.clone(),
+            TableEntry {
+                probe: probe.to_owned(),
+                file: format!("{t}.arrow"),
+                rows: c.rows.load(Ordering::Relaxed),
+                lost_events: c.lost.load(Ordering::Relaxed),
+            },
+        );
     }
 }
 

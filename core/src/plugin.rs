@@ -11,10 +11,13 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use abi_stable::{library::lib_header_from_path, std_types::RResult};
+use abi_stable::{
+    library::lib_header_from_path,
+    std_types::{RResult, RVec},
+};
 use kernmlops_plugin_api::{
-    BenchmarkBox, BenchmarkDecl, GraphBox, GraphDecl, PluginInfo, PluginMod_Ref, ProbeBox,
-    ProbeDecl, StartArgs,
+    BenchmarkBox, BenchmarkDecl, GraphBox, GraphDecl, PluginInfo, PluginMod_Ref, PluginResult,
+    ProbeBox, ProbeDecl, StartArgs,
 };
 use sha2::{Digest, Sha256};
 
@@ -84,54 +87,17 @@ impl Plugin {
             for table in probe.tables.iter() {
                 validate_table(table)?;
             }
-            // Plugins built before probe settings existed have none.
-            let text = match module.probe_config() {
-                Some(f) => match f(probe.name.as_rstr()) {
-                    RResult::ROk(t) => t.into_string(),
-                    RResult::RErr(e) => return Err(LoadError::Listing(e.into())),
-                },
-                None => String::new(),
-            };
-            if let Err(e) = text.parse::<toml::Table>() {
-                return Err(LoadError::ConfigDefaults {
-                    probe: probe.name.to_string(),
-                    message: e.message().to_owned(),
-                });
-            }
-            config_defaults.insert(probe.name.to_string(), text);
+            let name = probe.name.to_string();
+            config_defaults.insert(name.clone(), settings_defaults(&module, &name)?);
         }
-        // Plugins built before benchmarks existed offer none.
-        let benchmarks = match module.benchmarks() {
-            Some(f) => match f() {
-                RResult::ROk(b) => b.into_vec(),
-                RResult::RErr(e) => return Err(LoadError::Listing(e.into())),
-            },
-            None => Vec::new(),
-        };
+        // Plugins built before benchmarks and graphs existed offer none.
+        let benchmarks = optional_list(module.benchmarks())?;
         let mut benchmark_defaults = BTreeMap::new();
         for b in &benchmarks {
-            let text = match module.probe_config() {
-                Some(f) => match f(b.name.as_rstr()) {
-                    RResult::ROk(t) => t.into_string(),
-                    RResult::RErr(e) => return Err(LoadError::Listing(e.into())),
-                },
-                None => String::new(),
-            };
-            if let Err(e) = text.parse::<toml::Table>() {
-                return Err(LoadError::ConfigDefaults {
-                    probe: b.name.to_string(),
-                    message: e.message().to_owned(),
-                });
-            }
-            benchmark_defaults.insert(b.name.to_string(), text);
+            let name = b.name.to_string();
+            benchmark_defaults.insert(name.clone(), settings_defaults(&module, &name)?);
         }
-        let graphs = match module.graphs() {
-            Some(f) => match f() {
-                RResult::ROk(g) => g.into_vec(),
-                RResult::RErr(e) => return Err(LoadError::Listing(e.into())),
-            },
-            None => Vec::new(),
-        };
+        let graphs = optional_list(module.graphs())?;
         Ok(Self {
             path: path.to_owned(),
             sha256,
@@ -180,6 +146,34 @@ impl Plugin {
             RResult::RErr(e) => Err(e.into()),
         }
     }
+}
+
+/// A component list from a root-module field that older plugins lack.
+fn optional_list<T>(
+    field: Option<extern "C" fn() -> PluginResult<RVec<T>>>,
+) -> Result<Vec<T>, LoadError> {
+    match field.map(|f| f()) {
+        Some(RResult::ROk(list)) => Ok(list.into_vec()),
+        Some(RResult::RErr(e)) => Err(LoadError::Listing(e.into())),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// A component's declared settings (TOML), checked to parse; empty for
+/// plugins built before components declared settings.
+fn settings_defaults(module: &PluginMod_Ref, name: &str) -> Result<String, LoadError> {
+    let text = match module.probe_config().map(|f| f(name.into())) {
+        Some(RResult::ROk(t)) => t.into_string(),
+        Some(RResult::RErr(e)) => return Err(LoadError::Listing(e.into())),
+        None => String::new(),
+    };
+    if let Err(e) = text.parse::<toml::Table>() {
+        return Err(LoadError::ConfigDefaults {
+            probe: name.to_owned(),
+            message: e.message().to_owned(),
+        });
+    }
+    Ok(text)
 }
 
 /// abi_stable's errors span many lines; keep the first meaningful ones.
