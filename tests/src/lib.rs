@@ -111,6 +111,18 @@ pub fn all_plugins_dir(name: &str) -> PathBuf {
     plugin_dir(name, &pairs)
 }
 
+/// Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `.../unified` on a
+/// hybrid hierarchy), from /proc/mounts.
+pub fn cgroup2_mount() -> Option<PathBuf> {
+    std::fs::read_to_string("/proc/mounts")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+        })
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }

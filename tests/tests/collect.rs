@@ -513,18 +513,6 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `.../unified` on a
-/// hybrid hierarchy).
-fn cgroup2_mount() -> Option<std::path::PathBuf> {
-    std::fs::read_to_string("/proc/mounts")
-        .ok()?
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
-        })
-}
-
 /// With a busy machine, `--tgid` and `--cgroup` keep only the chosen
 /// process's rows, filtered in the kernel.
 #[test]

@@ -211,16 +211,6 @@ fn root_perf_system_wide_counts_agree_with_perf_stat() {
     }
 }
 
-/// The cgroup v2 mount (`/sys/fs/cgroup` or `/sys/fs/cgroup/unified`).
-fn cgroup2_mount() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-    mounts
-        .lines()
-        .find(|l| l.split_whitespace().nth(2) == Some("cgroup2"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .map(PathBuf::from)
-}
-
 /// With `--cgroup`, only the cgroup's tasks count: the workload joins a
 /// fresh cgroup under `perf stat -a -G`, so the probe and perf count the
 /// same events whatever else the machine does, and agree within 5%.

@@ -36,16 +36,6 @@ fn column_bool(batches: &[RecordBatch], name: &str) -> Vec<bool> {
         .collect()
 }
 
-/// The cgroup v2 mount point, from the test's own mountinfo.
-fn cgroup2_mount() -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    text.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        (right.split_whitespace().next()? == "cgroup2")
-            .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-    })
-}
-
 /// A cgroup v2 folder for the test's children, removed on drop.
 struct TestCgroup {
     dir: PathBuf,
