@@ -183,15 +183,7 @@ fn root_perf_system_wide_counts_agree_with_perf_stat() {
     let dir = done.dir.expect("collection folder printed");
 
     for (table, event) in SOFTWARE {
-        let reference = counts
-            .get(*event)
-            .copied()
-            .flatten()
-            .unwrap_or_else(|| panic!("perf stat did not count {event}: {counts:?}"));
-        assert!(
-            reference > 90_000,
-            "the workload should make a burst of {event}, perf saw {reference}"
-        );
+        let reference = burst_count(&counts, event);
         let (delta, first, last) = bracketed_delta(&dir, table, t0, t1);
         let background = rate(&dir, table, t0.saturating_sub(1_000_000), t0);
         let extra = background * (last - first) as f64 / 1e6;
@@ -209,6 +201,20 @@ fn root_perf_system_wide_counts_agree_with_perf_stat() {
             "{table}: the probe saw {delta}, more than perf stat's {reference} + 5% + {extra:.0} background"
         );
     }
+}
+
+/// perf stat's count of `event`, which the workload makes a burst of.
+fn burst_count(counts: &BTreeMap<String, Option<u64>>, event: &str) -> u64 {
+    let reference = counts
+        .get(event)
+        .copied()
+        .flatten()
+        .unwrap_or_else(|| panic!("perf stat did not count {event}: {counts:?}"));
+    assert!(
+        reference > 90_000,
+        "the workload should make a burst of {event}, perf saw {reference}"
+    );
+    reference
 }
 
 /// With `--cgroup`, only the cgroup's tasks count: the workload joins a
@@ -269,15 +275,7 @@ fn root_perf_cgroup_counts_agree_with_perf_stat() {
     let dir = done.dir.expect("collection folder printed");
 
     for (table, event) in SOFTWARE {
-        let reference = counts
-            .get(*event)
-            .copied()
-            .flatten()
-            .unwrap_or_else(|| panic!("perf stat did not count {event}: {counts:?}"));
-        assert!(
-            reference > 90_000,
-            "the workload should make a burst of {event}, perf saw {reference}"
-        );
+        let reference = burst_count(&counts, event);
         let (delta, _, _) = bracketed_delta(&dir, table, t0, t1);
         let ratio = delta as f64 / reference as f64;
         eprintln!("{table} in cgroup: probe {delta} vs perf stat {reference} (ratio {ratio:.4})");
