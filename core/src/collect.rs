@@ -114,6 +114,10 @@ pub fn start_args(
         filter_pid: filter.pid,
         filter_cgroup_id: filter.cgroup_id,
         self_tgid: std::process::id(),
+        include_self: false,
+        filter_cgroup_descendants: false,
+        output_dir: "".into(),
+        state_dir: "".into(),
     }
 }
 
@@ -697,7 +701,7 @@ pub fn drain_loop(
             c.lost.store(batch.lost_total, Ordering::Relaxed);
         }
         if let RResult::RErr(e) = drained {
-            error.get_or_insert(e.into());
+            error.get_or_insert(e.to_string());
         }
         if stopping || error.is_some() {
             break;

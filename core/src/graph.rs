@@ -47,7 +47,7 @@ pub fn render_collection(registry: &Registry, collection: &Path) -> Result<Vec<R
                         .into_iter()
                         .map(|f| PathBuf::from(f.as_str()))
                         .collect()),
-                    RResult::RErr(e) => Err(e.into()),
+                    RResult::RErr(e) => Err(e.to_string()),
                 }
             });
             out.push(Rendered {

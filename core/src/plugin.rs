@@ -80,7 +80,7 @@ impl Plugin {
         validate_contract(info.data_contract)?;
         let probes = match (module.probes())() {
             RResult::ROk(p) => p.into_vec(),
-            RResult::RErr(e) => return Err(LoadError::Listing(e.into())),
+            RResult::RErr(e) => return Err(LoadError::Listing(e.to_string())),
         };
         let mut config_defaults = BTreeMap::new();
         for probe in &probes {
@@ -119,7 +119,7 @@ impl Plugin {
     pub fn start_probe(&self, probe: &str, args: &StartArgs) -> Result<ProbeBox, String> {
         match (self.module.new_probe())(probe.into(), args) {
             RResult::ROk(p) => Ok(p),
-            RResult::RErr(e) => Err(e.into()),
+            RResult::RErr(e) => Err(e.to_string()),
         }
     }
 }
@@ -132,7 +132,7 @@ impl Plugin {
         };
         match new(name.into(), args) {
             RResult::ROk(g) => Ok(g),
-            RResult::RErr(e) => Err(e.into()),
+            RResult::RErr(e) => Err(e.to_string()),
         }
     }
 
@@ -143,7 +143,7 @@ impl Plugin {
         };
         match new(name.into(), args) {
             RResult::ROk(b) => Ok(b),
-            RResult::RErr(e) => Err(e.into()),
+            RResult::RErr(e) => Err(e.to_string()),
         }
     }
 }
@@ -154,7 +154,7 @@ fn optional_list<T>(
 ) -> Result<Vec<T>, LoadError> {
     match field.map(|f| f()) {
         Some(RResult::ROk(list)) => Ok(list.into_vec()),
-        Some(RResult::RErr(e)) => Err(LoadError::Listing(e.into())),
+        Some(RResult::RErr(e)) => Err(LoadError::Listing(e.to_string())),
         None => Ok(Vec::new()),
     }
 }
@@ -164,7 +164,7 @@ fn optional_list<T>(
 fn settings_defaults(module: &PluginMod_Ref, name: &str) -> Result<String, LoadError> {
     let text = match module.probe_config().map(|f| f(name.into())) {
         Some(RResult::ROk(t)) => t.into_string(),
-        Some(RResult::RErr(e)) => return Err(LoadError::Listing(e.into())),
+        Some(RResult::RErr(e)) => return Err(LoadError::Listing(e.to_string())),
         None => String::new(),
     };
     if let Err(e) = text.parse::<toml::Table>() {

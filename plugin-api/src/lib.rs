@@ -40,8 +40,76 @@ pub const TIMESTAMP_COLUMN: &str = "ts_uptime_us";
 /// Name of the column the host adds to every table.
 pub const COLLECTION_ID_COLUMN: &str = "collection_id";
 
-/// An error crossing the boundary: a message, with the host adding context.
-pub type PluginResult<T> = RResult<T, RString>;
+/// What kind of failure a [`PluginError`] reports, so the host can act on
+/// it without matching message text.
+///
+/// A plain integer, like [`ColumnKind`]: a kind the host does not know reads
+/// as [`ErrorKind::OTHER`].
+#[repr(transparent)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ErrorKind(pub u32);
+
+impl ErrorKind {
+    /// Anything else.
+    pub const OTHER: Self = Self(0);
+    /// The plugin panicked; the component refuses further calls.
+    pub const PANIC: Self = Self(1);
+    /// The user's settings for the component are wrong.
+    pub const CONFIG: Self = Self(2);
+    /// The caller lacks a privilege (root, CAP_BPF, CAP_PERFMON).
+    pub const PERMISSION: Self = Self(3);
+    /// This machine or kernel lacks what the component needs.
+    pub const UNSUPPORTED: Self = Self(4);
+    /// The kernel's BPF verifier rejected a program.
+    pub const VERIFIER: Self = Self(5);
+    /// Reading or writing a file or device failed.
+    pub const IO: Self = Self(6);
+    /// The component has no such sub-component (probe, graph, benchmark).
+    pub const NOT_FOUND: Self = Self(7);
+
+    /// Lowercase name, for messages and manifests.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::PANIC => "panic",
+            Self::CONFIG => "config",
+            Self::PERMISSION => "permission",
+            Self::UNSUPPORTED => "unsupported",
+            Self::VERIFIER => "verifier",
+            Self::IO => "io",
+            Self::NOT_FOUND => "not_found",
+            _ => "other",
+        }
+    }
+}
+
+/// An error crossing the boundary: a kind code and a message; the host adds
+/// context (plugin and component name).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub struct PluginError {
+    pub kind: ErrorKind,
+    pub message: RString,
+}
+
+impl PluginError {
+    pub fn new(kind: ErrorKind, message: impl Into<RString>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for PluginError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for PluginError {}
+
+/// What every entry point returns: a value or a [`PluginError`].
+pub type PluginResult<T> = RResult<T, PluginError>;
 
 /// The type of one column of a declared table.
 ///
@@ -213,6 +281,10 @@ pub struct Batch {
     /// Cumulative count of events the probe lost for this table since it
     /// started (ring buffer full, map full). Monotonic.
     pub lost_total: u64,
+    /// Cumulative count of records the probe received with a size other
+    /// than the table's record size and therefore left out. Monotonic; the
+    /// host reports it as an error of the table.
+    pub malformed_total: u64,
 }
 
 /// Settings the host passes to a component when it creates it.
@@ -230,8 +302,21 @@ pub struct StartArgs {
     /// Only record tasks in this cgroup v2 (its id, the inode number of its
     /// folder), 0 for all.
     pub filter_cgroup_id: u64,
-    /// The collector's own process id, which probes may exclude.
+    /// The collector's own process id. Probes leave its events out (in the
+    /// kernel) unless `include_self` is set.
     pub self_tgid: u32,
+    /// Record the collector's own process too (`--include-self`).
+    pub include_self: bool,
+    /// With `filter_cgroup_id`: also record tasks in cgroups below it.
+    pub filter_cgroup_descendants: bool,
+    /// The collection folder of the run (empty outside a run, e.g. in
+    /// `kernmlops check`). Benchmarks keep their tools' output here.
+    pub output_dir: RString,
+    /// A folder that outlives the host (under `/run/kernmlops`), where a
+    /// component records what it changes on the machine before changing it,
+    /// so the next start of the host can undo it after a crash. Empty when
+    /// there is none.
+    pub state_dir: RString,
 }
 
 /// A running probe. Created by [`PluginMod::new_probe`], already attached.
@@ -302,6 +387,12 @@ pub trait Benchmark: Send {
     /// Stops the workload and everything it started.
     #[sabi(last_prefix_field)]
     fn kill(&mut self) -> PluginResult<()>;
+
+    /// The benchmark's own result once it has ended, as a JSON object in
+    /// the performance-indicator format (`name`, `component`,
+    /// `@parameters`, `@result`, optional `overall_score`); empty when it
+    /// reports none.
+    fn result(&self) -> PluginResult<RString>;
 }
 
 /// A boxed, ABI-stable [`Benchmark`].

@@ -118,9 +118,9 @@ fn explain(what: &str, e: &libbpf_rs::Error) -> Error {
     let tail: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
     let tail = &tail[tail.len().saturating_sub(12)..];
     if tail.is_empty() {
-        Error(headline)
+        Error::new(headline)
     } else {
-        Error(format!("{headline}\nlibbpf log:\n  {}", tail.join("\n  ")))
+        Error::new(format!("{headline}\nlibbpf log:\n  {}", tail.join("\n  ")))
     }
 }
 
@@ -205,7 +205,7 @@ impl<S: BpfSpec> BpfProbe<S> {
             return Err(Error::new("skeleton already dropped"));
         };
         if decl.tables.len() != S::RINGS.len() {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "{} declares {} tables but names {} ring buffers",
                 S::NAME,
                 decl.tables.len(),
@@ -218,7 +218,9 @@ impl<S: BpfSpec> BpfProbe<S> {
             let map = maps
                 .iter()
                 .find(|m| m.name() == *ring_name)
-                .ok_or_else(|| Error(format!("BPF object has no ring buffer map {ring_name}")))?;
+                .ok_or_else(|| {
+                    Error::new(format!("BPF object has no ring buffer map {ring_name}"))
+                })?;
             let slot = Arc::new(AtomicPtr::new(null_mut()));
             self.slots.push(slot.clone());
             let record_size = table.record_size as usize;
@@ -279,7 +281,7 @@ impl<S: BpfSpec> ProbeImpl for BpfProbe<S> {
 
     fn drain(&mut self, timeout: Duration, batches: &mut [Batch]) -> Result<()> {
         if batches.len() != self.slots.len() {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "host passed {} batches for {} tables",
                 batches.len(),
                 self.slots.len()
@@ -300,7 +302,7 @@ impl<S: BpfSpec> ProbeImpl for BpfProbe<S> {
         }
         for (ret, what) in [(polled, "polling"), (consumed, "consuming")] {
             if ret < 0 && ret != -libc::EINTR {
-                return Err(Error(format!(
+                return Err(Error::new(format!(
                     "{what} ring buffers: {}",
                     std::io::Error::from_raw_os_error(-ret)
                 )));

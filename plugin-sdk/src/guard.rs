@@ -12,9 +12,9 @@ use abi_stable::{
     std_types::{RResult, RStr, RString, RVec},
 };
 use kernmlops_plugin_api::{
-    Batch, Benchmark, BenchmarkBox, BenchmarkDecl, BenchmarkStatus, Benchmark_TO, Graph, GraphBox,
-    GraphDecl, Graph_TO, PluginInfo, PluginResult, Probe, ProbeBox, Probe_TO, StartArgs, TableDecl,
-    DATA_CONTRACT_VERSION,
+    Batch, Benchmark, BenchmarkBox, BenchmarkDecl, BenchmarkStatus, Benchmark_TO, ErrorKind, Graph,
+    GraphBox, GraphDecl, Graph_TO, PluginError, PluginInfo, PluginResult, Probe, ProbeBox,
+    Probe_TO, StartArgs, TableDecl, DATA_CONTRACT_VERSION,
 };
 
 use crate::{BenchmarkImpl, GraphImpl, ProbeImpl};
@@ -55,16 +55,16 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> crate::Result<T>) -> PluginResult<
     install_panic_hook();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => RResult::ROk(v),
-        Ok(Err(e)) => RResult::RErr(RString::from(e.0)),
+        Ok(Err(e)) => RResult::RErr(PluginError::new(e.kind, e.message)),
         Err(payload) => {
             let at = PANIC_LOCATION
                 .with(|p| p.borrow_mut().take())
                 .map(|l| format!(" (at {l})"))
                 .unwrap_or_default();
-            RResult::RErr(RString::from(format!(
-                "{what} panicked: {}{at}",
-                panic_message(payload)
-            )))
+            RResult::RErr(PluginError::new(
+                ErrorKind::PANIC,
+                format!("{what} panicked: {}{at}", panic_message(payload)),
+            ))
         }
     }
 }
@@ -82,8 +82,11 @@ pub fn list<T>(f: impl FnOnce() -> Vec<T>) -> PluginResult<RVec<T>> {
     guarded("listing components", || Ok(RVec::from(f())))
 }
 
-pub fn no_such_probe(name: &str) -> PluginResult<ProbeBox> {
-    RResult::RErr(format!("this plugin has no probe named {name}").into())
+pub fn not_found<T>(what: &str, name: &str) -> PluginResult<T> {
+    RResult::RErr(PluginError::new(
+        ErrorKind::NOT_FOUND,
+        format!("this plugin has no {what} named {name}"),
+    ))
 }
 
 pub fn new_probe<P: ProbeImpl>(args: &StartArgs) -> PluginResult<ProbeBox> {
@@ -115,14 +118,15 @@ impl<P: ProbeImpl> Guarded<P> {
         f: impl FnOnce(&mut P) -> crate::Result<T>,
     ) -> PluginResult<T> {
         if self.poisoned {
-            return RResult::RErr(
-                format!("{what}: the probe panicked earlier and is stopped").into(),
-            );
+            return RResult::RErr(PluginError::new(
+                ErrorKind::PANIC,
+                format!("{what}: the probe panicked earlier and is stopped"),
+            ));
         }
         let inner = &mut self.inner;
         let r = guarded(what, || f(inner));
         if let RResult::RErr(e) = &r {
-            if e.as_str().contains(" panicked: ") {
+            if e.kind == ErrorKind::PANIC {
                 self.poisoned = true;
             }
         }
@@ -196,12 +200,15 @@ impl<B: BenchmarkImpl> GuardedBenchmark<B> {
         f: impl FnOnce(&mut B) -> crate::Result<T>,
     ) -> PluginResult<T> {
         if self.poisoned && what != "killing" {
-            return RResult::RErr(format!("{what}: the benchmark panicked earlier").into());
+            return RResult::RErr(PluginError::new(
+                ErrorKind::PANIC,
+                format!("{what}: the benchmark panicked earlier"),
+            ));
         }
         let inner = &mut self.inner;
         let r = guarded(what, || f(inner));
         if let RResult::RErr(e) = &r {
-            if e.as_str().contains(" panicked: ") {
+            if e.kind == ErrorKind::PANIC {
                 self.poisoned = true;
             }
         }
@@ -232,6 +239,16 @@ impl<B: BenchmarkImpl> Benchmark for GuardedBenchmark<B> {
 
     fn kill(&mut self) -> PluginResult<()> {
         self.call("killing", |b| b.kill())
+    }
+
+    fn result(&self) -> PluginResult<RString> {
+        guarded("reporting the result", || {
+            Ok(self
+                .inner
+                .result()?
+                .map(|v| RString::from(v.to_string()))
+                .unwrap_or_default())
+        })
     }
 }
 

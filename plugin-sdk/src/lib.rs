@@ -24,19 +24,41 @@ pub use kernmlops_plugin_api::{Batch, ColumnKind, ProbeDecl, StartArgs, TableDec
 /// dependency on it.
 pub use serde_json;
 
-/// Error type of plugin code: a message the host shows with its own context.
+/// Error type of plugin code: a kind the host can act on and a message it
+/// shows with its own context.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error(pub String);
+pub struct Error {
+    pub kind: api::ErrorKind,
+    pub message: String,
+}
 
 impl Error {
+    /// An error of kind [`api::ErrorKind::OTHER`].
     pub fn new(msg: impl Into<String>) -> Self {
-        Self(msg.into())
+        Self::of(api::ErrorKind::OTHER, msg)
+    }
+
+    pub fn of(kind: api::ErrorKind, msg: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: msg.into(),
+        }
+    }
+
+    /// The user's settings are wrong.
+    pub fn config(msg: impl Into<String>) -> Self {
+        Self::of(api::ErrorKind::CONFIG, msg)
+    }
+
+    /// This machine lacks what the component needs.
+    pub fn unsupported(msg: impl Into<String>) -> Self {
+        Self::of(api::ErrorKind::UNSUPPORTED, msg)
     }
 }
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -44,13 +66,13 @@ impl std::error::Error for Error {}
 
 impl From<String> for Error {
     fn from(s: String) -> Self {
-        Self(s)
+        Self::new(s)
     }
 }
 
 impl From<&str> for Error {
     fn from(s: &str) -> Self {
-        Self(s.to_owned())
+        Self::new(s)
     }
 }
 
@@ -119,6 +141,13 @@ pub trait BenchmarkImpl: Sized + Send + 'static {
     fn poll(&mut self) -> Result<Option<i32>>;
     /// Stops the workload and everything it started; nothing stays running.
     fn kill(&mut self) -> Result<()>;
+
+    /// The benchmark's own result once it has ended: a JSON object in the
+    /// performance-indicator format (`name`, `component`, `@parameters`,
+    /// `@result`, optional `overall_score`). `None` when it has none.
+    fn result(&self) -> Result<Option<serde_json::Value>> {
+        Ok(None)
+    }
 }
 
 /// A graph written in plain Rust: renders images from the tables of a
@@ -145,7 +174,7 @@ pub trait GraphImpl: Sized + Send + 'static {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::guard::{
-        benchmark_decl, graph_decl, info, list, new_benchmark, new_graph, new_probe, no_such_probe,
+        benchmark_decl, graph_decl, info, list, new_benchmark, new_graph, new_probe, not_found,
     };
     pub use abi_stable;
     pub use kernmlops_plugin_api::{
@@ -206,7 +235,7 @@ macro_rules! export_plugin {
                         return p::new_probe::<$probe>(args);
                     }
                 )*
-                p::no_such_probe(name.as_str())
+                p::not_found("probe", name.as_str())
             }
 
             extern "C" fn graphs() -> p::PluginResult<p::RVec<p::GraphDecl>> {
@@ -223,7 +252,7 @@ macro_rules! export_plugin {
                     }
                 )*
                 let _ = args;
-                p::PluginResult::RErr(format!("this plugin has no graph named {name}").into())
+                p::not_found("graph", name.as_str())
             }
 
             extern "C" fn benchmarks() -> p::PluginResult<p::RVec<p::BenchmarkDecl>> {
@@ -240,7 +269,7 @@ macro_rules! export_plugin {
                     }
                 )*
                 let _ = args;
-                p::PluginResult::RErr(format!("this plugin has no benchmark named {name}").into())
+                p::not_found("benchmark", name.as_str())
             }
 
             extern "C" fn power_sources() -> p::PluginResult<p::RVec<p::PowerSourceDecl>> {
@@ -262,7 +291,7 @@ macro_rules! export_plugin {
                         );
                     }
                 )*
-                p::PluginResult::RErr(format!("this plugin has no component named {name}").into())
+                p::not_found("component", name.as_str())
             }
 
             #[p::abi_stable::export_root_module]

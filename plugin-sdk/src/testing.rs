@@ -114,6 +114,10 @@ pub fn start_args(config_json: &str) -> StartArgs {
         filter_pid: 0,
         filter_cgroup_id: 0,
         self_tgid: std::process::id(),
+        include_self: false,
+        filter_cgroup_descendants: false,
+        output_dir: "".into(),
+        state_dir: "".into(),
     }
 }
 

@@ -27,11 +27,11 @@ impl Workload {
         let child = cmd.spawn().map_err(|e| {
             let program = cmd.get_program().to_string_lossy().into_owned();
             if e.kind() == std::io::ErrorKind::NotFound {
-                Error(format!(
+                Error::new(format!(
                     "starting {what}: {program} is not installed or not on PATH"
                 ))
             } else {
-                Error(format!("starting {what} ({program}): {e}"))
+                Error::new(format!("starting {what} ({program}): {e}"))
             }
         })?;
         Ok(Self {
@@ -55,7 +55,7 @@ impl Workload {
         let status = self
             .child
             .try_wait()
-            .map_err(|e| Error(format!("waiting for {}: {e}", self.what)))?;
+            .map_err(|e| Error::new(format!("waiting for {}: {e}", self.what)))?;
         self.exit = status.map(|s| s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)));
         Ok(self.exit)
     }
@@ -85,7 +85,7 @@ impl Workload {
         let status = self
             .child
             .wait()
-            .map_err(|e| Error(format!("waiting for {} to end: {e}", self.what)))?;
+            .map_err(|e| Error::new(format!("waiting for {} to end: {e}", self.what)))?;
         if self.exit.is_none() {
             self.exit = Some(
                 status
@@ -96,7 +96,7 @@ impl Workload {
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.group_alive() {
             if Instant::now() >= deadline {
-                return Err(Error(format!(
+                return Err(Error::new(format!(
                     "{}: processes of group {pgid} survived SIGKILL",
                     self.what
                 )));
@@ -121,7 +121,7 @@ pub fn require_program(program: &str, install_hint: &str) -> Result<PathBuf> {
     std::env::split_paths(&path)
         .map(|d| d.join(program))
         .find(|p| p.is_file())
-        .ok_or_else(|| Error(format!("{program} is not installed: {install_hint}")))
+        .ok_or_else(|| Error::new(format!("{program} is not installed: {install_hint}")))
 }
 
 /// Writes dirty pages and drops the page cache, so every run starts cold.
@@ -129,7 +129,7 @@ pub fn drop_page_cache() -> Result<()> {
     // SAFETY: sync has no preconditions.
     unsafe { libc::sync() };
     std::fs::write("/proc/sys/vm/drop_caches", "3").map_err(|e| {
-        Error(format!(
+        Error::new(format!(
             "dropping the page cache (/proc/sys/vm/drop_caches): {e}"
         ))
     })
@@ -139,24 +139,24 @@ const THP_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
 
 /// The transparent huge page mode in force (`always`, `madvise`, `never`).
 pub fn thp_mode() -> Result<String> {
-    let text =
-        std::fs::read_to_string(THP_ENABLED).map_err(|e| Error(format!("{THP_ENABLED}: {e}")))?;
+    let text = std::fs::read_to_string(THP_ENABLED)
+        .map_err(|e| Error::new(format!("{THP_ENABLED}: {e}")))?;
     text.split_whitespace()
         .find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')))
         .map(str::to_owned)
-        .ok_or_else(|| Error(format!("{THP_ENABLED}: no selected mode in {text:?}")))
+        .ok_or_else(|| Error::new(format!("{THP_ENABLED}: no selected mode in {text:?}")))
 }
 
 /// Sets the transparent huge page mode, returning the previous one.
 pub fn set_thp_mode(mode: &str) -> Result<String> {
     let before = thp_mode()?;
     if !["always", "madvise", "never"].contains(&mode) {
-        return Err(Error(format!(
+        return Err(Error::new(format!(
             "THP mode {mode:?} is not always, madvise or never"
         )));
     }
     std::fs::write(THP_ENABLED, mode)
-        .map_err(|e| Error(format!("setting {THP_ENABLED} to {mode}: {e}")))?;
+        .map_err(|e| Error::new(format!("setting {THP_ENABLED} to {mode}: {e}")))?;
     Ok(before)
 }
 
@@ -189,7 +189,7 @@ mod tests {
         let err = Workload::spawn(Command::new("no-such-program-kml"), "ghost")
             .err()
             .expect("fails");
-        assert!(err.0.contains("not installed"), "{err}");
+        assert!(err.message.contains("not installed"), "{err}");
         assert!(require_program("sh", "").is_ok());
         assert!(require_program("no-such-program-kml", "apt-get install x").is_err());
     }

@@ -268,7 +268,7 @@ impl ProbeImpl for FileData {
             .filter(|s| !has_syscall_tracepoints(s))
             .collect();
         if missing.len() == SYSCALLS.len() {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "file_data needs fexit on do_filp_open or the syscall tracepoints \
                  (CONFIG_FTRACE_SYSCALLS, events/syscalls/sys_enter_openat in tracefs); \
                  this kernel has neither. fexit failed with: {fexit_error}"
@@ -277,7 +277,7 @@ impl ProbeImpl for FileData {
         let probe = BpfProbe::<TracepointPath>::start(args)?;
         // The first line, without the SDK's privilege hint: as root, EPERM
         // here means this kernel does not allow fentry/fexit programs.
-        let first_line = fexit_error.0.lines().next().unwrap_or_default();
+        let first_line = fexit_error.message.lines().next().unwrap_or_default();
         let first_line = first_line
             .split(" (needs root")
             .next()

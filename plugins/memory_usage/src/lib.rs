@@ -138,13 +138,13 @@ fn interval_from_config(config_json: &str) -> Result<Duration> {
             // The position is in the host's JSON, not the user's file.
             let e = e.to_string();
             let e = e.rsplit_once(" at line ").map_or(e.as_str(), |(m, _)| m);
-            Error(format!("[probes.{TABLE}]: {e}"))
+            Error::new(format!("[probes.{TABLE}]: {e}"))
         })?
     };
     let interval = parse_duration(&settings.interval)
-        .map_err(|e| Error(format!("[probes.{TABLE}] interval: {e}")))?;
+        .map_err(|e| Error::new(format!("[probes.{TABLE}] interval: {e}")))?;
     if interval < MIN_INTERVAL {
-        return Err(Error(format!(
+        return Err(Error::new(format!(
             "[probes.{TABLE}] interval: {:?} is shorter than the minimum, 10ms",
             settings.interval
         )));
@@ -307,7 +307,7 @@ fn uptime_us() -> Result<u64> {
     // SAFETY: `ts` is a valid, writable timespec.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
     if rc != 0 {
-        return Err(Error(format!(
+        return Err(Error::new(format!(
             "clock_gettime(CLOCK_BOOTTIME): {}",
             std::io::Error::last_os_error()
         )));
@@ -337,7 +337,7 @@ impl MemoryUsage {
         self.file
             .seek(SeekFrom::Start(0))
             .and_then(|_| self.file.read_to_string(&mut self.text))
-            .map_err(|e| Error(format!("reading {MEMINFO}: {e}")))?;
+            .map_err(|e| Error::new(format!("reading {MEMINFO}: {e}")))?;
         Ok(())
     }
 
@@ -394,7 +394,8 @@ interval = \"1s\"
 
     fn start(args: &StartArgs) -> Result<Self> {
         let interval = interval_from_config(&args.config_json)?;
-        let file = File::open(MEMINFO).map_err(|e| Error(format!("opening {MEMINFO}: {e}")))?;
+        let file =
+            File::open(MEMINFO).map_err(|e| Error::new(format!("opening {MEMINFO}: {e}")))?;
         let mut probe = Self {
             interval,
             next_due: Instant::now(),
@@ -408,7 +409,9 @@ interval = \"1s\"
         probe.read()?;
         let (fields, notes) = fields_of(&probe.text);
         if fields.is_empty() {
-            return Err(Error(format!("{MEMINFO} has no field this probe can read")));
+            return Err(Error::new(format!(
+                "{MEMINFO} has no field this probe can read"
+            )));
         }
         probe.index = fields
             .iter()
@@ -423,7 +426,7 @@ interval = \"1s\"
 
     fn drain(&mut self, timeout: Duration, batches: &mut [Batch]) -> Result<()> {
         let [batch] = batches else {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "host passed {} batches for 1 table",
                 batches.len()
             )));
@@ -552,9 +555,9 @@ mod tests {
             Duration::from_millis(500)
         );
         let e = interval_from_config(r#"{"bogus":1}"#).expect_err("unknown key");
-        assert!(e.0.contains("bogus"), "{e}");
+        assert!(e.message.contains("bogus"), "{e}");
         let e = interval_from_config(r#"{"interval":"5ms"}"#).expect_err("too short");
-        assert!(e.0.contains("10ms"), "{e}");
+        assert!(e.message.contains("10ms"), "{e}");
         assert!(interval_from_config(r#"{"interval":"fast"}"#).is_err());
     }
 }

@@ -176,7 +176,7 @@ fn wanted(config: &Config) -> Result<Vec<Wanted>> {
             }
         } else {
             let known: Vec<&str> = NAMED.iter().map(|n| n.0).collect();
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "perf: unknown counter {name:?} in counters; use one of {} or a perf generic event name (kernmlops perf-list), or add a [[probes.perf.events]] entry with a name and an event",
                 known.join(", ")
             )));
@@ -192,7 +192,7 @@ fn wanted(config: &Config) -> Result<Vec<Wanted>> {
     }
     for (i, w) in out.iter().enumerate() {
         if out[..i].iter().any(|o| o.table == w.table) {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "perf: counter {} is configured twice",
                 w.table
             )));
@@ -308,7 +308,7 @@ enum Target {
 fn cgroup_dir(id: u64) -> Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let mounts = std::fs::read_to_string("/proc/mounts")
-        .map_err(|e| Error(format!("perf: reading /proc/mounts: {e}")))?;
+        .map_err(|e| Error::new(format!("perf: reading /proc/mounts: {e}")))?;
     let root = mounts
         .lines()
         .find(|l| l.split_whitespace().nth(2) == Some("cgroup2"))
@@ -327,7 +327,7 @@ fn cgroup_dir(id: u64) -> Result<PathBuf> {
             }
         }
     }
-    Err(Error(format!(
+    Err(Error::new(format!(
         "perf: no cgroup v2 folder with id {id} under {root}"
     )))
 }
@@ -336,18 +336,18 @@ fn target(args: &StartArgs) -> Result<Target> {
     if args.filter_cgroup_id != 0 {
         let dir = cgroup_dir(args.filter_cgroup_id)?;
         let f = std::fs::File::open(&dir)
-            .map_err(|e| Error(format!("perf: opening {}: {e}", dir.display())))?;
+            .map_err(|e| Error::new(format!("perf: opening {}: {e}", dir.display())))?;
         return Ok(Target::Cgroup(f.into()));
     }
     if args.filter_pid != 0 {
         let pid = i32::try_from(args.filter_pid)
-            .map_err(|_| Error(format!("perf: pid {} out of range", args.filter_pid)))?;
+            .map_err(|_| Error::new(format!("perf: pid {} out of range", args.filter_pid)))?;
         return Ok(Target::Tasks(vec![(pid, false)]));
     }
     if args.filter_tgid != 0 {
         let dir = format!("/proc/{}/task", args.filter_tgid);
         let threads: Vec<(i32, bool)> = std::fs::read_dir(&dir)
-            .map_err(|e| Error(format!("perf: --tgid {}: {dir}: {e}", args.filter_tgid)))?
+            .map_err(|e| Error::new(format!("perf: --tgid {}: {dir}: {e}", args.filter_tgid)))?
             .filter_map(std::result::Result::ok)
             .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
             .map(|tid| (tid, true))
@@ -392,8 +392,9 @@ fn sample(counters: &[Counter], out: &mut [(Vec<u8>, u64)]) -> Result<()> {
         for (cpu, fds) in &counter.per_cpu {
             let mut sum = Reading::default();
             for fd in fds {
-                let r = events::read_counter(fd)
-                    .map_err(|e| Error(format!("perf: reading a counter on CPU {cpu}: {e}")))?;
+                let r = events::read_counter(fd).map_err(|e| {
+                    Error::new(format!("perf: reading a counter on CPU {cpu}: {e}"))
+                })?;
                 sum.count = sum.count.wrapping_add(r.count);
                 sum.time_enabled_ns = sum.time_enabled_ns.wrapping_add(r.time_enabled_ns);
                 sum.time_running_ns = sum.time_running_ns.wrapping_add(r.time_running_ns);
@@ -445,9 +446,9 @@ impl Perf {
     fn parse_config(text: &str) -> Result<Config> {
         let text = if text.trim().is_empty() { "{}" } else { text };
         let config: Config = serde_json::from_str(text)
-            .map_err(|e| Error(format!("perf: bad [probes.perf] setting: {e}")))?;
+            .map_err(|e| Error::new(format!("perf: bad [probes.perf] setting: {e}")))?;
         if !(config.frequency_hz > 0.0 && config.frequency_hz <= 10_000.0) {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "perf: frequency_hz must be above 0 and at most 10000, not {}",
                 config.frequency_hz
             )));
@@ -457,7 +458,7 @@ impl Perf {
 
     fn open(config: &Config, args: &StartArgs, root: &Path) -> Result<Self> {
         let cpus = events::online_cpus()
-            .map_err(|e| Error(format!("perf: reading the online CPUs: {e}")))?;
+            .map_err(|e| Error::new(format!("perf: reading the online CPUs: {e}")))?;
         let target = target(args)?;
         let mut tables = Vec::new();
         let mut notes = Vec::new();
@@ -466,7 +467,7 @@ impl Perf {
             let mut found = None;
             for candidate in &w.candidates {
                 found = resolve_candidate(root, candidate)
-                    .map_err(|e| Error(format!("perf: counter {}: {e}", w.table)))?;
+                    .map_err(|e| Error::new(format!("perf: counter {}: {e}", w.table)))?;
                 if found.is_some() {
                     break;
                 }
@@ -502,7 +503,7 @@ impl Perf {
                     w.table
                 )),
                 Err(e) => {
-                    return Err(Error(format!(
+                    return Err(Error::new(format!(
                         "perf: opening counter {} ({event}, {}): {e}",
                         w.table, resolved.spec
                     )))
@@ -510,7 +511,7 @@ impl Perf {
             }
         }
         if counters.is_empty() {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "perf: none of the configured counters can be counted here: {}",
                 notes.join("; ")
             )));
@@ -584,7 +585,7 @@ events = []
 
     fn drain(&mut self, timeout: Duration, batches: &mut [Batch]) -> Result<()> {
         if batches.len() != self.tables.len() {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "perf: host passed {} batches for {} tables",
                 batches.len(),
                 self.tables.len()
@@ -665,7 +666,7 @@ mod tests {
     fn settings_are_checked() {
         assert!(Perf::parse_config("{}").is_ok());
         let e = Perf::parse_config(r#"{"countrs": []}"#).expect_err("unknown key");
-        assert!(e.0.contains("countrs"), "{e}");
+        assert!(e.message.contains("countrs"), "{e}");
         assert!(Perf::parse_config(r#"{"frequency_hz": 0}"#).is_err());
         let c = Perf::parse_config(
             r#"{"counters": ["page_faults", "cpu-migrations"], "frequency_hz": 100,

@@ -196,7 +196,7 @@ fn check_settings(config_json: &str) -> Result<()> {
         .map_err(|e| {
             let e = e.to_string();
             let e = e.rsplit_once(" at line ").map_or(e.as_str(), |(m, _)| m);
-            Error(format!("[probes.process_metadata]: {e}"))
+            Error::new(format!("[probes.process_metadata]: {e}"))
         })
 }
 
@@ -535,7 +535,7 @@ impl ProbeImpl for ProcessMetadata {
 
     fn drain(&mut self, timeout: Duration, batches: &mut [Batch]) -> Result<()> {
         let [batch] = batches else {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "host passed {} batches for 1 table",
                 batches.len()
             )));
@@ -632,6 +632,6 @@ mod tests {
     fn unknown_settings_are_refused_by_name() {
         assert!(check_settings("{}").is_ok());
         let e = check_settings(r#"{"bogus":1}"#).expect_err("unknown key");
-        assert!(e.0.contains("bogus"), "{e}");
+        assert!(e.message.contains("bogus"), "{e}");
     }
 }

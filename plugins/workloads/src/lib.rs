@@ -34,7 +34,7 @@ const GRACE: Duration = Duration::from_secs(3);
 
 /// Parses a benchmark's settings, naming the benchmark and the bad key.
 fn parse<S: serde::de::DeserializeOwned>(name: &str, json: &str) -> Result<S> {
-    serde_json::from_str(json).map_err(|e| Error(format!("[benchmarks.{name}]: {e}")))
+    serde_json::from_str(json).map_err(|e| Error::new(format!("[benchmarks.{name}]: {e}")))
 }
 
 /// Refuses a THP mode the kernel would not take, before anything runs.
@@ -42,7 +42,7 @@ fn check_thp(name: &str, mode: &str) -> Result<()> {
     if ["", "always", "madvise", "never"].contains(&mode) {
         Ok(())
     } else {
-        Err(Error(format!(
+        Err(Error::new(format!(
             "[benchmarks.{name}] thp_mode = {mode:?}: use \"\" (leave as is), \"always\", \"madvise\" or \"never\""
         )))
     }
@@ -87,7 +87,7 @@ fn stop(w: &mut Option<Workload>) -> Result<()> {
 fn poll_of(w: &mut Option<Workload>, name: &str) -> Result<Option<i32>> {
     match w.as_mut() {
         Some(w) => w.poll(),
-        None => Err(Error(format!("{name}: poll before launch"))),
+        None => Err(Error::new(format!("{name}: poll before launch"))),
     }
 }
 
@@ -101,7 +101,8 @@ fn fresh_dir(base: Option<&Path>, name: &str) -> Result<PathBuf> {
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
-    std::fs::create_dir_all(&dir).map_err(|e| Error(format!("creating {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::new(format!("creating {}: {e}", dir.display())))?;
     Ok(dir)
 }
 
@@ -111,7 +112,7 @@ fn remove_dir(dir: &mut Option<PathBuf>) -> Result<()> {
         Some(d) => match std::fs::remove_dir_all(&d) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error(format!("removing {}: {e}", d.display()))),
+            Err(e) => Err(Error::new(format!("removing {}: {e}", d.display()))),
         },
         None => Ok(()),
     }
@@ -120,10 +121,10 @@ fn remove_dir(dir: &mut Option<PathBuf>) -> Result<()> {
 /// A TCP port on the loopback interface that nothing listens on now.
 fn free_port() -> Result<u16> {
     let l = TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| Error(format!("finding a free loopback port: {e}")))?;
+        .map_err(|e| Error::new(format!("finding a free loopback port: {e}")))?;
     l.local_addr()
         .map(|a| a.port())
-        .map_err(|e| Error(format!("finding a free loopback port: {e}")))
+        .map_err(|e| Error::new(format!("finding a free loopback port: {e}")))
 }
 
 /// Waits until `ready` holds, failing early if `server` ends or after
@@ -137,7 +138,7 @@ fn wait_ready(
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(code) = server.poll()? {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "{what} exited with code {code} before it answered"
             )));
         }
@@ -145,7 +146,7 @@ fn wait_ready(
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "{what} did not answer within {}s",
                 timeout.as_secs()
             )));
@@ -166,11 +167,13 @@ fn accepts(port: u16) -> bool {
 /// Runs `cmd` to completion (setup steps), failing on a non-zero exit.
 fn run_to_end(mut cmd: Command, what: &str) -> Result<()> {
     cmd.stdin(Stdio::null());
-    let status = cmd.status().map_err(|e| Error(format!("{what}: {e}")))?;
+    let status = cmd
+        .status()
+        .map_err(|e| Error::new(format!("{what}: {e}")))?;
     if status.success() {
         Ok(())
     } else {
-        Err(Error(format!("{what} failed: {status}")))
+        Err(Error::new(format!("{what} failed: {status}")))
     }
 }
 
@@ -310,7 +313,7 @@ extra_args = []
         let settings: StressNgSettings = parse(Self::NAME, &args.config_json)?;
         check_thp(Self::NAME, &settings.thp_mode)?;
         if settings.stressor.is_empty() || settings.stressor.starts_with('-') {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "[benchmarks.stress_ng] stressor = {:?}: name a stressor, e.g. \"cpu\"",
                 settings.stressor
             )));
@@ -435,7 +438,7 @@ numjobs = 1
         let settings: FioSettings = parse(Self::NAME, &args.config_json)?;
         check_thp(Self::NAME, &settings.thp_mode)?;
         if settings.numjobs == 0 {
-            return Err(Error("[benchmarks.fio] numjobs = 0: use 1 or more".into()));
+            return Err(Error::new("[benchmarks.fio] numjobs = 0: use 1 or more"));
         }
         Ok(Self {
             settings,
@@ -449,7 +452,7 @@ numjobs = 1
         workload::require_program("fio", "apt-get install fio")?;
         let d = &self.settings.directory;
         if !d.is_empty() && !Path::new(d).is_dir() {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "[benchmarks.fio] directory = {d:?} is not a directory"
             )));
         }
@@ -472,7 +475,7 @@ numjobs = 1
         let dir = self
             .dir
             .as_ref()
-            .ok_or_else(|| Error("fio: launch before setup".into()))?;
+            .ok_or_else(|| Error::new("fio: launch before setup"))?;
         let mut cmd = Command::new("fio");
         cmd.arg("--name=kernmlops")
             .arg(format!("--directory={}", dir.display()))
@@ -515,7 +518,7 @@ mod tests {
     pub(crate) fn new_err<B: BenchmarkImpl>(json: &str) -> String {
         match B::new(&kernmlops_plugin_sdk::testing::start_args(json)) {
             Ok(_) => panic!("{}: {json} accepted", B::NAME),
-            Err(e) => e.0,
+            Err(e) => e.message,
         }
     }
 
@@ -558,6 +561,6 @@ mod tests {
         ))
         .expect("settings");
         let e = fio.is_configured().expect_err("missing directory");
-        assert!(e.0.contains("/no/such/dir-kml"), "{e}");
+        assert!(e.message.contains("/no/such/dir-kml"), "{e}");
     }
 }

@@ -96,9 +96,8 @@ tests = "set,get"
         let settings: RedisSettings = parse(Self::NAME, &args.config_json)?;
         check_thp(Self::NAME, &settings.thp_mode)?;
         if settings.clients == 0 || settings.requests == 0 || settings.tests.is_empty() {
-            return Err(Error(
-                "[benchmarks.redis]: requests and clients must be at least 1 and tests not empty"
-                    .into(),
+            return Err(Error::new(
+                "[benchmarks.redis]: requests and clients must be at least 1 and tests not empty",
             ));
         }
         Ok(Self {
@@ -130,7 +129,7 @@ tests = "set,get"
         let dir = self
             .dir
             .clone()
-            .ok_or_else(|| Error("redis: launch before setup".into()))?;
+            .ok_or_else(|| Error::new("redis: launch before setup"))?;
         self.port = free_port()?;
         let port = self.port.to_string();
         let mut cmd = Command::new("redis-server");
@@ -242,15 +241,13 @@ execute_number = 10000
         let settings: MemcachedSettings = parse(Self::NAME, &args.config_json)?;
         check_thp(Self::NAME, &settings.thp_mode)?;
         if !["get", "mget", "set"].contains(&settings.test.as_str()) {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "[benchmarks.memcached] test = {:?}: use get, mget or set",
                 settings.test
             )));
         }
         if settings.concurrency == 0 || settings.execute_number == 0 || settings.memory_mb == 0 {
-            return Err(Error(
-                "[benchmarks.memcached]: memory_mb, concurrency and execute_number must be at least 1"
-                    .into(),
+            return Err(Error::new("[benchmarks.memcached]: memory_mb, concurrency and execute_number must be at least 1",
             ));
         }
         Ok(Self {

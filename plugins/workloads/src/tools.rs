@@ -96,17 +96,17 @@ clean_first = true
     fn is_configured(&self) -> Result<()> {
         let dir = &self.settings.source_dir;
         if dir.is_empty() {
-            return Err(Error(
-                "set [benchmarks.linux_build] source_dir to a Linux source tree".into(),
+            return Err(Error::new(
+                "set [benchmarks.linux_build] source_dir to a Linux source tree",
             ));
         }
         if !is_kernel_tree(Path::new(dir)) {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "set [benchmarks.linux_build] source_dir to a Linux source tree: {dir:?} is not one (no Makefile, Kconfig, kernel/ and arch/)"
             )));
         }
         if !Path::new(dir).join(".config").is_file() {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "{dir:?} has no .config: run `make -C {dir} defconfig` (or olddefconfig) first"
             )));
         }
@@ -205,8 +205,8 @@ trials = 3
         let settings: GapSettings = parse(Self::NAME, &args.config_json)?;
         check_thp(Self::NAME, &settings.thp_mode)?;
         if settings.scale == 0 || settings.trials == 0 {
-            return Err(Error(
-                "[benchmarks.gap]: scale and trials must be at least 1".into(),
+            return Err(Error::new(
+                "[benchmarks.gap]: scale and trials must be at least 1",
             ));
         }
         Ok(Self {
@@ -219,15 +219,14 @@ trials = 3
     fn is_configured(&self) -> Result<()> {
         let dir = &self.settings.suite_dir;
         if dir.is_empty() {
-            return Err(Error(
-                "set [benchmarks.gap] suite_dir to a built GAP benchmark suite (git clone https://github.com/sbeamer/gapbs && make -C gapbs)".into(),
+            return Err(Error::new("set [benchmarks.gap] suite_dir to a built GAP benchmark suite (git clone https://github.com/sbeamer/gapbs && make -C gapbs)",
             ));
         }
         let pr = self.pr();
         let executable = std::fs::metadata(&pr)
             .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
         if !executable {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "[benchmarks.gap] suite_dir = {dir:?} has no executable pr: build the suite there (make -C {dir})"
             )));
         }
@@ -270,14 +269,15 @@ mod tests {
         let b = LinuxBuild::new(&start_args("{}")).expect("defaults");
         let e = b.is_configured().expect_err("no source_dir");
         assert_eq!(
-            e.0,
+            e.message,
             "set [benchmarks.linux_build] source_dir to a Linux source tree"
         );
         let b = LinuxBuild::new(&start_args(r#"{"source_dir": "/tmp"}"#)).expect("settings");
         let e = b.is_configured().expect_err("not a kernel tree");
         assert!(
-            e.0.starts_with("set [benchmarks.linux_build] source_dir to a Linux source tree")
-                && e.0.contains("\"/tmp\" is not one"),
+            e.message
+                .starts_with("set [benchmarks.linux_build] source_dir to a Linux source tree")
+                && e.message.contains("\"/tmp\" is not one"),
             "{e}"
         );
     }
@@ -295,9 +295,12 @@ mod tests {
     fn gap_needs_a_suite_with_pr() {
         let g = Gap::new(&start_args("{}")).expect("defaults");
         let e = g.is_configured().expect_err("no suite_dir");
-        assert!(e.0.starts_with("set [benchmarks.gap] suite_dir"), "{e}");
+        assert!(
+            e.message.starts_with("set [benchmarks.gap] suite_dir"),
+            "{e}"
+        );
         let g = Gap::new(&start_args(r#"{"suite_dir": "/tmp"}"#)).expect("settings");
         let e = g.is_configured().expect_err("no pr");
-        assert!(e.0.contains("has no executable pr"), "{e}");
+        assert!(e.message.contains("has no executable pr"), "{e}");
     }
 }
