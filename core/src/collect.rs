@@ -37,6 +37,9 @@ use crate::{
 pub struct RunOptions {
     pub probes: Vec<String>,
     pub output: PathBuf,
+    /// Write the collection into exactly this folder (created, must not
+    /// exist) instead of `<output>/<collection_id>/`.
+    pub collection_dir: Option<PathBuf>,
     /// `None`: until stopped.
     pub duration: Option<Duration>,
     pub ring_bytes: u64,
@@ -144,9 +147,23 @@ pub fn run(
         None => None,
     };
     let collection_id = new_collection_id();
-    let dir = opts.output.join(&collection_id);
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| format!("creating output folder {}: {e}", dir.display()))?;
+    let dir = match &opts.collection_dir {
+        Some(dir) => {
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("creating output folder {}: {e}", parent.display()))?;
+            }
+            std::fs::create_dir(dir)
+                .map_err(|e| format!("creating collection folder {}: {e}", dir.display()))?;
+            dir.clone()
+        }
+        None => {
+            let dir = opts.output.join(&collection_id);
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("creating output folder {}: {e}", dir.display()))?;
+            dir
+        }
+    };
 
     let sys = SystemInfo::gather();
     let start = manifest::Instant::now();

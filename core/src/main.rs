@@ -139,6 +139,10 @@ struct RunArgs {
     /// Output folder; each run gets its own sub-folder [default: data].
     #[arg(long, short)]
     output: Option<PathBuf>,
+    /// Write the collection into exactly this folder, which must not exist
+    /// yet, instead of a new sub-folder of --output (used by experiments).
+    #[arg(long, value_name = "DIR", conflicts_with = "output")]
+    collection_dir: Option<PathBuf>,
     /// Size of each probe ring buffer, e.g. 16MiB.
     #[arg(long)]
     ring_size: Option<String>,
@@ -319,6 +323,7 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
             .output
             .clone()
             .unwrap_or_else(|| PathBuf::from(&c.output)),
+        collection_dir: args.collection_dir.clone(),
         duration: (!duration.is_zero()).then_some(duration),
         ring_bytes,
         drain_interval,
