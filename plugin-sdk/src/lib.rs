@@ -12,6 +12,7 @@
 
 pub mod bpf;
 mod guard;
+pub mod indicator;
 pub mod table;
 pub mod testing;
 pub mod workload;

@@ -1,29 +1,87 @@
 //! Running a benchmark's workload: each command in a process group of its
-//! own, so stopping it stops everything it started; plus the machine setup
-//! benchmarks share (dropping the page cache, the transparent huge page
-//! mode) and finding the software they need.
+//! own, so stopping it stops everything it started, its standard output and
+//! error optionally kept in files for the benchmark to parse afterwards;
+//! plus the machine setup benchmarks share (dropping the page cache, the
+//! transparent huge page mode) and finding the software they need.
 
 use std::{
+    fs::File,
     os::unix::process::{CommandExt, ExitStatusExt},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
 use crate::{Error, Result};
+
+/// Where a workload's standard output and error go: a file each, or (for
+/// `None`) the host's own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Capture {
+    pub stdout: Option<PathBuf>,
+    pub stderr: Option<PathBuf>,
+}
+
+impl Capture {
+    /// Both streams, into `<dir>/<stem>.stdout` and `<dir>/<stem>.stderr`.
+    pub fn both(dir: &Path, stem: &str) -> Self {
+        Self {
+            stdout: Some(dir.join(format!("{stem}.stdout"))),
+            stderr: Some(dir.join(format!("{stem}.stderr"))),
+        }
+    }
+
+    /// Standard error only, into `path`; standard output stays the host's.
+    pub fn stderr(path: PathBuf) -> Self {
+        Self {
+            stdout: None,
+            stderr: Some(path),
+        }
+    }
+}
+
+/// Creates (truncates) a capture file, naming the stream in errors.
+fn capture_file(path: &Path, stream: &str, what: &str) -> Result<File> {
+    File::create(path).map_err(|e| {
+        Error::new(format!(
+            "creating {} for the {stream} of {what}: {e}",
+            path.display()
+        ))
+    })
+}
 
 /// A running command and its process group.
 pub struct Workload {
     what: String,
     child: Child,
     exit: Option<i32>,
+    capture: Capture,
+    started: Instant,
+    ended: Option<Instant>,
+    killed: bool,
 }
 
 impl Workload {
     /// Starts `cmd` as the leader of a new process group, standard input
-    /// closed. `what` names it in errors.
-    pub fn spawn(mut cmd: Command, what: &str) -> Result<Self> {
+    /// closed, standard output and error the host's. `what` names it in
+    /// errors.
+    pub fn spawn(cmd: Command, what: &str) -> Result<Self> {
+        Self::spawn_captured(cmd, what, &Capture::default())
+    }
+
+    /// As [`Workload::spawn`], with standard output and error written to
+    /// the files `capture` names (created or truncated). The files stay
+    /// after the workload ends: read them with [`Workload::read_stdout`]
+    /// and [`Workload::read_stderr`].
+    pub fn spawn_captured(mut cmd: Command, what: &str, capture: &Capture) -> Result<Self> {
         cmd.process_group(0).stdin(Stdio::null());
+        if let Some(path) = &capture.stdout {
+            cmd.stdout(capture_file(path, "standard output", what)?);
+        }
+        if let Some(path) = &capture.stderr {
+            cmd.stderr(capture_file(path, "standard error", what)?);
+        }
         let child = cmd.spawn().map_err(|e| {
             let program = cmd.get_program().to_string_lossy().into_owned();
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -38,12 +96,63 @@ impl Workload {
             what: what.to_owned(),
             child,
             exit: None,
+            capture: capture.clone(),
+            started: Instant::now(),
+            ended: None,
+            killed: false,
         })
     }
 
     /// The leader's process id (and the group's id).
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The file standard output goes to, when captured.
+    pub fn stdout_path(&self) -> Option<&Path> {
+        self.capture.stdout.as_deref()
+    }
+
+    /// The file standard error goes to, when captured.
+    pub fn stderr_path(&self) -> Option<&Path> {
+        self.capture.stderr.as_deref()
+    }
+
+    /// What the workload wrote on standard output so far (all of it once
+    /// it has ended); an error when it was not captured or is unreadable.
+    pub fn read_stdout(&self) -> Result<String> {
+        self.read_capture(self.stdout_path(), "standard output")
+    }
+
+    /// As [`Workload::read_stdout`], for standard error.
+    pub fn read_stderr(&self) -> Result<String> {
+        self.read_capture(self.stderr_path(), "standard error")
+    }
+
+    fn read_capture(&self, path: Option<&Path>, stream: &str) -> Result<String> {
+        let path = path
+            .ok_or_else(|| Error::new(format!("the {stream} of {} was not captured", self.what)))?;
+        let bytes = std::fs::read(path).map_err(|e| {
+            Error::new(format!(
+                "reading the {stream} of {} ({}): {e}",
+                self.what,
+                path.display()
+            ))
+        })?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// How long the leader ran: from the start until `poll` (or `kill`)
+    /// first saw it end, so within one polling interval. `None` while it
+    /// runs.
+    pub fn elapsed(&self) -> Option<Duration> {
+        self.ended.map(|end| end - self.started)
+    }
+
+    /// True when [`Workload::kill`] stopped the leader before it ended on
+    /// its own: its output may be incomplete.
+    pub fn was_killed(&self) -> bool {
+        self.killed
     }
 
     /// `Some(exit code)` once the leader has ended; a signal counts as
@@ -57,6 +166,9 @@ impl Workload {
             .try_wait()
             .map_err(|e| Error::new(format!("waiting for {}: {e}", self.what)))?;
         self.exit = status.map(|s| s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)));
+        if self.exit.is_some() {
+            self.ended = Some(Instant::now());
+        }
         Ok(self.exit)
     }
 
@@ -71,6 +183,12 @@ impl Workload {
     /// waits until no process of it is left.
     pub fn kill(&mut self, grace: Duration) -> Result<()> {
         let pgid = self.child.id() as i32;
+        if self.exit.is_none() {
+            // A last look, so a leader that already ended counts as ended
+            // on its own.
+            let _ = self.poll();
+        }
+        let ended_before = self.exit.is_some();
         // SAFETY: signalling a process group this workload created.
         unsafe { libc::kill(-pgid, libc::SIGTERM) };
         let deadline = Instant::now() + grace;
@@ -92,6 +210,10 @@ impl Workload {
                     .code()
                     .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
             );
+            self.ended = Some(Instant::now());
+        }
+        if !ended_before {
+            self.killed = true;
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.group_alive() {
@@ -111,6 +233,65 @@ impl Drop for Workload {
     fn drop(&mut self) {
         if self.group_alive() || self.exit.is_none() {
             let _ = self.kill(Duration::from_secs(1));
+        }
+    }
+}
+
+/// The folder a benchmark keeps its tools' output in (captured standard
+/// output and error, result files), so it can parse them once the workload
+/// has ended.
+#[derive(Debug)]
+pub struct OutputDir {
+    path: PathBuf,
+    temporary: bool,
+}
+
+impl OutputDir {
+    /// The run's collection folder, `output_dir` (`StartArgs::output_dir`),
+    /// created if it does not exist yet. When it is empty (outside a run,
+    /// in tests, or from a host that does not pass the collection folder
+    /// yet) a fresh temporary folder named after `benchmark`, removed when
+    /// this value is dropped.
+    pub fn new(output_dir: &str, benchmark: &str) -> Result<Self> {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let (path, temporary) = if output_dir.is_empty() {
+            let name = format!(
+                "kernmlops-{benchmark}-output-{}-{}",
+                std::process::id(),
+                SEQ.fetch_add(1, Ordering::Relaxed)
+            );
+            (std::env::temp_dir().join(name), true)
+        } else {
+            (PathBuf::from(output_dir), false)
+        };
+        std::fs::create_dir_all(&path).map_err(|e| {
+            Error::new(format!(
+                "creating the output folder {} of {benchmark}: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(Self { path, temporary })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `<folder>/<file>`.
+    pub fn join(&self, file: &str) -> PathBuf {
+        self.path.join(file)
+    }
+
+    /// True for the temporary fallback, which is removed on drop.
+    pub fn is_temporary(&self) -> bool {
+        self.temporary
+    }
+}
+
+impl Drop for OutputDir {
+    fn drop(&mut self) {
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.path);
         }
     }
 }
@@ -192,5 +373,87 @@ mod tests {
         assert!(err.message.contains("not installed"), "{err}");
         assert!(require_program("sh", "").is_ok());
         assert!(require_program("no-such-program-kml", "apt-get install x").is_err());
+    }
+
+    fn wait_exit(w: &mut Workload) -> i32 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(code) = w.poll().expect("poll") {
+                return code;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "workload still running after 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn captures_stdout_and_stderr_into_files() {
+        let out = OutputDir::new("", "capture-test").expect("output dir");
+        assert!(out.is_temporary() && out.path().is_dir());
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo to-out; echo to-err >&2; sh -c 'echo child-out'"]);
+        let mut w = Workload::spawn_captured(cmd, "capture", &Capture::both(out.path(), "bench"))
+            .expect("spawn");
+        assert_eq!(wait_exit(&mut w), 0);
+        assert_eq!(w.read_stdout().expect("stdout"), "to-out\nchild-out\n");
+        assert_eq!(w.read_stderr().expect("stderr"), "to-err\n");
+        assert_eq!(w.stdout_path(), Some(out.join("bench.stdout").as_path()));
+        assert!(!w.was_killed());
+        let took = w.elapsed().expect("ended");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        w.kill(Duration::from_secs(1)).expect("kill after exit");
+        assert!(!w.was_killed(), "it ended on its own before kill");
+
+        // Standard output not captured: reading it says so.
+        let mut cmd = Command::new("true");
+        cmd.stdout(Stdio::null());
+        let mut w = Workload::spawn_captured(cmd, "quiet", &Capture::stderr(out.join("q.err")))
+            .expect("spawn");
+        wait_exit(&mut w);
+        let e = w.read_stdout().expect_err("not captured");
+        assert!(
+            e.message
+                .contains("standard output of quiet was not captured"),
+            "{e}"
+        );
+        assert_eq!(w.read_stderr().expect("stderr"), "");
+
+        // A capture file that cannot be created is named.
+        let bad = Capture::both(Path::new("/no/such/dir-kml"), "x");
+        let e = Workload::spawn_captured(Command::new("true"), "nowhere", &bad)
+            .err()
+            .expect("fails");
+        assert!(e.message.contains("/no/such/dir-kml/x.stdout"), "{e}");
+
+        let path = out.path().to_path_buf();
+        drop(out);
+        assert!(!path.exists(), "temporary output folder left behind");
+    }
+
+    #[test]
+    fn kill_of_a_captured_group_keeps_the_output() {
+        let dir = std::env::temp_dir().join(format!("kml-workload-{}", std::process::id()));
+        let out = OutputDir::new(dir.to_str().expect("utf8"), "kept").expect("output dir");
+        assert!(!out.is_temporary());
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo started; sleep 30 & wait"]);
+        let mut w = Workload::spawn_captured(cmd, "sleeper", &Capture::both(out.path(), "s"))
+            .expect("spawn");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while w.read_stdout().expect("stdout").is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        w.kill(Duration::from_secs(2)).expect("kill");
+        assert!(w.was_killed());
+        assert!(!w.group_alive());
+        assert!(w.elapsed().is_some());
+        assert_eq!(w.read_stdout().expect("stdout"), "started\n");
+        drop(w);
+        drop(out);
+        assert!(dir.join("s.stdout").is_file(), "a run's folder is kept");
+        std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }
