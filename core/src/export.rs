@@ -14,7 +14,7 @@ use std::{
 use arrow_ipc::reader::FileReader;
 use parquet::{arrow::ArrowWriter, basic::Compression, file::properties::WriterProperties};
 
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, RunClass, Status};
 
 /// The run classes a collection is exported under.
 pub const CLASSES: [&str; 3] = ["curated", "baseline", "failed"];
@@ -81,19 +81,14 @@ pub fn find_collections(data: &Path, selectors: &[String]) -> Result<Vec<PathBuf
 
 /// The class a collection is exported under, or why it is not exported.
 pub fn export_class(man: &Manifest) -> Result<&'static str, String> {
-    match man.run_class.as_str() {
-        "curated" => Ok("curated"),
-        "baseline" => Ok("baseline"),
-        "failed" => Ok("failed"),
+    match man.run_class {
+        RunClass::Curated | RunClass::Baseline | RunClass::Failed => Ok(man.run_class.as_str()),
         // Crashed, then made readable by `kernmlops repair`.
-        "running" if man.status == "repaired" => Ok("failed"),
-        "running" => Err(
+        RunClass::Running if man.status == Status::Repaired => Ok("failed"),
+        RunClass::Running => Err(
             "still running or crashed; if it crashed, run `kernmlops repair <collection folder>` first"
                 .into(),
         ),
-        // Older manifests, or a crash before the class was written.
-        "" => Ok("failed"),
-        other => Err(format!("unknown run class {other:?}")),
     }
 }
 

@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 
 use abi_stable::std_types::RResult;
 
-use crate::{collect::start_args, collect::Filter, plugin::Registry};
+use crate::{
+    collect::{start_args, RunOptions},
+    plugin::Registry,
+};
 
 /// One graph's outcome: the files it wrote, or why it failed.
 #[derive(Debug)]
@@ -40,7 +43,7 @@ pub fn render_collection(registry: &Registry, collection: &Path) -> Result<Vec<R
                 continue;
             }
             let name = g.name.to_string();
-            let args = start_args(&name, 0, Filter::default(), &Default::default());
+            let args = start_args(&name, &RunOptions::default(), &Default::default());
             let outcome = plugin.start_graph(&name, &args).and_then(|mut graph| {
                 match graph.render(dir_text.into(), out_text.into()) {
                     RResult::ROk(files) => Ok(files

@@ -27,6 +27,73 @@ impl Instant {
     }
 }
 
+/// Where a collection stands, as `status` in the manifest.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Being written, or the writer died (`kernmlops repair` fixes it).
+    #[default]
+    Running,
+    Complete,
+    /// Complete, but a probe or the benchmark reported errors.
+    CompleteWithErrors,
+    /// The writer died and `kernmlops repair` made the files readable.
+    Repaired,
+    /// Nothing was collected (no probe could start, set-up failed).
+    Failed,
+}
+
+/// What a collection is good for, as `run_class` in the manifest.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RunClass {
+    #[default]
+    Running,
+    /// The benchmark succeeded (or there was none) and every probe ran.
+    Curated,
+    /// `--baseline`: the benchmark without probes.
+    Baseline,
+    /// The benchmark or a probe failed; the data is kept apart.
+    Failed,
+}
+
+impl RunClass {
+    /// The name used in the manifest and the dataset layout.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Curated => "curated",
+            Self::Baseline => "baseline",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for RunClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A probe's state, as `status` of a manifest probe entry.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeStatus {
+    Running,
+    Ok,
+    Failed,
+}
+
+/// Why the host stopped a benchmark that had not ended by itself.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `--duration` ran out.
+    Duration,
+    /// SIGINT or SIGTERM.
+    Signal,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PluginEntry {
     pub name: String,
@@ -39,8 +106,7 @@ pub struct PluginEntry {
 pub struct ProbeEntry {
     pub name: String,
     pub plugin: String,
-    /// `running`, `ok`, or `failed`.
-    pub status: String,
+    pub status: ProbeStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Time to load, verify and attach, in milliseconds.
@@ -65,8 +131,8 @@ pub struct BenchmarkEntry {
     pub plugin: String,
     /// Its exit code, when it ended by itself.
     pub exit_code: Option<i32>,
-    /// `duration` or `signal` when the host stopped it.
-    pub stopped_by: Option<String>,
+    /// Why the host stopped it, when it did not end by itself.
+    pub stopped_by: Option<StopReason>,
     /// Why it failed to set up, launch or run.
     pub error: Option<String>,
     pub start_uptime_us: Option<u64>,
@@ -83,9 +149,7 @@ pub struct RefusedPlugin {
 pub struct Manifest {
     pub kernmlops_version: String,
     pub collection_id: String,
-    /// `running`, `complete`, `complete_with_errors`, or `repaired` (after a
-    /// crash, by `kernmlops repair`).
-    pub status: String,
+    pub status: Status,
     pub command: Vec<String>,
     pub config: serde_json::Value,
     pub hostname: String,
@@ -101,11 +165,8 @@ pub struct Manifest {
     pub probes: Vec<ProbeEntry>,
     pub tables: BTreeMap<String, TableEntry>,
     pub errors: Vec<String>,
-    /// `curated` (benchmark succeeded, or no benchmark), `baseline` (no
-    /// probes), `failed` (the benchmark or a probe failed; data kept), or
-    /// `running`.
     #[serde(default)]
-    pub run_class: String,
+    pub run_class: RunClass,
     #[serde(default)]
     pub benchmark: Option<BenchmarkEntry>,
 }

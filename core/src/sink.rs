@@ -62,6 +62,7 @@ pub struct IpcSink {
     pending_rows: u64,
     last_flush: Instant,
     rows_written: u64,
+    rows_rejected: u64,
     bytes_in: u64,
 }
 
@@ -97,6 +98,7 @@ impl IpcSink {
             pending_rows: 0,
             last_flush: Instant::now(),
             rows_written: 0,
+            rows_rejected: 0,
             bytes_in: 0,
         })
     }
@@ -119,13 +121,25 @@ impl IpcSink {
         self.rows_written + self.pending_rows
     }
 
-    /// Accepts `data`, whole records of this table, and flushes if due.
-    pub fn push(&mut self, data: &[u8]) -> Result<(), SinkError> {
+    /// Records left out because their batch's size did not match the
+    /// table's record size.
+    pub fn rows_rejected(&self) -> u64 {
+        self.rows_rejected
+    }
+
+    /// Accepts `data`, `records` whole records of this table, and flushes if
+    /// due. A batch whose size is not `records` times the record size cannot
+    /// be split into records safely: it is left out and counted in
+    /// [`IpcSink::rows_rejected`], never padded or cut.
+    pub fn push(&mut self, data: &[u8], records: u64) -> Result<(), SinkError> {
         let rs = self.decoder.record_size();
-        let whole = data.len() - data.len() % rs;
-        self.pending.extend_from_slice(&data[..whole]);
-        self.pending_rows += (whole / rs) as u64;
-        self.bytes_in += whole as u64;
+        if records.checked_mul(rs as u64) != Some(data.len() as u64) {
+            self.rows_rejected += records.max(1);
+            return Ok(());
+        }
+        self.pending.extend_from_slice(data);
+        self.pending_rows += records;
+        self.bytes_in += data.len() as u64;
         if self.pending_rows >= self.policy.rows
             || self.last_flush.elapsed() >= self.policy.interval
         {
@@ -325,7 +339,7 @@ mod tests {
         };
         let mut sink = IpcSink::create(&path, decoder(), policy).expect("create");
         for chunk in 0..5 {
-            sink.push(&records(chunk * 100..(chunk + 1) * 100))
+            sink.push(&records(chunk * 100..(chunk + 1) * 100), 100)
                 .expect("push");
         }
         // Simulate SIGKILL: no footer, and a torn last write.

@@ -110,7 +110,7 @@ fn main() -> anyhow::Result<()> {
         )?;
         let mut pushed = 0usize;
         while pushed < records {
-            sink.push(&drain)?;
+            sink.push(&drain, DRAIN as u64)?;
             pushed += DRAIN;
         }
         rows = sink.finish()?;

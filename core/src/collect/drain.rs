@@ -1,0 +1,161 @@
+//! Probes while they run: each started probe gets its tables' sinks and one
+//! drain thread that moves its batches into them, with live row and loss
+//! counters the status line and the manifest read.
+
+use std::{
+    collections::BTreeMap,
+    path::Path,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
+    thread,
+    time::Duration,
+};
+
+use abi_stable::std_types::{RResult, RVec};
+use kernmlops_plugin_api::{Batch, ProbeBox, TableDecl};
+
+use crate::{
+    decode::TableDecoder,
+    sink::{FlushPolicy, IpcSink},
+    validate::{validate_table, ValidationError},
+};
+
+/// Rows and losses of one table, updated live by its probe's thread.
+#[derive(Debug, Default)]
+pub struct TableCounters {
+    pub rows: AtomicU64,
+    pub lost: AtomicU64,
+    /// Records of the wrong size the probe left out.
+    pub malformed: AtomicU64,
+}
+
+/// A probe whose drain thread is running.
+pub(super) struct RunningProbe {
+    pub name: String,
+    pub plugin: String,
+    pub tables: Vec<String>,
+    pub counters: Vec<Arc<TableCounters>>,
+    pub handle: thread::JoinHandle<Result<(), String>>,
+}
+
+/// The tables a started probe fills, validated like declared ones and
+/// unique within the run (`taken`: table name to the probe writing it).
+/// `kernmlops check` applies the same rules with nothing taken.
+pub fn run_tables(
+    probe: &ProbeBox,
+    taken: &BTreeMap<String, String>,
+) -> Result<Vec<TableDecl>, String> {
+    let tables = probe.tables().into_vec();
+    if tables.is_empty() {
+        return Err("the probe fills no table".into());
+    }
+    for t in &tables {
+        validate_table(t).map_err(|e| e.to_string())?;
+        if let Some(owner) = taken.get(t.name.as_str()) {
+            return Err(ValidationError::DuplicateTable {
+                table: t.name.to_string(),
+                owner: owner.clone(),
+            }
+            .to_string());
+        }
+    }
+    Ok(tables)
+}
+
+/// Where a probe's tables go and how it is drained.
+pub(super) struct SinkSetup<'a> {
+    pub dir: &'a Path,
+    pub collection_id: &'a str,
+    pub flush: FlushPolicy,
+    pub drain_interval: Duration,
+}
+
+/// Creates the probe's sinks and its drain thread.
+pub(super) fn spawn(
+    probe: ProbeBox,
+    name: &str,
+    plugin: &str,
+    tables: &[TableDecl],
+    setup: &SinkSetup<'_>,
+    stop: Arc<AtomicBool>,
+) -> Result<RunningProbe, String> {
+    let mut sinks = Vec::new();
+    for t in tables {
+        let path = setup.dir.join(format!("{}.arrow", t.name));
+        let sink = IpcSink::create(
+            &path,
+            TableDecoder::new(t, setup.collection_id),
+            setup.flush,
+        )
+        .map_err(|e| e.to_string())?;
+        sinks.push(sink);
+    }
+    let counters: Vec<Arc<TableCounters>> = sinks.iter().map(|_| Arc::default()).collect();
+    let thread_counters = counters.clone();
+    let drain_ms = u32::try_from(setup.drain_interval.as_millis()).unwrap_or(u32::MAX);
+    let handle = thread::Builder::new()
+        .name(format!("kml-{name}"))
+        .spawn(move || drain_loop(probe, sinks, &thread_counters, drain_ms, &stop))
+        .map_err(|e| format!("starting its thread: {e}"))?;
+    Ok(RunningProbe {
+        name: name.to_owned(),
+        plugin: plugin.to_owned(),
+        tables: tables.iter().map(|t| t.name.to_string()).collect(),
+        counters,
+        handle,
+    })
+}
+
+/// Drains a probe into its sinks until `stop`, then stops it, drains the
+/// rest and finishes the files. On a probe error the rows already taken are
+/// still written.
+pub fn drain_loop(
+    mut probe: ProbeBox,
+    mut sinks: Vec<IpcSink>,
+    counters: &[Arc<TableCounters>],
+    drain_ms: u32,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let mut batches: RVec<Batch> = sinks.iter().map(|_| Batch::default()).collect();
+    let mut error: Option<String> = None;
+    loop {
+        let stopping = stop.load(Ordering::Relaxed);
+        if stopping {
+            if let RResult::RErr(e) = probe.stop() {
+                error = Some(format!("stopping: {e}"));
+            }
+        }
+        let drained = probe.drain(if stopping { 0 } else { drain_ms }, &mut batches);
+        for ((batch, sink), c) in batches.iter_mut().zip(sinks.iter_mut()).zip(counters) {
+            if !batch.data.is_empty() && error.is_none() {
+                if let Err(e) = sink.push(&batch.data, batch.records) {
+                    error = Some(e.to_string());
+                }
+            }
+            batch.data.clear();
+            batch.records = 0;
+            c.rows.store(sink.rows_accepted(), Ordering::Relaxed);
+            c.lost.store(batch.lost_total, Ordering::Relaxed);
+            c.malformed.store(
+                batch.malformed_total + sink.rows_rejected(),
+                Ordering::Relaxed,
+            );
+        }
+        if let RResult::RErr(e) = drained {
+            error.get_or_insert(e.to_string());
+        }
+        if stopping || error.is_some() {
+            break;
+        }
+    }
+    drop(probe);
+    for sink in sinks {
+        let path = sink.path().to_owned();
+        if let Err(e) = sink.finish() {
+            error.get_or_insert(format!("finishing {}: {e}", path.display()));
+        }
+    }
+    error.map_or(Ok(()), Err)
+}

@@ -1,0 +1,397 @@
+//! A collection run: start the chosen probes, drain each on its own thread
+//! into its tables' sinks until the duration ends, the benchmark ends or a
+//! signal arrives, then stop, drain what is left, finish the files and
+//! complete the manifest.
+//!
+//! A probe that fails to start, or fails while running, is reported and
+//! recorded; the other probes keep running and its rows already collected
+//! stay on disk.
+//!
+//! - [`drain`]: probe threads, sinks and live counters;
+//! - [`bench`]: the benchmark's lifecycle and its result;
+//! - [`record`]: the manifest, kept true at every step;
+//! - [`status`]: the live status line;
+//! - [`check`] and [`repair`]: `kernmlops check` and `kernmlops repair`.
+
+mod bench;
+mod check;
+mod drain;
+mod record;
+mod repair;
+mod status;
+
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use kernmlops_plugin_api::{ProbeDecl, StartArgs};
+
+pub use check::{check, CheckResult};
+pub use drain::{drain_loop, run_tables, TableCounters};
+pub use repair::repair_collection;
+
+use self::{
+    bench::BenchmarkRun,
+    drain::{RunningProbe, SinkSetup},
+    record::RunRecord,
+    status::StatusLine,
+};
+use crate::{
+    clock,
+    manifest::{RunClass, StopReason, TableEntry},
+    plugin::{Plugin, Registry},
+    sink::{self, FlushPolicy},
+    system_info::SystemInfo,
+};
+
+/// Everything a run needs besides the plugins.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub probes: Vec<String>,
+    pub output: PathBuf,
+    /// Write the collection into exactly this folder (created, must not
+    /// exist) instead of `<output>/<collection_id>/`.
+    pub collection_dir: Option<PathBuf>,
+    /// `None`: until stopped.
+    pub duration: Option<Duration>,
+    pub ring_bytes: u64,
+    pub drain_interval: Duration,
+    pub flush: FlushPolicy,
+    pub strict: bool,
+    pub filter: Filter,
+    /// Record the collector's own process too (`--include-self`).
+    pub include_self: bool,
+    /// Each probe's own settings (`[probes.<name>]`), passed to it as JSON.
+    pub probe_config: BTreeMap<String, serde_json::Value>,
+    /// The merged configuration, recorded in the manifest.
+    pub config: serde_json::Value,
+    pub command: Vec<String>,
+    /// The workload to run while collecting; the run lasts its lifetime.
+    pub benchmark: Option<String>,
+    /// Each benchmark's settings (`[benchmarks.<name>]`) as JSON.
+    pub benchmark_config: BTreeMap<String, serde_json::Value>,
+}
+
+/// Which tasks probes record, applied in the kernel (0: no filter).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub tgid: u32,
+    pub pid: u32,
+    pub cgroup_id: u64,
+    /// With `cgroup_id`: tasks of cgroups below it too.
+    pub cgroup_descendants: bool,
+}
+
+/// Why a run could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The probes or benchmark asked for are not there.
+    #[error("{0}")]
+    Selection(String),
+    /// The benchmark cannot run, or its set-up failed.
+    #[error("{0}")]
+    Benchmark(String),
+    #[error("creating collection folder {}: {source}", path.display())]
+    Folder {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing {}: {source}", path.display())]
+    Manifest {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no probe could start; see {}", manifest.display())]
+    NoProbe { manifest: PathBuf },
+    #[error("{0}")]
+    Host(String),
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct Summary {
+    pub run_class: RunClass,
+    pub collection_id: String,
+    pub dir: PathBuf,
+    pub tables: BTreeMap<String, TableEntry>,
+    pub errors: Vec<String>,
+    pub attach_ms: f64,
+}
+
+/// A new collection id: UTC start time and a short random suffix.
+pub fn new_collection_id() -> String {
+    let now = clock::unix_us();
+    let noise = (now as u64 ^ (u64::from(std::process::id()) << 20) ^ clock::uptime_us()) & 0xffff;
+    format!("{}-{noise:04x}", clock::compact_stamp(now))
+}
+
+/// Builds the arguments a component gets: its settings from `settings`
+/// and the run's ring size and filters.
+pub fn start_args(
+    component: &str,
+    opts: &RunOptions,
+    settings: &BTreeMap<String, serde_json::Value>,
+) -> StartArgs {
+    let config = settings
+        .get(component)
+        .map_or_else(|| "{}".to_owned(), |v| v.to_string());
+    StartArgs {
+        config_json: config.into(),
+        ring_bytes: opts.ring_bytes,
+        filter_tgid: opts.filter.tgid,
+        filter_pid: opts.filter.pid,
+        filter_cgroup_id: opts.filter.cgroup_id,
+        self_tgid: std::process::id(),
+        include_self: opts.include_self,
+        filter_cgroup_descendants: opts.filter.cgroup_descendants,
+        output_dir: "".into(),
+        state_dir: "".into(),
+    }
+}
+
+/// Runs a collection. `stop` ends it early (set by the signal handlers).
+pub fn run(
+    registry: &Registry,
+    opts: &RunOptions,
+    stop: Arc<AtomicBool>,
+) -> Result<Summary, RunError> {
+    let selected = registry
+        .resolve(&opts.probes)
+        .map_err(RunError::Selection)?;
+    let collection_id = new_collection_id();
+    let planned_dir = opts
+        .collection_dir
+        .clone()
+        .unwrap_or_else(|| opts.output.join(&collection_id));
+    // A benchmark that cannot run is refused before anything is collected.
+    let mut bench = BenchmarkRun::create(registry, opts, &planned_dir)?;
+    let dir = record::create_dir(opts, &collection_id)?;
+    let sys = SystemInfo::gather();
+    let mut record = RunRecord::new(
+        dir.clone(),
+        &collection_id,
+        registry,
+        &selected,
+        opts,
+        &sys,
+        bench.as_ref().map(|b| (b.name.as_str(), b.plugin.as_str())),
+    );
+    record.write()?;
+
+    if let Some(b) = bench.as_mut() {
+        b.setup(&mut record)?;
+    }
+    let attach_start = Instant::now();
+    let setup = SinkSetup {
+        dir: &dir,
+        collection_id: &collection_id,
+        flush: opts.flush,
+        drain_interval: opts.drain_interval,
+    };
+    let running = start_probes(&selected, opts, &setup, &stop, &mut record);
+    let attach_ms = attach_start.elapsed().as_secs_f64() * 1e3;
+    record.write()?;
+    if running.is_empty() && !selected.is_empty() {
+        if let Some(b) = bench.take() {
+            b.finish(&mut record, None, &collection_id);
+        }
+        record.fail_early()?;
+        return Err(RunError::NoProbe {
+            manifest: record.manifest_path(),
+        });
+    }
+    announce(&running, &dir, attach_ms, bench.as_ref(), opts.duration);
+    if let Some(b) = bench.as_mut() {
+        if !b.launch(&mut record) {
+            stop.store(true, Ordering::SeqCst);
+        }
+    }
+
+    let stopped_by = wait_for_end(opts, &stop, bench.as_mut(), &running, &mut record)?;
+    stop.store(true, Ordering::SeqCst);
+    if let Some(b) = bench.take() {
+        b.finish(&mut record, stopped_by, &collection_id);
+    }
+
+    let running_probes = running.len();
+    let mut failed = false;
+    for r in running {
+        let outcome = r
+            .handle
+            .join()
+            .unwrap_or_else(|_| Err("collector thread panicked".to_owned()));
+        failed |= record.probe_ended(&r.name, &r.plugin, &outcome);
+        // The threads are joined: the counts are final.
+        record.record_tables(&r.name, &r.tables, &r.counters);
+        for (t, c) in r.tables.iter().zip(&r.counters) {
+            let malformed = c.malformed.load(Ordering::Relaxed);
+            if malformed > 0 {
+                let msg = format!(
+                    "table {t}: {malformed} records had a size other than the table's record size and were left out"
+                );
+                eprintln!("error: probe {}: {msg}", r.name);
+                record.error(format!("probe {}: {msg}", r.name));
+            }
+        }
+    }
+    write_system_info(&mut record, &sys, &collection_id)?;
+    record.complete(failed, running_probes)?;
+    Ok(Summary {
+        run_class: record.man.run_class,
+        collection_id,
+        dir,
+        tables: record.man.tables.clone(),
+        errors: record.man.errors.clone(),
+        attach_ms,
+    })
+}
+
+/// Starts every selected probe with its drain thread. A probe that fails to
+/// start is recorded; under `--strict` the first failure stops the run.
+fn start_probes(
+    selected: &[(&Plugin, &ProbeDecl)],
+    opts: &RunOptions,
+    setup: &SinkSetup<'_>,
+    stop: &Arc<AtomicBool>,
+    record: &mut RunRecord,
+) -> Vec<RunningProbe> {
+    let mut running: Vec<RunningProbe> = Vec::new();
+    // Tables of this run, by name, with the probe writing each.
+    let mut table_owner: BTreeMap<String, String> = BTreeMap::new();
+    for (plugin, decl) in selected {
+        let name = decl.name.to_string();
+        let t0 = Instant::now();
+        let args = start_args(&name, opts, &opts.probe_config);
+        let started = plugin.start_probe(&name, &args);
+        let attach_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let mut notes = Vec::new();
+        let outcome = started.and_then(|probe| {
+            notes = probe.notes().into_iter().map(String::from).collect();
+            for note in &notes {
+                eprintln!("warning: probe {name}: {note}");
+            }
+            if opts.strict && !notes.is_empty() {
+                return Err(format!("--strict: {}", notes.join("; ")));
+            }
+            let tables = run_tables(&probe, &table_owner)?;
+            for t in &tables {
+                table_owner.insert(t.name.to_string(), name.clone());
+            }
+            drain::spawn(probe, &name, plugin.name(), &tables, setup, stop.clone())
+        });
+        match outcome {
+            Ok(probe) => {
+                record.probe_running(&name, plugin.name(), attach_ms, notes);
+                running.push(probe);
+            }
+            Err(e) => {
+                record.probe_failed_to_start(&name, plugin.name(), attach_ms, notes, e);
+                if opts.strict {
+                    stop.store(true, Ordering::SeqCst);
+                    break;
+                }
+            }
+        }
+    }
+    running
+}
+
+/// The line saying what is collected where, for how long.
+fn announce(
+    running: &[RunningProbe],
+    dir: &std::path::Path,
+    attach_ms: f64,
+    bench: Option<&BenchmarkRun>,
+    duration: Option<Duration>,
+) {
+    let names = running
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    eprintln!(
+        "collecting {} into {} (attached in {attach_ms:.0} ms){}",
+        if names.is_empty() {
+            "nothing (baseline)"
+        } else {
+            names.as_str()
+        },
+        dir.display(),
+        match (bench.map(|b| b.name.as_str()), duration) {
+            (Some(name), Some(d)) => format!(" while {name} runs, at most {:.1}s", d.as_secs_f64()),
+            (Some(name), None) => format!(" while {name} runs; Ctrl+C stops it"),
+            (None, Some(d)) => format!(" for {:.1}s", d.as_secs_f64()),
+            (None, None) => "; press Ctrl+C to stop".into(),
+        }
+    );
+}
+
+/// Waits for the end of the run (signal, duration, the benchmark's end, or
+/// under `--strict` a probe's end), refreshing the status line and the
+/// manifest's counts. Returns why the host stopped a benchmark that was
+/// still running.
+fn wait_for_end(
+    opts: &RunOptions,
+    stop: &AtomicBool,
+    mut bench: Option<&mut BenchmarkRun>,
+    running: &[RunningProbe],
+    record: &mut RunRecord,
+) -> Result<Option<StopReason>, RunError> {
+    const MANIFEST_EVERY: Duration = Duration::from_secs(5);
+    let begun = Instant::now();
+    let mut last_manifest = Instant::now();
+    let mut status = StatusLine::new();
+    let stopped_by = loop {
+        status.update(begun.elapsed(), running);
+        if stop.load(Ordering::SeqCst) {
+            break Some(StopReason::Signal);
+        }
+        if opts.duration.is_some_and(|d| begun.elapsed() >= d) {
+            break Some(StopReason::Duration);
+        }
+        if let Some(b) = bench.as_deref_mut() {
+            if b.ended(record) {
+                break None;
+            }
+        }
+        if opts.strict && running.iter().any(|r| r.handle.is_finished()) {
+            break None;
+        }
+        if last_manifest.elapsed() >= MANIFEST_EVERY {
+            record.fill_tables(running);
+            record.write()?;
+            last_manifest = Instant::now();
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    status.clear();
+    Ok(stopped_by)
+}
+
+/// Writes the one-row `system_info` table.
+fn write_system_info(
+    record: &mut RunRecord,
+    sys: &SystemInfo,
+    collection_id: &str,
+) -> Result<(), RunError> {
+    let plugin_names: Vec<String> = record.man.plugins.iter().map(|p| p.name.clone()).collect();
+    let batch = sys
+        .to_batch(
+            collection_id,
+            record.man.start.uptime_us,
+            record.man.start.unix_us,
+            &plugin_names,
+        )
+        .map_err(|e| RunError::Host(format!("building system_info: {e}")))?;
+    sink::write_table(&record.dir.join("system_info.arrow"), &batch)
+        .map_err(|e| RunError::Host(e.to_string()))?;
+    record.host_table("system_info", 1);
+    Ok(())
+}

@@ -1,0 +1,453 @@
+//! A benchmark run's own result, next to the kernel data: `indicator.json`
+//! in the performance-indicator format (`name`, `component`,
+//! `@parameters`, `@result`, optional `overall_score`) with the runner's
+//! additions (exit code, wall time, the 16 `getrusage(RUSAGE_CHILDREN)`
+//! figures of the benchmark's processes), and the same figures as the
+//! one-row `performance_indicator` table, flattened into `param_*` and
+//! `result_*` columns so it joins the kernel tables by `collection_id`.
+
+use std::{path::Path, sync::Arc};
+
+use arrow_array::{
+    ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
+    UInt64Array,
+};
+use arrow_schema::{DataType, Field, Schema};
+use serde_json::{Map, Value};
+
+use crate::decode;
+
+/// The table the figures go to.
+pub const TABLE: &str = "performance_indicator";
+/// The file beside the tables.
+pub const FILE: &str = "indicator.json";
+
+/// Why a benchmark's reported result is not a valid indicator.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IndicatorError {
+    #[error("the benchmark's result is not JSON: {0}")]
+    NotJson(String),
+    #[error("the benchmark's result is not a JSON object")]
+    NotAnObject,
+    #[error("the benchmark's result has no \"@result\" object")]
+    MissingResult,
+    #[error("\"{0}\" must be a JSON object")]
+    NotATable(&'static str),
+    #[error("key {0:?} is in both \"@parameters\" and \"@result\"")]
+    Collision(String),
+    #[error("\"overall_score\" must be a number")]
+    BadScore,
+}
+
+/// The benchmark's part of an indicator, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Indicator {
+    pub name: String,
+    pub component: String,
+    pub parameters: Map<String, Value>,
+    pub result: Map<String, Value>,
+    pub overall_score: Option<f64>,
+}
+
+impl Indicator {
+    /// Parses and checks what a benchmark reported. `name` and `component`
+    /// default to the benchmark's name when missing.
+    pub fn parse(text: &str, benchmark: &str) -> Result<Self, IndicatorError> {
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| IndicatorError::NotJson(e.to_string()))?;
+        let Value::Object(mut obj) = value else {
+            return Err(IndicatorError::NotAnObject);
+        };
+        let text_of = |v: Option<Value>| match v {
+            Some(Value::String(s)) if !s.is_empty() => Some(s),
+            _ => None,
+        };
+        let name = text_of(obj.remove("name")).unwrap_or_else(|| benchmark.to_owned());
+        // Older indicators say `framework`.
+        let component = text_of(obj.remove("component"))
+            .or_else(|| text_of(obj.remove("framework")))
+            .unwrap_or_else(|| benchmark.to_owned());
+        let table = |obj: &mut Map<String, Value>, key: &'static str, required: bool| match obj
+            .remove(key)
+        {
+            Some(Value::Object(m)) => Ok(m),
+            None | Some(Value::Null) if !required => Ok(Map::new()),
+            None => Err(IndicatorError::MissingResult),
+            Some(_) => Err(IndicatorError::NotATable(key)),
+        };
+        let parameters = table(&mut obj, "@parameters", false)?;
+        let result = table(&mut obj, "@result", true)?;
+        if let Some(k) = parameters.keys().find(|k| result.contains_key(*k)) {
+            return Err(IndicatorError::Collision(k.clone()));
+        }
+        let overall_score = match obj.remove("overall_score") {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => n.as_f64(),
+            Some(_) => return Err(IndicatorError::BadScore),
+        };
+        Ok(Self {
+            name,
+            component,
+            parameters,
+            result,
+            overall_score,
+        })
+    }
+
+    /// An indicator with no result, for benchmarks that report none.
+    pub fn empty(benchmark: &str) -> Self {
+        Self {
+            name: benchmark.to_owned(),
+            component: benchmark.to_owned(),
+            parameters: Map::new(),
+            result: Map::new(),
+            overall_score: None,
+        }
+    }
+}
+
+/// The 16 `getrusage` figures, in the names of `struct rusage`. Times are
+/// seconds, `ru_maxrss` KiB, the rest counts.
+pub const RUSAGE_FIELDS: [(&str, &str, &str); 16] = [
+    ("ru_utime", "s", "user CPU time"),
+    ("ru_stime", "s", "system CPU time"),
+    (
+        "ru_maxrss",
+        "KiB",
+        "largest resident set of any one process",
+    ),
+    (
+        "ru_ixrss",
+        "",
+        "integral shared memory size (unused by Linux)",
+    ),
+    (
+        "ru_idrss",
+        "",
+        "integral unshared data size (unused by Linux)",
+    ),
+    (
+        "ru_isrss",
+        "",
+        "integral unshared stack size (unused by Linux)",
+    ),
+    ("ru_minflt", "count", "page faults served without I/O"),
+    ("ru_majflt", "count", "page faults that needed I/O"),
+    ("ru_nswap", "count", "swaps (unused by Linux)"),
+    ("ru_inblock", "count", "block input operations"),
+    ("ru_oublock", "count", "block output operations"),
+    ("ru_msgsnd", "count", "IPC messages sent (unused by Linux)"),
+    (
+        "ru_msgrcv",
+        "count",
+        "IPC messages received (unused by Linux)",
+    ),
+    ("ru_nsignals", "count", "signals received (unused by Linux)"),
+    ("ru_nvcsw", "count", "voluntary context switches"),
+    ("ru_nivcsw", "count", "involuntary context switches"),
+];
+
+/// `getrusage(RUSAGE_CHILDREN)`: resources of every child this process has
+/// waited for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rusage([f64; 16]);
+
+impl Rusage {
+    pub fn children() -> Self {
+        // SAFETY: rusage is plain old data, filled by the call.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid, writable rusage.
+        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        Self([
+            secs(ru.ru_utime),
+            secs(ru.ru_stime),
+            ru.ru_maxrss as f64,
+            ru.ru_ixrss as f64,
+            ru.ru_idrss as f64,
+            ru.ru_isrss as f64,
+            ru.ru_minflt as f64,
+            ru.ru_majflt as f64,
+            ru.ru_nswap as f64,
+            ru.ru_inblock as f64,
+            ru.ru_oublock as f64,
+            ru.ru_msgsnd as f64,
+            ru.ru_msgrcv as f64,
+            ru.ru_nsignals as f64,
+            ru.ru_nvcsw as f64,
+            ru.ru_nivcsw as f64,
+        ])
+    }
+
+    /// What the benchmark's processes used: `after - before`, except
+    /// `ru_maxrss`, a maximum, which is the value after.
+    pub fn since(self, before: Self) -> Self {
+        let mut out = self.0;
+        for (i, v) in out.iter_mut().enumerate() {
+            if RUSAGE_FIELDS[i].0 != "ru_maxrss" {
+                *v = (*v - before.0[i]).max(0.0);
+            }
+        }
+        Self(out)
+    }
+
+    /// `(name, value)` pairs in the order of [`RUSAGE_FIELDS`].
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
+        RUSAGE_FIELDS.iter().zip(self.0).map(|(f, v)| (f.0, v))
+    }
+}
+
+/// Everything a benchmark run records about itself.
+#[derive(Debug, Clone)]
+pub struct RunFigures {
+    pub indicator: Indicator,
+    /// The reason the benchmark's own result could not be used.
+    pub error: Option<String>,
+    pub exit_code: Option<i32>,
+    pub wall_time_s: f64,
+    pub rusage: Rusage,
+    /// When the benchmark ended (CLOCK_BOOTTIME).
+    pub end_uptime_us: u64,
+}
+
+impl RunFigures {
+    /// `indicator.json`'s content.
+    pub fn to_json(&self) -> Value {
+        let i = &self.indicator;
+        let mut obj = Map::new();
+        obj.insert("name".into(), i.name.clone().into());
+        obj.insert("component".into(), i.component.clone().into());
+        obj.insert("@parameters".into(), Value::Object(i.parameters.clone()));
+        obj.insert("@result".into(), Value::Object(i.result.clone()));
+        if let Some(s) = i.overall_score {
+            obj.insert("overall_score".into(), s.into());
+        }
+        obj.insert("exit_code".into(), self.exit_code.into());
+        obj.insert("wall_time_s".into(), self.wall_time_s.into());
+        for (k, v) in self.rusage.fields() {
+            let v = if k.ends_with("time") {
+                Value::from(v)
+            } else {
+                Value::from(v as i64)
+            };
+            obj.insert(k.into(), v);
+        }
+        if let Some(e) = &self.error {
+            obj.insert("error".into(), e.clone().into());
+        }
+        Value::Object(obj)
+    }
+
+    /// Writes `indicator.json` in `dir` atomically.
+    pub fn write(&self, dir: &Path) -> std::io::Result<()> {
+        let tmp = dir.join(format!("{FILE}.tmp"));
+        let text = serde_json::to_string_pretty(&self.to_json()).map_err(std::io::Error::other)?;
+        std::fs::write(&tmp, text + "\n")?;
+        std::fs::rename(&tmp, dir.join(FILE))
+    }
+
+    /// The one-row `performance_indicator` table.
+    pub fn to_batch(&self, collection_id: &str) -> Result<RecordBatch, arrow_schema::ArrowError> {
+        let mut fields: Vec<Field> = Vec::new();
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        let mut push = |name: &str, unit: &str, desc: &str, array: ArrayRef| {
+            let mut meta = std::collections::HashMap::new();
+            if !unit.is_empty() {
+                meta.insert("unit".to_owned(), unit.to_owned());
+            }
+            meta.insert("description".to_owned(), desc.to_owned());
+            fields.push(
+                Field::new(name, array.data_type().clone(), array.null_count() > 0)
+                    .with_metadata(meta),
+            );
+            columns.push(array);
+        };
+        push(
+            "ts_uptime_us",
+            "us",
+            "when the benchmark ended (CLOCK_BOOTTIME)",
+            Arc::new(UInt64Array::from(vec![self.end_uptime_us])),
+        );
+        let i = &self.indicator;
+        push(
+            "name",
+            "",
+            "the benchmark",
+            Arc::new(StringArray::from(vec![i.name.as_str()])),
+        );
+        push(
+            "component",
+            "",
+            "what the benchmark measured",
+            Arc::new(StringArray::from(vec![i.component.as_str()])),
+        );
+        push(
+            "overall_score",
+            "",
+            "the benchmark's overall score, if it gives one",
+            Arc::new(Float64Array::from(vec![i.overall_score])),
+        );
+        push(
+            "exit_code",
+            "",
+            "the benchmark's exit code (null when the host stopped it)",
+            Arc::new(Int32Array::from(vec![self.exit_code])),
+        );
+        push(
+            "wall_time_s",
+            "s",
+            "from launch to the benchmark's end",
+            Arc::new(Float64Array::from(vec![self.wall_time_s])),
+        );
+        for ((name, unit, desc), value) in RUSAGE_FIELDS.iter().zip(self.rusage.0) {
+            if name.ends_with("time") {
+                push(name, unit, desc, Arc::new(Float64Array::from(vec![value])));
+            } else {
+                push(
+                    name,
+                    unit,
+                    desc,
+                    Arc::new(Int64Array::from(vec![value as i64])),
+                );
+            }
+        }
+        let mut taken: std::collections::BTreeSet<String> = ["ts_uptime_us", "name", "component"]
+            .into_iter()
+            .chain(["overall_score", "exit_code", "wall_time_s"])
+            .chain(RUSAGE_FIELDS.iter().map(|f| f.0))
+            .map(str::to_owned)
+            .collect();
+        for (prefix, map, what) in [
+            ("param_", &i.parameters, "benchmark setting"),
+            ("result_", &i.result, "benchmark result"),
+        ] {
+            for (key, value) in map {
+                let mut name = format!("{prefix}{}", column_name(key));
+                while !taken.insert(name.clone()) {
+                    name.push('_');
+                }
+                push(&name, "", &format!("{what} {key:?}"), json_array(value));
+            }
+        }
+        fields.push(decode::collection_id_field());
+        columns.push(decode::collection_id_column(collection_id, 1));
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+    }
+}
+
+/// A JSON key as a lowercase_snake_case column name.
+pub fn column_name(key: &str) -> String {
+    let mut out = String::new();
+    for c in key.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    let out = out.trim_matches('_').to_owned();
+    if out.is_empty() {
+        "value".into()
+    } else {
+        out
+    }
+}
+
+/// One JSON value as a one-row column: integers stay integers, numbers are
+/// f64, text and booleans keep their type, anything else is its JSON text.
+fn json_array(value: &Value) -> ArrayRef {
+    match value {
+        Value::Bool(b) => Arc::new(BooleanArray::from(vec![*b])),
+        Value::Number(n) if n.is_i64() => Arc::new(Int64Array::from(vec![n.as_i64()])),
+        Value::Number(n) => Arc::new(Float64Array::from(vec![n.as_f64()])),
+        Value::String(s) => Arc::new(StringArray::from(vec![s.as_str()])),
+        Value::Null => Arc::new(StringArray::from(vec![None::<&str>])),
+        other => Arc::new(StringArray::from(vec![other.to_string()])),
+    }
+}
+
+/// The Arrow type a JSON value becomes in the table (for tests and docs).
+pub fn json_type(value: &Value) -> DataType {
+    json_array(value).data_type().clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_valid_indicator_parses() {
+        let i = Indicator::parse(
+            r#"{"name":"n","component":"c","@parameters":{"bs":"4k"},"@result":{"iops":12.5},"overall_score":3}"#,
+            "script",
+        )
+        .expect("valid");
+        assert_eq!(i.name, "n");
+        assert_eq!(i.component, "c");
+        assert_eq!(i.result["iops"], 12.5);
+        assert_eq!(i.overall_score, Some(3.0));
+    }
+
+    #[test]
+    fn broken_indicators_say_why() {
+        for (text, want) in [
+            ("not json", "not JSON"),
+            ("[1]", "not a JSON object"),
+            (r#"{"name":"x"}"#, "no \"@result\""),
+            (r#"{"@result":3}"#, "\"@result\" must be a JSON object"),
+            (
+                r#"{"@parameters":{"k":1},"@result":{"k":2}}"#,
+                "key \"k\" is in both",
+            ),
+            (r#"{"@result":{},"overall_score":"x"}"#, "must be a number"),
+        ] {
+            let e = Indicator::parse(text, "b").expect_err(text).to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_table_flattens_parameters_and_results_with_types() {
+        let i = Indicator::parse(
+            r#"{"@parameters":{"Block Size":"4k","jobs":2},"@result":{"iops":1.5,"ok":true}}"#,
+            "fio",
+        )
+        .expect("valid");
+        let figures = RunFigures {
+            indicator: i,
+            error: None,
+            exit_code: Some(0),
+            wall_time_s: 1.0,
+            rusage: Rusage::children(),
+            end_uptime_us: 5,
+        };
+        let batch = figures.to_batch("c1").expect("batch");
+        assert_eq!(batch.num_rows(), 1);
+        let schema = batch.schema();
+        let ty = |n: &str| {
+            schema
+                .field_with_name(n)
+                .unwrap_or_else(|_| panic!("column {n}"))
+                .data_type()
+                .clone()
+        };
+        assert_eq!(ty("param_block_size"), DataType::Utf8);
+        assert_eq!(ty("param_jobs"), DataType::Int64);
+        assert_eq!(ty("result_iops"), DataType::Float64);
+        assert_eq!(ty("result_ok"), DataType::Boolean);
+        assert_eq!(ty("ru_nvcsw"), DataType::Int64);
+        assert_eq!(ty("ru_utime"), DataType::Float64);
+        assert!(schema.field_with_name("collection_id").is_ok());
+        let json = figures.to_json();
+        for (k, _, _) in RUSAGE_FIELDS {
+            assert!(json.get(k).is_some(), "{k} in indicator.json");
+        }
+    }
+
+    #[test]
+    fn column_names_are_snake_case() {
+        assert_eq!(column_name("Set RPS"), "set_rps");
+        assert_eq!(column_name("p99.9-latency(ms)"), "p99_9_latency_ms");
+        assert_eq!(column_name("__"), "value");
+    }
+}
