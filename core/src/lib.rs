@@ -13,6 +13,7 @@ pub mod dump;
 pub mod export;
 pub mod features;
 pub mod graph;
+pub mod indicator;
 pub mod manifest;
 pub mod perf_list;
 pub mod plugin;
