@@ -1,6 +1,8 @@
 //! Workload benchmarks: each runs a real program (stress-ng, fio, redis,
-//! memcached, a kernel build, GAP PageRank, or nothing at all) in process
-//! groups of its own, so `kill` stops everything it started.
+//! memcached, a kernel build, GAP PageRank, a user's script, or nothing at
+//! all) in process groups of its own, so `kill` stops everything it
+//! started, and reports its own result (a performance indicator) parsed
+//! from the tool's output.
 
 use std::{
     net::{TcpListener, TcpStream},
@@ -11,22 +13,27 @@ use std::{
 };
 
 use kernmlops_plugin_sdk::{
-    export_plugin, serde_json,
-    workload::{self, Workload},
+    export_plugin,
+    indicator::Indicator,
+    serde_json,
+    workload::{self, Capture, OutputDir, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
+pub mod reports;
+mod script;
 mod servers;
 mod tools;
 
+pub use script::{Script, ScriptSettings, TIMEOUT_EXIT_CODE};
 pub use servers::{Memcached, MemcachedSettings, Redis, RedisSettings};
 pub use tools::{Gap, GapSettings, LinuxBuild, LinuxBuildSettings};
 
 export_plugin! {
-    description: "Workload benchmarks: faux, stress-ng, fio, redis, memcached, Linux build, GAP PageRank",
+    description: "Workload benchmarks: faux, stress-ng, fio, redis, memcached, Linux build, GAP PageRank, a user's script",
     probes: [],
-    benchmarks: [Faux, StressNg, Fio, Redis, Memcached, LinuxBuild, Gap],
+    benchmarks: [Faux, StressNg, Fio, Redis, Memcached, LinuxBuild, Gap, Script],
 }
 
 /// How long a stopped workload gets between SIGTERM and SIGKILL.
@@ -52,6 +59,9 @@ fn check_thp(name: &str, mode: &str) -> Result<()> {
 #[derive(Default)]
 struct Machine {
     thp_before: Option<String>,
+    /// The THP mode during the run, once `prepare` ran (`None` on a kernel
+    /// without THP when the setting leaves it as is).
+    thp_in_force: Option<String>,
 }
 
 impl Machine {
@@ -63,6 +73,11 @@ impl Machine {
         if !thp.is_empty() && self.thp_before.is_none() {
             self.thp_before = Some(workload::set_thp_mode(thp)?);
         }
+        self.thp_in_force = if thp.is_empty() {
+            workload::thp_mode().ok()
+        } else {
+            Some(thp.to_owned())
+        };
         Ok(())
     }
 
@@ -73,6 +88,56 @@ impl Machine {
             None => Ok(()),
         }
     }
+}
+
+/// The start of a benchmark's indicator: its name, what it measures, and
+/// its effective settings as `@parameters` (`thp_mode` as in force during
+/// the run).
+fn indicator<S: Serialize>(
+    name: &str,
+    component: &str,
+    settings: &S,
+    machine: &Machine,
+) -> Result<Indicator> {
+    let mut ind = Indicator::new(name, component).with_parameters(settings)?;
+    if let Some(mode) = &machine.thp_in_force {
+        ind.parameters
+            .insert("thp_mode".into(), mode.as_str().into());
+    }
+    Ok(ind)
+}
+
+/// The client workload whose output `result` reads, once it ended on its
+/// own; otherwise why there is no result.
+fn finished<'a>(w: &'a Option<Workload>, name: &str, tool: &str) -> Result<&'a Workload> {
+    let w = w
+        .as_ref()
+        .ok_or_else(|| Error::new(format!("{name}: no result: {tool} never started")))?;
+    if w.was_killed() {
+        return Err(Error::new(format!(
+            "{name}: no result: {tool} was stopped before it finished"
+        )));
+    }
+    if w.elapsed().is_none() {
+        return Err(Error::new(format!(
+            "{name}: no result yet: {tool} is still running"
+        )));
+    }
+    Ok(w)
+}
+
+/// The benchmark's output folder, created on first use (see
+/// [`OutputDir::new`]: the run's collection folder, or a temporary one).
+fn output_dir<'a>(
+    out: &'a mut Option<OutputDir>,
+    run_dir: &str,
+    name: &str,
+) -> Result<&'a OutputDir> {
+    if out.is_none() {
+        *out = Some(OutputDir::new(run_dir, name)?);
+    }
+    out.as_ref()
+        .ok_or_else(|| Error::new(format!("{name}: no output folder")))
 }
 
 /// Stops an optional workload (nothing when it never started).
@@ -180,7 +245,7 @@ fn run_to_end(mut cmd: Command, what: &str) -> Result<()> {
 // ---------------------------------------------------------------- faux
 
 /// Settings of [`Faux`].
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FauxSettings {
     pub drop_page_cache: bool,
@@ -255,12 +320,17 @@ thp_mode = ""
         let restored = self.machine.restore();
         stopped.and(restored)
     }
+
+    /// An idle machine measures nothing of its own.
+    fn result(&self) -> Result<Option<serde_json::Value>> {
+        Ok(None)
+    }
 }
 
 // ---------------------------------------------------------------- stress_ng
 
 /// Settings of [`StressNg`].
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StressNgSettings {
     pub drop_page_cache: bool,
@@ -284,12 +354,25 @@ impl Default for StressNgSettings {
     }
 }
 
-/// `stress-ng --<stressor> <workers> --timeout <timeout> <extra_args...>`.
+/// `stress-ng --<stressor> <workers> --timeout <timeout> --metrics --yaml
+/// <output>/benchmark.stress-ng.yaml <extra_args...>`.
 pub struct StressNg {
     settings: StressNgSettings,
     machine: Machine,
     work: Option<Workload>,
+    run_dir: String,
+    out: Option<OutputDir>,
 }
+
+impl StressNg {
+    /// stress-ng's YAML report, once launched.
+    pub fn yaml_path(&self) -> Option<PathBuf> {
+        self.out.as_ref().map(|o| o.join(STRESS_NG_YAML))
+    }
+}
+
+/// stress-ng's metrics file in the output folder.
+const STRESS_NG_YAML: &str = "benchmark.stress-ng.yaml";
 
 impl BenchmarkImpl for StressNg {
     const NAME: &'static str = "stress_ng";
@@ -322,6 +405,8 @@ extra_args = []
             settings,
             machine: Machine::default(),
             work: None,
+            run_dir: args.output_dir.to_string(),
+            out: None,
         })
     }
 
@@ -335,14 +420,22 @@ extra_args = []
     }
 
     fn launch(&mut self) -> Result<()> {
+        let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
+        let yaml = out.join(STRESS_NG_YAML);
+        // A report of an earlier run must not pass for this one's.
+        let _ = std::fs::remove_file(&yaml);
         let s = &self.settings;
         let mut cmd = Command::new("stress-ng");
         cmd.arg(format!("--{}", s.stressor))
             .arg(s.workers.to_string())
             .arg("--timeout")
             .arg(&s.timeout)
+            .arg("--metrics")
+            .arg("--yaml")
+            .arg(&yaml)
             .args(&s.extra_args);
-        self.work = Some(Workload::spawn(cmd, "stress-ng")?);
+        let capture = Capture::both(out.path(), "benchmark");
+        self.work = Some(Workload::spawn_captured(cmd, "stress-ng", &capture)?);
         Ok(())
     }
 
@@ -355,12 +448,34 @@ extra_args = []
         let restored = self.machine.restore();
         stopped.and(restored)
     }
+
+    /// Bogo-ops per stressor from stress-ng's YAML metrics.
+    fn result(&self) -> Result<Option<serde_json::Value>> {
+        finished(&self.work, Self::NAME, "stress-ng")?;
+        let path = self
+            .yaml_path()
+            .ok_or_else(|| Error::new("stress_ng: no output folder"))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Error::new(format!(
+                "stress_ng: reading stress-ng's metrics {}: {e}",
+                path.display()
+            ))
+        })?;
+        let mut settings = self.settings.clone();
+        if settings.workers == 0 {
+            // stress-ng's 0: one worker per online CPU.
+            settings.workers = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        }
+        let ind = indicator(Self::NAME, "stress-ng", &settings, &self.machine)?
+            .with_results(reports::stress_ng_yaml(&text)?);
+        Ok(Some(ind.to_value()?))
+    }
 }
 
 // ---------------------------------------------------------------- fio
 
 /// Settings of [`Fio`].
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FioSettings {
     pub drop_page_cache: bool,
@@ -393,18 +508,39 @@ impl Default for FioSettings {
 }
 
 /// One fio job from config, its files in a directory of its own that
-/// `kill` removes.
+/// `kill` removes, its JSON report in the output folder.
 pub struct Fio {
     settings: FioSettings,
     machine: Machine,
     work: Option<Workload>,
     dir: Option<PathBuf>,
+    run_dir: String,
+    out: Option<OutputDir>,
 }
+
+/// fio's JSON report in the output folder.
+const FIO_JSON: &str = "benchmark.fio.json";
 
 impl Fio {
     /// The directory the job's files are in (after `setup`).
     pub fn data_dir(&self) -> Option<&Path> {
         self.dir.as_deref()
+    }
+
+    /// fio's JSON report (`--output`), once launched.
+    pub fn json_path(&self) -> Option<PathBuf> {
+        self.out.as_ref().map(|o| o.join(FIO_JSON))
+    }
+
+    /// The folder the job's directory is made in.
+    fn base_dir(&self) -> &str {
+        let d = &self.settings.directory;
+        // /var/tmp rather than /tmp: /tmp is often tmpfs, which has no O_DIRECT.
+        if d.is_empty() {
+            "/var/tmp"
+        } else {
+            d.as_str()
+        }
     }
 }
 
@@ -445,6 +581,8 @@ numjobs = 1
             machine: Machine::default(),
             work: None,
             dir: None,
+            run_dir: args.output_dir.to_string(),
+            out: None,
         })
     }
 
@@ -460,17 +598,19 @@ numjobs = 1
     }
 
     fn setup(&mut self) -> Result<()> {
-        let d = &self.settings.directory;
-        // /var/tmp rather than /tmp: /tmp is often tmpfs, which has no O_DIRECT.
-        let base = if d.is_empty() { "/var/tmp" } else { d.as_str() };
         if self.dir.is_none() {
-            self.dir = Some(fresh_dir(Some(Path::new(base)), Self::NAME)?);
+            self.dir = Some(fresh_dir(Some(Path::new(self.base_dir())), Self::NAME)?);
         }
         self.machine
             .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
     }
 
     fn launch(&mut self) -> Result<()> {
+        let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
+        let json = out.join(FIO_JSON);
+        // A report of an earlier run must not pass for this one's.
+        let _ = std::fs::remove_file(&json);
+        let capture = Capture::both(out.path(), "benchmark");
         let s = &self.settings;
         let dir = self
             .dir
@@ -486,8 +626,10 @@ numjobs = 1
             .arg(format!("--direct={}", u8::from(s.direct)))
             .arg(format!("--ioengine={}", s.ioengine))
             .arg(format!("--numjobs={}", s.numjobs))
-            .arg("--group_reporting");
-        self.work = Some(Workload::spawn(cmd, "fio")?);
+            .arg("--group_reporting")
+            .arg("--output-format=json")
+            .arg(format!("--output={}", json.display()));
+        self.work = Some(Workload::spawn_captured(cmd, "fio", &capture)?);
         Ok(())
     }
 
@@ -500,6 +642,25 @@ numjobs = 1
         let removed = remove_dir(&mut self.dir);
         let restored = self.machine.restore();
         stopped.and(removed).and(restored)
+    }
+
+    /// IOPS, bandwidth and completion latency from fio's JSON report.
+    fn result(&self) -> Result<Option<serde_json::Value>> {
+        finished(&self.work, Self::NAME, "fio")?;
+        let path = self
+            .json_path()
+            .ok_or_else(|| Error::new("fio: no output folder"))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Error::new(format!(
+                "fio: reading fio's JSON report {}: {e}",
+                path.display()
+            ))
+        })?;
+        let mut settings = self.settings.clone();
+        settings.directory = self.base_dir().to_owned();
+        let ind = indicator(Self::NAME, "fio", &settings, &self.machine)?
+            .with_results(reports::fio_json(&text)?);
+        Ok(Some(ind.to_value()?))
     }
 }
 
@@ -531,6 +692,7 @@ mod tests {
         check_defaults::<Memcached, MemcachedSettings>();
         check_defaults::<LinuxBuild, LinuxBuildSettings>();
         check_defaults::<Gap, GapSettings>();
+        check_defaults::<Script, ScriptSettings>();
     }
 
     #[test]
@@ -543,6 +705,7 @@ mod tests {
             new_err::<Memcached>(r#"{"bogus": 1}"#),
             new_err::<LinuxBuild>(r#"{"bogus": 1}"#),
             new_err::<Gap>(r#"{"bogus": 1}"#),
+            new_err::<Script>(r#"{"bogus": 1}"#),
         ] {
             assert!(e.contains("bogus") && e.contains("[benchmarks."), "{e}");
         }

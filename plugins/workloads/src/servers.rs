@@ -1,5 +1,6 @@
 //! Server benchmarks: a private server on a free loopback port, loaded by
-//! its own benchmark client; both are stopped in `kill`.
+//! its own benchmark client; both are stopped in `kill`. The client's
+//! report (kept in the output folder) is the benchmark's result.
 
 use std::{
     path::PathBuf,
@@ -8,13 +9,15 @@ use std::{
 };
 
 use kernmlops_plugin_sdk::{
-    workload::{self, Workload},
+    serde_json,
+    workload::{self, Capture, OutputDir, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
-    accepts, check_thp, free_port, fresh_dir, parse, poll_of, remove_dir, stop, wait_ready, Machine,
+    accepts, check_thp, finished, free_port, fresh_dir, indicator, output_dir, parse, poll_of,
+    remove_dir, reports, stop, wait_ready, Machine,
 };
 
 /// How long a server gets to answer after it starts.
@@ -23,7 +26,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(15);
 // ---------------------------------------------------------------- redis
 
 /// Settings of [`Redis`].
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisSettings {
     pub drop_page_cache: bool,
@@ -53,6 +56,8 @@ pub struct Redis {
     dir: Option<PathBuf>,
     server: Option<Workload>,
     client: Option<Workload>,
+    run_dir: String,
+    out: Option<OutputDir>,
 }
 
 impl Redis {
@@ -107,6 +112,8 @@ tests = "set,get"
             dir: None,
             server: None,
             client: None,
+            run_dir: args.output_dir.to_string(),
+            out: None,
         })
     }
 
@@ -153,8 +160,10 @@ tests = "set,get"
         cmd.args(["-h", "127.0.0.1", "-p", &port])
             .args(["-n", &s.requests.to_string()])
             .args(["-c", &s.clients.to_string()])
-            .args(["-t", &s.tests, "-q"]);
-        self.client = Some(Workload::spawn(cmd, "redis-benchmark")?);
+            .args(["-t", &s.tests, "--csv"]);
+        let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
+        let capture = Capture::both(out.path(), "benchmark");
+        self.client = Some(Workload::spawn_captured(cmd, "redis-benchmark", &capture)?);
         Ok(())
     }
 
@@ -169,12 +178,22 @@ tests = "set,get"
         let restored = self.machine.restore();
         client.and(server).and(removed).and(restored)
     }
+
+    /// Requests per second and latencies per test from redis-benchmark's
+    /// CSV (its standard output).
+    fn result(&self) -> Result<Option<serde_json::Value>> {
+        let client = finished(&self.client, Self::NAME, "redis-benchmark")?;
+        let csv = client.read_stdout()?;
+        let ind = indicator(Self::NAME, "redis", &self.settings, &self.machine)?
+            .with_results(reports::redis_csv(&csv)?);
+        Ok(Some(ind.to_value()?))
+    }
 }
 
 // ---------------------------------------------------------------- memcached
 
 /// Settings of [`Memcached`].
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MemcachedSettings {
     pub drop_page_cache: bool,
@@ -205,6 +224,8 @@ pub struct Memcached {
     port: u16,
     server: Option<Workload>,
     client: Option<Workload>,
+    run_dir: String,
+    out: Option<OutputDir>,
 }
 
 impl Memcached {
@@ -256,6 +277,8 @@ execute_number = 10000
             port: 0,
             server: None,
             client: None,
+            run_dir: args.output_dir.to_string(),
+            out: None,
         })
     }
 
@@ -296,7 +319,9 @@ execute_number = 10000
             .arg(format!("--test={}", s.test))
             .arg(format!("--concurrency={}", s.concurrency))
             .arg(format!("--execute-number={}", s.execute_number));
-        self.client = Some(Workload::spawn(cmd, "memcslap")?);
+        let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
+        let capture = Capture::both(out.path(), "benchmark");
+        self.client = Some(Workload::spawn_captured(cmd, "memcslap", &capture)?);
         Ok(())
     }
 
@@ -309,5 +334,15 @@ execute_number = 10000
         let server = stop(&mut self.server);
         let restored = self.machine.restore();
         client.and(server).and(restored)
+    }
+
+    /// Operations per second and mean latency from memcslap's report (its
+    /// standard output).
+    fn result(&self) -> Result<Option<serde_json::Value>> {
+        let client = finished(&self.client, Self::NAME, "memcslap")?;
+        let report = client.read_stdout()?;
+        let ind = indicator(Self::NAME, "memcached", &self.settings, &self.machine)?
+            .with_results(reports::memcslap(&report)?);
+        Ok(Some(ind.to_value()?))
     }
 }

@@ -1,5 +1,7 @@
 //! Benchmarks over software the user points to: a Linux source tree to
-//! build and a GAP benchmark suite to run PageRank from.
+//! build and a GAP benchmark suite to run PageRank from. Their output is
+//! kept in the output folder; the result is the build time and PageRank's
+//! trial times.
 
 use std::{
     os::unix::fs::PermissionsExt,
@@ -8,17 +10,20 @@ use std::{
 };
 
 use kernmlops_plugin_sdk::{
-    workload::{self, Workload},
+    serde_json,
+    workload::{self, Capture, OutputDir, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use crate::{check_thp, parse, poll_of, run_to_end, stop, Machine};
+use crate::{
+    check_thp, finished, indicator, output_dir, parse, poll_of, reports, run_to_end, stop, Machine,
+};
 
 // ---------------------------------------------------------------- linux_build
 
 /// Settings of [`LinuxBuild`].
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LinuxBuildSettings {
     pub drop_page_cache: bool,
@@ -47,6 +52,8 @@ pub struct LinuxBuild {
     settings: LinuxBuildSettings,
     machine: Machine,
     work: Option<Workload>,
+    run_dir: String,
+    out: Option<OutputDir>,
 }
 
 impl LinuxBuild {
@@ -90,6 +97,8 @@ clean_first = true
             settings,
             machine: Machine::default(),
             work: None,
+            run_dir: args.output_dir.to_string(),
+            out: None,
         })
     }
 
@@ -132,7 +141,13 @@ clean_first = true
             .arg(&self.settings.source_dir)
             .arg(format!("-j{}", self.jobs()))
             .arg(&self.settings.target);
-        self.work = Some(Workload::spawn(cmd, "make (linux_build)")?);
+        let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
+        let capture = Capture::both(out.path(), "benchmark");
+        self.work = Some(Workload::spawn_captured(
+            cmd,
+            "make (linux_build)",
+            &capture,
+        )?);
         Ok(())
     }
 
@@ -145,12 +160,27 @@ clean_first = true
         let restored = self.machine.restore();
         stopped.and(restored)
     }
+
+    /// The build's wall time: make prints none of its own, so it is the
+    /// time from launch until `poll` saw make end (within one polling
+    /// interval, 100 ms under the host).
+    fn result(&self) -> Result<Option<serde_json::Value>> {
+        let make = finished(&self.work, Self::NAME, "make")?;
+        let took = make
+            .elapsed()
+            .ok_or_else(|| Error::new("linux_build: make has not ended"))?;
+        let mut settings = self.settings.clone();
+        settings.jobs = self.jobs();
+        let ind = indicator(Self::NAME, "linux", &settings, &self.machine)?
+            .with_result("build_s", took.as_secs_f64());
+        Ok(Some(ind.to_value()?))
+    }
 }
 
 // ---------------------------------------------------------------- gap
 
 /// Settings of [`Gap`].
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GapSettings {
     pub drop_page_cache: bool,
@@ -177,6 +207,8 @@ pub struct Gap {
     settings: GapSettings,
     machine: Machine,
     work: Option<Workload>,
+    run_dir: String,
+    out: Option<OutputDir>,
 }
 
 impl Gap {
@@ -213,6 +245,8 @@ trials = 3
             settings,
             machine: Machine::default(),
             work: None,
+            run_dir: args.output_dir.to_string(),
+            out: None,
         })
     }
 
@@ -244,7 +278,9 @@ trials = 3
             .arg(self.settings.scale.to_string())
             .arg("-n")
             .arg(self.settings.trials.to_string());
-        self.work = Some(Workload::spawn(cmd, "gap pr")?);
+        let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
+        let capture = Capture::both(out.path(), "benchmark");
+        self.work = Some(Workload::spawn_captured(cmd, "gap pr", &capture)?);
         Ok(())
     }
 
@@ -256,6 +292,16 @@ trials = 3
         let stopped = stop(&mut self.work);
         let restored = self.machine.restore();
         stopped.and(restored)
+    }
+
+    /// Each PageRank trial's time and their mean, from pr's report (its
+    /// standard output).
+    fn result(&self) -> Result<Option<serde_json::Value>> {
+        let pr = finished(&self.work, Self::NAME, "pr")?;
+        let report = pr.read_stdout()?;
+        let ind = indicator(Self::NAME, "gapbs", &self.settings, &self.machine)?
+            .with_results(reports::gap_pr(&report)?);
+        Ok(Some(ind.to_value()?))
     }
 }
 
