@@ -3,7 +3,7 @@
 //! (tables merge, values replace), then command-line flags. An unknown key
 //! or a wrong type is an error naming the key and the file.
 
-use std::{collections::BTreeMap, path::Path, time::Duration};
+use std::{collections::BTreeMap, path::Path};
 
 use serde::{Deserialize, Serialize};
 
@@ -87,8 +87,9 @@ fn type_name(v: &toml::Value) -> &'static str {
 }
 
 /// Checks `user` against `known`: every key must exist there with a value of
-/// the same type (an integer may stand for a number). Errors name the key
-/// path.
+/// the same type (an integer may stand for a number). A table whose default
+/// is an empty table (`parameters = {}`) is free-form: any keys and values
+/// go in it. Errors name the key path.
 fn check_keys(path: &str, known: &toml::Table, user: &toml::Table) -> Result<(), String> {
     for (key, value) in user {
         let at = if path.is_empty() {
@@ -106,6 +107,7 @@ fn check_keys(path: &str, known: &toml::Table, user: &toml::Table) -> Result<(),
             });
         };
         match (default, value) {
+            (toml::Value::Table(k), toml::Value::Table(_)) if k.is_empty() => {}
             (toml::Value::Table(k), toml::Value::Table(u)) => check_keys(&at, k, u)?,
             (toml::Value::Float(_), toml::Value::Integer(_)) => {}
             (d, v) if std::mem::discriminant(d) != std::mem::discriminant(v) => {
@@ -290,29 +292,9 @@ impl Config {
     }
 }
 
-/// Parses `250ms`, `10s`, `1.5s`, `2m`, `1h` (a bare number is seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (try 10s, 500ms, 2m)"))?;
-    let scale = match unit.trim() {
-        "ms" => 1e-3,
-        "" | "s" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {s:?} (use ms, s, m or h)"
-            ))
-        }
-    };
-    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{s:?}: {e}"))
-}
+/// Durations in settings and flags (`250ms`, `1.5s`, `2m`; a bare number
+/// is seconds): the one parser of `kernmlops_sys`.
+pub use kernmlops_sys::duration::parse_duration;
 
 /// Parses a ring size (`16MiB`, `4M`, `65536`) into a power-of-two byte
 /// count between 4 KiB and 1 GiB.
@@ -440,7 +422,51 @@ mod tests {
     }
 
     #[test]
+    fn a_table_declared_empty_takes_any_keys() {
+        let cfg = Config {
+            source: "mine.toml".into(),
+            ..Config::default()
+        };
+        let declared = [(
+            "script",
+            "command = []\nparameters = {}\n[limits]\ncpu = 1\n",
+        )];
+        let user = |text: &str| toml::from_str::<toml::Table>(text).expect("toml");
+        let mut good = cfg.clone();
+        good.benchmarks.insert(
+            "script".into(),
+            user("command = [\"./b.sh\"]\n[parameters]\nsize = 3\nmode = \"fast\"\n[parameters.nested]\nx = [1, 2]\n"),
+        );
+        let got = good.benchmark_settings(declared).expect("free-form table");
+        let params = got["script"]["parameters"].as_table().expect("table");
+        assert_eq!(params["size"].as_integer(), Some(3));
+        assert_eq!(params["mode"].as_str(), Some("fast"));
+        assert!(params["nested"].is_table());
+
+        for (body, needle) in [
+            (
+                "parameters = 3",
+                "benchmarks.script.parameters: expected a table, found an integer",
+            ),
+            (
+                "[limits]\nmemory = 1",
+                "benchmarks.script.limits.memory: unknown key (known: cpu)",
+            ),
+            ("bogus = 1", "benchmarks.script.bogus: unknown key"),
+        ] {
+            let mut bad = cfg.clone();
+            bad.benchmarks.insert("script".into(), user(body));
+            let err = bad
+                .benchmark_settings(declared)
+                .expect_err(body)
+                .to_string();
+            assert!(err.contains(needle), "{body}: {err}");
+        }
+    }
+
+    #[test]
     fn parses_durations_and_sizes() {
+        use std::time::Duration;
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
