@@ -14,10 +14,12 @@ fi
 # Build: clang compiles the BPF programs, libelf/zlib/pkg-config/make build
 # the vendored libbpf. Run and test: perf (independent counts), stress tools,
 # util-linux (setpriv, unshare), python3 for the read-back tests, and the
-# workloads the benchmarks run (fio, stress-ng, redis, memcached), and the
-# font graphs are drawn with.
+# workloads the benchmarks run (fio, stress-ng, redis, memcached), the
+# font graphs are drawn with, and libpfm4, which the perf probe and
+# perf-list load at run time to resolve model-specific event names.
 packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc util-linux python3 python3-pip
-    fio stress-ng redis-server redis-tools memcached libmemcached-tools fonts-dejavu-core)
+    fio stress-ng redis-server redis-tools memcached libmemcached-tools fonts-dejavu-core
+    libpfm4)
 optional=(bpftool)
 if grep -qi ubuntu /etc/os-release 2>/dev/null; then
     optional+=(linux-tools-common "linux-tools-$(uname -r)")

@@ -1,13 +1,17 @@
 //! Counting events with `perf_event_open`: perf's generic event names, PMU
-//! events and formats from sysfs, event-name parsing and the open/read
-//! calls. Depends on `libc` only; shared by the `perf` plugin and
-//! `kernmlops perf-list`, so both build event attributes one way.
+//! events and formats from sysfs, model-specific event names through
+//! libpfm4 (loaded at run time, [`pfm`]), event-name parsing and the
+//! open/read calls. Depends on `libc` only; shared by the `perf` plugin and
+//! `kernmlops perf-list`, so both build event attributes one way. Nothing
+//! here starts a process.
 
 use std::{
     fs, io,
     os::fd::{FromRawFd, OwnedFd, RawFd},
     path::{Path, PathBuf},
 };
+
+pub mod pfm;
 
 pub const PERF_TYPE_HARDWARE: u32 = 0;
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
@@ -21,6 +25,10 @@ const PERF_FORMAT_TOTAL_TIME_ENABLED: u64 = 1;
 const PERF_FORMAT_TOTAL_TIME_RUNNING: u64 = 2;
 /// `flags` bit: children created after the open are counted too.
 const ATTR_FLAG_INHERIT: u64 = 1 << 1;
+/// `flags` bits: leave out what runs in the kernel and the hypervisor (an
+/// unprivileged process may count only itself in user space).
+const ATTR_FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
+const ATTR_FLAG_EXCLUDE_HV: u64 = 1 << 6;
 /// `perf_event_open` flag: `pid` is a cgroup folder's file descriptor.
 pub const PERF_FLAG_PID_CGROUP: libc::c_ulong = 1 << 2;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
@@ -295,22 +303,28 @@ pub fn pmus(root: &Path) -> Vec<Pmu> {
     };
     let mut out: Vec<Pmu> = entries
         .filter_map(Result::ok)
-        .filter_map(|e| {
-            let dir = e.path();
-            let type_ = fs::read_to_string(dir.join("type"))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()?;
-            Some(Pmu {
-                name: e.file_name().to_string_lossy().into_owned(),
-                dir,
-                type_,
-            })
-        })
+        .filter_map(|e| pmu_at(root, &e.file_name().to_string_lossy()))
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+/// The PMU `name` under `root`, if sysfs lists it (reads its `type` only).
+pub fn pmu_at(root: &Path, name: &str) -> Option<Pmu> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return None;
+    }
+    let dir = root.join(name);
+    let type_ = fs::read_to_string(dir.join("type"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Pmu {
+        name: name.to_owned(),
+        dir,
+        type_,
+    })
 }
 
 /// A PMU's named events: (name, encoding as written in sysfs, e.g.
@@ -513,7 +527,7 @@ pub fn resolve(root: &Path, text: &str) -> Result<Option<Resolved>, String> {
         let terms = rest
             .strip_suffix('/')
             .ok_or_else(|| format!("event {text:?}: expected pmu/terms/ with a closing slash"))?;
-        let Some(pmu) = pmus(root).into_iter().find(|p| p.name == pmu_name) else {
+        let Some(pmu) = pmu_at(root, pmu_name) else {
             return Ok(None);
         };
         let spec = pmu_spec(&pmu, terms).map_err(|e| format!("event {text:?}: {e}"))?;
@@ -562,63 +576,243 @@ pub fn resolve(root: &Path, text: &str) -> Result<Option<Resolved>, String> {
             }));
         }
     }
+    // A PMU event name: look for the file (a stat, not an open) before
+    // reading anything, since a probe resolves names while others may
+    // already be recording file opens.
     let lower = text.to_ascii_lowercase();
-    for pmu in pmus(root) {
-        if pmu.dir.join("events").join(&lower).is_file() {
-            let spec = pmu_spec(&pmu, &lower).map_err(|e| format!("event {text:?}: {e}"))?;
-            return Ok(Some(Resolved {
-                spec,
-                source: format!("PMU {} event {lower}", pmu.name),
-                kind: "pmu",
-            }));
-        }
+    if lower.contains('/') || lower.starts_with('.') {
+        return Ok(None);
+    }
+    let Ok(entries) = fs::read_dir(root) else {
+        return Ok(None);
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| root.join(n).join("events").join(&lower).is_file())
+        .collect();
+    names.sort();
+    for name in names {
+        let Some(pmu) = pmu_at(root, &name) else {
+            continue;
+        };
+        let spec = pmu_spec(&pmu, &lower).map_err(|e| format!("event {text:?}: {e}"))?;
+        return Ok(Some(Resolved {
+            spec,
+            source: format!("PMU {} event {lower}", pmu.name),
+            kind: "pmu",
+        }));
     }
     Ok(None)
 }
 
-/// Looks `name` up in perf's own event tables (`perf list --details NAME`),
-/// which know model-specific events sysfs does not list, and returns the
-/// `pmu/terms/` encoding perf prints for it. `None` when perf is missing or
-/// does not know the event on this CPU.
-pub fn perf_tool_encoding(name: &str) -> Option<String> {
-    let out = std::process::Command::new("perf")
-        .args(["list", "--details", name])
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
+/// Resolves like [`resolve`], then, for a name that is not `pmu/terms/`,
+/// with libpfm4's event tables for this CPU: model-specific names such as
+/// `tlb_flush.stlb_any`, `TLB_FLUSHES:ALL` or
+/// `skl::DTLB_LOAD_MISSES:WALK_DURATION`, in process. `Ok(None)`: no source
+/// knows the name here; [`why_missing`] says why.
+pub fn resolve_event(root: &Path, text: &str) -> Result<Option<Resolved>, String> {
+    if let Some(r) = resolve(root, text)? {
+        return Ok(Some(r));
     }
-    encoding_from_perf_list(&String::from_utf8_lossy(&out.stdout), name)
+    if text.contains('/') {
+        return Ok(None);
+    }
+    Ok(pfm::resolve(text.trim()).ok())
 }
 
-/// The `pmu/terms/` line that follows `name` in `perf list --details`
-/// output.
-fn encoding_from_perf_list(text: &str, name: &str) -> Option<String> {
-    let mut in_event = false;
-    for line in text.lines() {
-        let t = line.trim();
-        let first = t.split_whitespace().next().unwrap_or("");
-        if first.eq_ignore_ascii_case(name) {
-            in_event = true;
-            continue;
-        }
-        if !in_event {
-            continue;
-        }
-        if t.starts_with('[') || t.is_empty() {
-            continue;
-        }
-        let is_encoding = t.ends_with('/')
-            && t.split_once('/').is_some_and(|(pmu, rest)| {
-                !pmu.is_empty() && !pmu.contains(' ') && rest.contains('=')
-            });
-        if is_encoding {
-            return Some(t.to_owned());
-        }
-        in_event = false;
+/// Why none of `names` resolves here ([`resolve_event`] gave `None` for
+/// each): the PMU sysfs lacks, or what sysfs and libpfm4 lack (with
+/// libpfm4's reason where it is more than "not found", and how to get
+/// libpfm4 when it is missing).
+pub fn why_missing(names: &[String]) -> String {
+    let pmus: Vec<&str> = names
+        .iter()
+        .filter_map(|c| c.split_once('/').map(|(pmu, _)| pmu))
+        .collect();
+    if !names.is_empty() && pmus.len() == names.len() {
+        return format!("{PMU_ROOT} has no PMU {}", pmus.join(" or "));
     }
-    None
+    let listed = names.join(" or ");
+    let lib = match pfm::libpfm() {
+        Ok(lib) => lib,
+        Err(e) => return format!("{PMU_ROOT} does not list {listed}, and {e}"),
+    };
+    let pfm_pmus = lib.pmus();
+    let pmu_names = pfm_pmus
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let tables = if pfm_pmus.iter().any(|p| p.kind != pfm::PmuKind::OsGeneric) {
+        format!("libpfm4's tables for {pmu_names}")
+    } else {
+        format!(
+            "libpfm4 (no event table for this CPU, {}; it has {pmu_names})",
+            cpu_model()
+        )
+    };
+    let reasons: Vec<String> = names
+        .iter()
+        .filter(|n| !n.contains('/'))
+        .filter_map(|n| match lib.encode(n.trim()) {
+            Err(e) if e.code != pfm::PFM_ERR_NOTFOUND => {
+                Some(format!("{n}: {}", lib.strerror(e.code)))
+            }
+            _ => None,
+        })
+        .collect();
+    let reasons = if reasons.is_empty() {
+        String::new()
+    } else {
+        format!(" (libpfm4: {})", reasons.join("; "))
+    };
+    format!("neither {PMU_ROOT} nor {tables} list {listed}{reasons}")
+}
+
+/// This CPU as `/proc/cpuinfo` names it: `GenuineIntel family 6 model 85`,
+/// `AuthenticAMD family 26 model 2`, or the implementer and part on Arm.
+pub fn cpu_model() -> String {
+    static MODEL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MODEL.get_or_init(read_cpu_model).clone()
+}
+
+fn read_cpu_model() -> String {
+    let Ok(text) = fs::read_to_string("/proc/cpuinfo") else {
+        return "unknown CPU (/proc/cpuinfo unreadable)".into();
+    };
+    let field = |key: &str| {
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == key).then(|| v.trim().to_owned())
+        })
+    };
+    match (field("vendor_id"), field("cpu family"), field("model")) {
+        (Some(v), Some(f), Some(m)) => format!("{v} family {f} model {m}"),
+        _ => match (field("CPU implementer"), field("CPU part")) {
+            (Some(i), Some(p)) => format!("CPU implementer {i} part {p}"),
+            _ => "unknown CPU".into(),
+        },
+    }
+}
+
+/// What a PMU listed in sysfs counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmuClass {
+    /// The processor's own counters (`cpu`, `cpu_core`, `cpu_atom`,
+    /// `armv8_pmuv3_0`, ...): hardware events.
+    Cpu,
+    /// Kernel-side sources: `software`, `tracepoint`, `breakpoint`,
+    /// `kprobe`, `uprobe`.
+    Software,
+    /// Everything else: uncore, `msr`, `power`, ...
+    Other,
+}
+
+/// The class of a sysfs PMU: core PMUs have the raw type (x86), a `cpu`
+/// name, or a `cpus` file (Arm and hybrid x86); uncore PMUs have `cpumask`.
+pub fn pmu_class(pmu: &Pmu) -> PmuClass {
+    if ["software", "tracepoint", "breakpoint", "kprobe", "uprobe"].contains(&pmu.name.as_str()) {
+        return PmuClass::Software;
+    }
+    if pmu.type_ == PERF_TYPE_RAW
+        || pmu.name == "cpu"
+        || pmu.name.starts_with("cpu_")
+        || pmu.name.starts_with("armv")
+        || pmu.dir.join("cpus").exists()
+    {
+        return PmuClass::Cpu;
+    }
+    PmuClass::Other
+}
+
+/// How [`try_open`] tried an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenScope {
+    /// Every task on this CPU (needs root, `CAP_PERFMON` or a permissive
+    /// `perf_event_paranoid`).
+    SystemWide { cpu: u32 },
+    /// The calling process in user space, what an unprivileged user may
+    /// count.
+    ThisProcess,
+}
+
+impl std::fmt::Display for OpenScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::SystemWide { cpu } => write!(f, "system-wide on CPU {cpu}"),
+            Self::ThisProcess => f.write_str("for this process (user space)"),
+        }
+    }
+}
+
+/// The verdict of [`try_open`].
+#[derive(Debug)]
+pub struct OpenCheck {
+    /// `Some(true)`: it opens; `Some(false)`: the kernel cannot count it
+    /// here; `None`: it could not be told (privileges).
+    pub opens: Option<bool>,
+    pub scope: OpenScope,
+    /// The kernel's refusal, when it did not open.
+    pub error: Option<String>,
+}
+
+fn is_privilege_error(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
+}
+
+/// Whether `spec` opens here, by opening it (and closing it at once): a
+/// counting event for every task on the first online CPU, or, where that is
+/// not allowed, for this process in user space.
+pub fn try_open(spec: &EventSpec) -> OpenCheck {
+    let cpu = online_cpus()
+        .ok()
+        .and_then(|c| c.first().copied())
+        .unwrap_or(0);
+    let cpu_arg = i32::try_from(cpu).unwrap_or(0);
+    let system = match open_attr(spec, -1, cpu_arg, 0, 0) {
+        Ok(_) => {
+            return OpenCheck {
+                opens: Some(true),
+                scope: OpenScope::SystemWide { cpu },
+                error: None,
+            }
+        }
+        Err(e) if !is_privilege_error(&e) => {
+            return OpenCheck {
+                opens: Some(false),
+                scope: OpenScope::SystemWide { cpu },
+                error: Some(e.to_string()),
+            }
+        }
+        Err(e) => e,
+    };
+    let scope = OpenScope::ThisProcess;
+    match open_attr(
+        spec,
+        0,
+        -1,
+        ATTR_FLAG_EXCLUDE_KERNEL | ATTR_FLAG_EXCLUDE_HV,
+        0,
+    ) {
+        Ok(_) => OpenCheck {
+            opens: Some(true),
+            scope,
+            error: None,
+        },
+        Err(e) if is_unsupported(&e) => OpenCheck {
+            opens: Some(false),
+            scope,
+            error: Some(e.to_string()),
+        },
+        Err(e) => OpenCheck {
+            opens: None,
+            scope,
+            error: Some(format!(
+                "system-wide needs root or CAP_PERFMON ({system}); for this process: {e}"
+            )),
+        },
+    }
 }
 
 /// Opens a counting event on `cpu` for `pid` (-1: every task; a cgroup
@@ -631,6 +825,19 @@ pub fn open_counter(
     inherit: bool,
     flags: libc::c_ulong,
 ) -> io::Result<OwnedFd> {
+    let attr_flags = if inherit { ATTR_FLAG_INHERIT } else { 0 };
+    open_attr(spec, pid, cpu, attr_flags, flags)
+}
+
+/// `perf_event_open` of a counting event with `attr_flags` in the
+/// attribute's flag word.
+fn open_attr(
+    spec: &EventSpec,
+    pid: i32,
+    cpu: i32,
+    attr_flags: u64,
+    flags: libc::c_ulong,
+) -> io::Result<OwnedFd> {
     let attr = PerfEventAttr {
         type_: spec.type_,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
@@ -638,7 +845,7 @@ pub fn open_counter(
         config1: spec.config1,
         config2: spec.config2,
         read_format: PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING,
-        flags: if inherit { ATTR_FLAG_INHERIT } else { 0 },
+        flags: attr_flags,
         ..PerfEventAttr::default()
     };
     // SAFETY: `attr` is a valid perf_event_attr whose `size` field matches
@@ -807,24 +1014,6 @@ mod tests {
         let r = resolve(root, "r01bd").expect("ok").expect("found");
         assert_eq!((r.spec.type_, r.spec.config), (PERF_TYPE_RAW, 0x1bd));
         assert!(resolve(root, "no-such-event").expect("ok").is_none());
-    }
-
-    #[test]
-    fn perf_list_details_give_the_encoding() {
-        let text = "\ntlb:\n  tlb_flush.dtlb_thread\n       [DTLB flush attempts of the thread-specific entries]\n       cpu/event=0xbd,period=100007,umask=0x1/\n  tlb_flush.stlb_any\n       [STLB flush attempts]\n       cpu/event=0xbd,period=100007,umask=0x20/\n";
-        assert_eq!(
-            encoding_from_perf_list(text, "tlb_flush.stlb_any").as_deref(),
-            Some("cpu/event=0xbd,period=100007,umask=0x20/")
-        );
-        assert_eq!(
-            encoding_from_perf_list(text, "TLB_FLUSH.DTLB_THREAD").as_deref(),
-            Some("cpu/event=0xbd,period=100007,umask=0x1/")
-        );
-        assert_eq!(encoding_from_perf_list(text, "tlb_flush.none"), None);
-        assert_eq!(
-            encoding_from_perf_list("  tlb:tlb_flush  [Tracepoint event]\n", "tlb:tlb_flush"),
-            None
-        );
     }
 
     #[test]

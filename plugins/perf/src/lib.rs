@@ -70,18 +70,25 @@ const NAMED: &[(&str, &[&str], &str)] = &[
     (
         "tlb_flushes",
         &[
+            // Intel (perf's and libpfm4's names alike).
             "tlb_flush.dtlb_thread",
             "tlb_flush.stlb_any",
+            // AMD: perf's names, then libpfm4's.
             "ls_tlb_flush.all",
             "ls_tlb_flush",
+            "TLB_FLUSHES:ALL",
         ],
         "TLB flushes",
     ),
     (
         "dtlb_walk_duration",
         &[
-            "dtlb_load_misses.walk_duration",
+            // Cycles with a page walk under way: Skylake and later, then
+            // Haswell and Broadwell (where walk_duration means that). On
+            // Skylake walk_duration is an alias of walk_pending, a sum of
+            // pending walks per cycle, so it is a last resort.
             "dtlb_load_misses.walk_active",
+            "dtlb_load_misses.walk_duration",
             "dtlb_load_misses.walk_pending",
         ],
         "cycles spent in data TLB page walks",
@@ -206,43 +213,19 @@ fn wanted(config: &Config) -> Result<Vec<Wanted>> {
     Ok(out)
 }
 
-/// Resolves an event from sysfs and the generic names, else from perf's own
-/// event tables (model-specific events sysfs does not list, when the `perf`
-/// tool is installed): the event as named for messages, and its attribute.
+/// Resolves an event from the generic names and sysfs, else from libpfm4's
+/// event tables for this CPU (model-specific names sysfs does not list),
+/// in process: the event as named for messages, and its attribute.
 fn resolve_candidate(
     root: &Path,
     candidate: &str,
 ) -> std::result::Result<Option<(String, events::Resolved)>, String> {
-    if let Some(r) = events::resolve(root, candidate)? {
-        return Ok(Some((candidate.to_owned(), r)));
-    }
-    if candidate.contains('/') || candidate.contains(':') {
-        return Ok(None);
-    }
-    let Some(encoding) = events::perf_tool_encoding(candidate) else {
-        return Ok(None);
-    };
-    Ok(events::resolve(root, &encoding)?.map(|mut r| {
-        r.source = format!("{encoding} from perf's event tables");
-        (candidate.to_owned(), r)
-    }))
+    Ok(events::resolve_event(root, candidate)?.map(|r| (candidate.to_owned(), r)))
 }
 
 /// What the machine lacks when none of `candidates` resolves.
 fn missing(candidates: &[String]) -> String {
-    let pmus: Vec<&str> = candidates
-        .iter()
-        .filter_map(|c| c.split_once('/').map(|(pmu, _)| pmu))
-        .collect();
-    if pmus.len() == candidates.len() {
-        format!("{} has no PMU {}", events::PMU_ROOT, pmus.join(" or "))
-    } else {
-        format!(
-            "neither {} nor perf's event tables list {}",
-            events::PMU_ROOT,
-            candidates.join(" or ")
-        )
-    }
+    events::why_missing(candidates)
 }
 
 fn table_decl(name: &str, description: &str) -> TableDecl {
