@@ -57,13 +57,19 @@ killed, `kernmlops repair <collection folder>` makes the files readable.")]
         #[arg(long, value_delimiter = ',')]
         plugins: Vec<String>,
     },
-    /// List this machine's performance events (generic and sysfs PMU ones)
-    /// with their encoding and whether they open here, to choose `perf`
-    /// probe counters.
+    /// List this machine's performance events (perf's generic events, sysfs
+    /// PMU events and libpfm4's tables for this CPU) with their PMU, unit
+    /// masks, encoding, description and whether they open here, to choose
+    /// `perf` probe counters.
     PerfList {
-        /// Print a JSON array instead of a table.
+        /// Print JSON (the summaries and an `events` array) instead of a
+        /// table.
         #[arg(long)]
         json: bool,
+        /// Show what one event name resolves to here (source, type, config)
+        /// and whether it opens, instead of the whole list.
+        #[arg(long, value_name = "EVENT")]
+        resolve: Option<String>,
     },
     /// Print the configuration: every key with its default, or the merged
     /// result of the defaults, your file and each probe's settings.
@@ -199,7 +205,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Check { plugins } => check(&cfg, cli.plugin_dir.as_deref(), plugins),
         Command::Repair { collection } => repair(&collection),
         Command::Config { what } => config_command(&cfg, cli.plugin_dir.as_deref(), what),
-        Command::PerfList { json } => perf_list(json),
+        Command::PerfList { json, resolve } => perf_list(json, resolve.as_deref()),
         Command::Export {
             parquet: _,
             data,
@@ -698,40 +704,22 @@ fn dump(cfg: &Config, data: Option<PathBuf>, collection: Option<String>) -> Resu
     Ok(ExitCode::SUCCESS)
 }
 
-fn perf_list(json: bool) -> Result<ExitCode> {
-    let events = kernmlops::perf_list::list(Path::new(kernmlops::perf_list::PMU_ROOT));
-    if json {
-        println!("{}", serde_json::to_string_pretty(&events)?);
+fn perf_list(json: bool, resolve: Option<&str>) -> Result<ExitCode> {
+    let root = Path::new(kernmlops::perf_list::PMU_ROOT);
+    if let Some(name) = resolve {
+        let r = kernmlops::perf_list::resolve(root, name).map_err(anyhow::Error::msg)?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        } else {
+            print!("{}", kernmlops::perf_list::render_resolution(&r));
+        }
         return Ok(ExitCode::SUCCESS);
     }
-    let w = events
-        .iter()
-        .map(|e| e.event.len())
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    println!(
-        "{:<w$}  {:<9} {:<22} {:<10} description",
-        "event", "supported", "type/config", "pmu"
-    );
-    for e in &events {
-        let supported = match e.supported {
-            Some(true) => "yes",
-            Some(false) => "no",
-            None => "?",
-        };
-        let code = if e.encoding.is_empty() {
-            format!("{}/{}", e.type_, e.config)
-        } else {
-            format!("{}/{} ({})", e.type_, e.config, e.encoding)
-        };
-        println!(
-            "{:<w$}  {supported:<9} {code:<22} {:<10} {}",
-            e.event, e.pmu, e.description
-        );
+    let listing = kernmlops::perf_list::list(root);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&listing)?);
+    } else {
+        print!("{}", kernmlops::perf_list::render(&listing));
     }
-    println!(
-        "\nUse an event in [[probes.perf.events]] event = \"...\" or a generic name in [probes.perf] counters.\nsysfs PMU events carry no description; `perf list` describes them where perf knows the CPU model.\n\"no\" means perf_event_open on CPU 0 failed here; \"?\" means it was not tried (needs root)."
-    );
     Ok(ExitCode::SUCCESS)
 }

@@ -394,9 +394,11 @@ fn root_perf_missing_counters_are_notes() {
     }
 }
 
-/// `perf-list --json` is JSON; the software events open; each hardware
-/// event's `supported` matches what perf stat says about it here; the text
-/// form lists them too.
+/// `perf-list --json` is JSON with the summaries and an `events` array;
+/// the software events open; each hardware event's `supported` matches what
+/// perf stat says about it here, and the hardware summary agrees (how many
+/// open, and why none does); every sysfs PMU event is listed; the text form
+/// has its columns and the same summary line.
 #[test]
 fn root_perf_list_agrees_with_perf() {
     let test = "root_perf_list_agrees_with_perf";
@@ -409,9 +411,27 @@ fn root_perf_list_agrees_with_perf() {
         "perf-list failed: {}",
         text(&out.stderr)
     );
-    let events: serde_json::Value =
+    let listing: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("perf-list --json prints JSON");
-    let events = events.as_array().expect("a JSON array");
+    let events = listing["events"].as_array().expect("an events array");
+    for e in events {
+        for key in [
+            "name",
+            "pmu",
+            "source",
+            "class",
+            "umasks",
+            "type",
+            "config",
+            "event",
+            "supported",
+            "checked",
+            "description",
+        ] {
+            assert!(e.get(key).is_some(), "event lacks {key}: {e}");
+        }
+        assert!(e["umasks"].is_array(), "{e}");
+    }
     let find = |name: &str| {
         events
             .iter()
@@ -421,6 +441,7 @@ fn root_perf_list_agrees_with_perf() {
     for name in ["page-faults", "context-switches"] {
         assert_eq!(find(name)["supported"], true, "{name} opens here");
         assert_eq!(find(name)["pmu"], "software");
+        assert_eq!(find(name)["checked"], "system-wide on CPU 0", "as root");
     }
     let mut unsupported = 0;
     for name in [
@@ -435,14 +456,29 @@ fn root_perf_list_agrees_with_perf() {
             supported,
             "{name}: perf-list and perf stat disagree"
         );
+        assert_eq!(find(name)["class"], "hardware");
         unsupported += usize::from(!supported);
     }
-    if !Path::new("/sys/bus/event_source/devices/cpu").exists() {
+    let hardware = &listing["hardware"];
+    let summary = hardware["summary"].as_str().expect("hardware summary");
+    let open = hardware["open"].as_u64().expect("hardware open count");
+    eprintln!("{summary}");
+    if unsupported == 4 {
         assert!(
-            unsupported > 0,
-            "no cpu PMU, yet every hardware event opened"
+            summary.contains("none of") && summary.contains("opens here"),
+            "{summary}"
         );
+        if !Path::new("/sys/bus/event_source/devices/cpu").exists() {
+            assert_eq!(open, 0, "no CPU PMU, yet {open} hardware events opened");
+            assert!(summary.contains("no CPU PMU"), "{summary}");
+        }
+    } else {
+        assert!(open > 0, "perf counts hardware events here: {summary}");
     }
+    let libpfm4 = listing["libpfm4"]["summary"]
+        .as_str()
+        .expect("libpfm4 summary");
+    eprintln!("{libpfm4}");
     // Every sysfs PMU event is listed under its PMU.
     for pmu in std::fs::read_dir("/sys/bus/event_source/devices")
         .expect("sysfs PMUs")
@@ -462,22 +498,297 @@ fn root_perf_list_agrees_with_perf() {
             }
             let pmu_name = pmu.file_name().to_string_lossy().into_owned();
             assert!(
-                events
-                    .iter()
-                    .any(|e| e["name"] == name.as_str() && e["pmu"] == pmu_name.as_str()),
+                events.iter().any(|e| e["name"] == name.as_str()
+                    && e["pmu"] == pmu_name.as_str()
+                    && e["source"] == "sysfs"),
                 "perf-list lacks {pmu_name}/{name}"
             );
         }
     }
     let out = kernmlops(&["perf-list"]);
-    let listing = text(&out.stdout);
+    let table = text(&out.stdout);
     assert!(out.status.success());
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .expect("a header line")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "PMU",
+            "OPENS",
+            "TYPE/CONFIG",
+            "UMASKS",
+            "DESCRIPTION"
+        ],
+        "{table}"
+    );
     assert!(
-        listing
+        table
             .lines()
             .any(|l| l.starts_with("page-faults ") && l.contains(" yes ")),
-        "{listing}"
+        "{table}"
     );
+    assert!(table.lines().any(|l| l == summary), "{table}");
+    assert!(table.lines().any(|l| l == libpfm4), "{table}");
+}
+
+/// perf's own attribute for `event`: type and config of the first
+/// `perf_event_attr` block `perf stat -vv` prints (perf leaves zero fields
+/// out).
+fn perf_attr(event: &str) -> (u64, u64) {
+    let out = Command::new("perf")
+        .args(["stat", "-vv", "-e", event, "true"])
+        .output()
+        .expect("running perf stat -vv");
+    let err = text(&out.stderr);
+    let block = err
+        .split("perf_event_attr:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("perf stat -vv -e {event} printed no attribute:\n{err}"));
+    let block = block.split("------").next().unwrap_or("");
+    let field = |name: &str| {
+        block.lines().find_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next()? == name).then(|| words.next().map(str::to_owned))?
+        })
+    };
+    let number = |v: String| {
+        match v.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16),
+            None => v.parse(),
+        }
+        .unwrap_or_else(|_| panic!("perf printed {v:?} for {event}"))
+    };
+    (
+        field("type").map(number).unwrap_or(0),
+        field("config").map(number).unwrap_or(0),
+    )
+}
+
+/// `kernmlops perf-list --resolve NAME --json`.
+fn resolve_json(name: &str, env: &[(&str, &str)]) -> serde_json::Value {
+    let out = kernmlops_env(&["perf-list", "--resolve", name, "--json"], env);
+    assert!(
+        out.status.success(),
+        "perf-list --resolve {name} failed: {}",
+        text(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("perf-list --resolve --json prints JSON")
+}
+
+fn kernmlops_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    Command::new(kernmlops_bin())
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(workspace_root())
+        .output()
+        .expect("running kernmlops")
+}
+
+fn hex(v: &serde_json::Value) -> u64 {
+    let s = v.as_str().unwrap_or_else(|| panic!("{v} is not a string"));
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or_else(|_| panic!("{s}"))
+}
+
+/// libpfm4 initialises here and, in the collector's process, resolves
+/// libpfm4's names of generic events (PERF_COUNT_HW_CPU_CYCLES,
+/// PERF_COUNT_SW_CONTEXT_SWITCHES, ...) to the type and config perf itself
+/// uses for the same events (`perf stat -vv`); perf's own names resolve the
+/// same; an unknown name is one clear error line.
+#[test]
+fn root_perf_list_resolve_agrees_with_perf() {
+    let test = "root_perf_list_resolve_agrees_with_perf";
+    if !require_root(test) || !require_tool(test, "perf") {
+        return;
+    }
+    let listing: serde_json::Value =
+        serde_json::from_slice(&kernmlops(&["perf-list", "--json"]).stdout)
+            .expect("perf-list --json prints JSON");
+    assert_eq!(
+        listing["libpfm4"]["available"], true,
+        "libpfm4 must load here (scripts/setup.sh installs it): {}",
+        listing["libpfm4"]["summary"]
+    );
+    for (pfm_name, perf_name) in [
+        ("PERF_COUNT_HW_CPU_CYCLES", "cycles"),
+        ("PERF_COUNT_HW_INSTRUCTIONS", "instructions"),
+        ("PERF_COUNT_SW_CONTEXT_SWITCHES", "context-switches"),
+        ("PERF_COUNT_SW_PAGE_FAULTS", "page-faults"),
+        ("PERF_COUNT_HW_CACHE_DTLB:READ:MISS", "dTLB-load-misses"),
+    ] {
+        let reference = perf_attr(perf_name);
+        let by_pfm = resolve_json(pfm_name, &[]);
+        let by_perf = resolve_json(perf_name, &[]);
+        eprintln!(
+            "{pfm_name}: {} type {} config {}; perf's {perf_name}: type {} config {:#x}",
+            by_pfm["source"], by_pfm["type"], by_pfm["config"], reference.0, reference.1
+        );
+        assert!(
+            by_pfm["source"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("libpfm4 event perf::")),
+            "{pfm_name} is libpfm4's name: {by_pfm}"
+        );
+        for r in [&by_pfm, &by_perf] {
+            assert_eq!(
+                (r["type"].as_u64().expect("type"), hex(&r["config"])),
+                reference,
+                "{} resolves unlike perf's {perf_name}",
+                r["name"]
+            );
+        }
+        assert_eq!(by_pfm["supported"], by_perf["supported"]);
+    }
+    let out = kernmlops(&["perf-list", "--resolve", "no_such_event_kml"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "an unknown event must fail");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with("error: no event \"no_such_event_kml\" here: ") && err.contains("libpfm4"),
+        "{err}"
+    );
+}
+
+/// libpfm4's tables in perf-list and in resolution, on a Skylake forced
+/// with `LIBPFM_FORCE_PMU=skl` so this runs on any machine (the codes are
+/// Intel's: TLB_FLUSH is event 0xbd, unit masks DTLB_THREAD 0x01 and
+/// STLB_ANY 0x20); and a machine without libpfm4 (the library pointed at a
+/// missing file): generic and sysfs events are listed as before, with a
+/// line saying to install libpfm4.
+#[test]
+fn perf_list_shows_libpfm_tables_and_their_absence() {
+    let skl = [("LIBPFM_FORCE_PMU", "skl")];
+    let out = kernmlops_env(&["perf-list", "--json"], &skl);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listing: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    if listing["libpfm4"]["available"] != true {
+        assert!(
+            !in_ci(),
+            "CI must install libpfm4: {}",
+            listing["libpfm4"]["summary"]
+        );
+        eprintln!(
+            "SKIP perf_list_shows_libpfm_tables_and_their_absence: {}",
+            listing["libpfm4"]["summary"]
+        );
+        return;
+    }
+    let events = listing["events"].as_array().expect("events");
+    let tlb = events
+        .iter()
+        .find(|e| e["pmu"] == "skl" && e["name"] == "TLB_FLUSH")
+        .unwrap_or_else(|| panic!("no skl TLB_FLUSH: {}", listing["libpfm4"]));
+    assert_eq!(tlb["source"], "libpfm4");
+    assert_eq!(tlb["class"], "hardware");
+    let umasks: Vec<&str> = tlb["umasks"]
+        .as_array()
+        .expect("umasks")
+        .iter()
+        .filter_map(|u| u["name"].as_str())
+        .collect();
+    assert_eq!(umasks, ["DTLB_THREAD", "STLB_ANY"]);
+    assert_eq!(tlb["event"], "skl::TLB_FLUSH:DTLB_THREAD");
+    assert_eq!(hex(&tlb["config"]), 0x1bd);
+    let r = resolve_json("tlb_flush.stlb_any", &skl);
+    assert_eq!((r["type"].as_u64(), hex(&r["config"])), (Some(4), 0x20bd));
+    assert_eq!(r["source"], "libpfm4 event skl::TLB_FLUSH:STLB_ANY");
+    let out = kernmlops_env(&["perf-list"], &skl);
+    let table = text(&out.stdout);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("TLB_FLUSH ") && l.contains(" DTLB_THREAD,STLB_ANY ")),
+        "{table}"
+    );
+
+    let missing = [("KERNMLOPS_LIBPFM", "/nonexistent/libpfm.so.4")];
+    let out = kernmlops_env(&["perf-list", "--json"], &missing);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listing: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(listing["libpfm4"]["available"], false);
+    let hint = "install libpfm4 to resolve model-specific events";
+    let summary = listing["libpfm4"]["summary"].as_str().expect("summary");
+    assert!(summary.contains(hint), "{summary}");
+    let events = listing["events"].as_array().expect("events");
+    assert!(events.iter().all(|e| e["source"] != "libpfm4"));
+    for name in ["cpu-cycles", "context-switches"] {
+        assert!(events.iter().any(|e| e["name"] == name), "{name} listed");
+    }
+    let out = kernmlops_env(&["perf-list"], &missing);
+    assert!(text(&out.stdout).lines().any(|l| l == summary));
+    let out = kernmlops_env(&["perf-list", "--resolve", "tlb_flush.stlb_any"], &missing);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains(hint), "{}", text(&out.stderr));
+}
+
+/// The probe's model-specific counters come from libpfm4, in process: on a
+/// forced Skylake, tlb_flushes resolves to tlb_flush.dtlb_thread (then
+/// opens, or is skipped because the kernel has no such PMU, as here);
+/// without libpfm4 the note says to install it. The software counters are
+/// collected either way.
+#[test]
+fn root_perf_model_specific_counters_follow_libpfm() {
+    let test = "root_perf_model_specific_counters_follow_libpfm";
+    if !require_root(test) {
+        return;
+    }
+    let _serial = serial();
+    let plugins = perf_plugins("perf-pfm");
+    let run = |name: &str, env: &[(&str, &str)]| {
+        let output = temp_dir(name);
+        let out = kernmlops_env(
+            &[
+                "run",
+                "--plugin-dir",
+                plugins.to_str().expect("utf8"),
+                "--plugins",
+                "perf",
+                "--duration",
+                "1s",
+                "--output",
+                output.to_str().expect("utf8"),
+            ],
+            env,
+        );
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "kernmlops failed:\n{stderr}");
+        let dir = PathBuf::from(
+            text(&out.stdout)
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("collection ")?
+                        .split_once(" in ")
+                        .map(|(_, d)| d.trim().to_owned())
+                })
+                .expect("collection folder printed"),
+        );
+        for (table, _) in SOFTWARE {
+            let rows = column_u64(&read_table(&dir.join(format!("{table}.arrow"))), "count");
+            assert!(!rows.is_empty(), "{table} has rows");
+        }
+        (stderr, dir)
+    };
+    let (stderr, dir) = run("perf-pfm-skl", &[("LIBPFM_FORCE_PMU", "skl")]);
+    if !dir.join("tlb_flushes.arrow").exists() {
+        let note =
+            "PMU counter tlb_flushes (tlb_flush.dtlb_thread) is not supported on this machine: skipped";
+        assert!(stderr.contains(note), "stderr lacks {note:?}:\n{stderr}");
+    }
+    let (stderr, dir) = run(
+        "perf-pfm-missing",
+        &[("KERNMLOPS_LIBPFM", "/nonexistent/libpfm.so.4")],
+    );
+    if !dir.join("tlb_flushes.arrow").exists() {
+        assert!(
+            stderr.lines().any(|l| l.contains("tlb_flushes")
+                && l.contains("install libpfm4 to resolve model-specific events")),
+            "{stderr}"
+        );
+    }
 }
 
 /// A process that waits for a line on stdin, touches 100k fresh pages,
