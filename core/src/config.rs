@@ -3,7 +3,7 @@
 //! (tables merge, values replace), then command-line flags. An unknown key
 //! or a wrong type is an error naming the key and the file.
 
-use std::{collections::BTreeMap, path::Path, time::Duration};
+use std::{collections::BTreeMap, path::Path};
 
 use serde::{Deserialize, Serialize};
 
@@ -292,29 +292,9 @@ impl Config {
     }
 }
 
-/// Parses `250ms`, `10s`, `1.5s`, `2m`, `1h` (a bare number is seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (try 10s, 500ms, 2m)"))?;
-    let scale = match unit.trim() {
-        "ms" => 1e-3,
-        "" | "s" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {s:?} (use ms, s, m or h)"
-            ))
-        }
-    };
-    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{s:?}: {e}"))
-}
+/// Durations in settings and flags (`250ms`, `1.5s`, `2m`; a bare number
+/// is seconds): the one parser of `kernmlops_sys`.
+pub use kernmlops_sys::duration::parse_duration;
 
 /// Parses a ring size (`16MiB`, `4M`, `65536`) into a power-of-two byte
 /// count between 4 KiB and 1 GiB.
@@ -486,6 +466,7 @@ mod tests {
 
     #[test]
     fn parses_durations_and_sizes() {
+        use std::time::Duration;
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));

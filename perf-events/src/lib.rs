@@ -33,9 +33,6 @@ const ATTR_FLAG_EXCLUDE_HV: u64 = 1 << 6;
 pub const PERF_FLAG_PID_CGROUP: libc::c_ulong = 1 << 2;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 
-/// Where tracefs may be mounted.
-const TRACEFS: &[&str] = &["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
-
 /// Where sysfs lists the machine's PMUs.
 pub const PMU_ROOT: &str = "/sys/bus/event_source/devices";
 
@@ -538,19 +535,7 @@ pub fn resolve(root: &Path, text: &str) -> Result<Option<Resolved>, String> {
         }));
     }
     if let Some((system, name)) = text.split_once(':') {
-        let id = TRACEFS
-            .iter()
-            .find_map(|t| {
-                fs::read_to_string(
-                    Path::new(t)
-                        .join("events")
-                        .join(system)
-                        .join(name)
-                        .join("id"),
-                )
-                .ok()
-            })
-            .and_then(|id| id.trim().parse::<u64>().ok());
+        let id = kernmlops_sys::tracefs::tracepoint_id(system, name).ok();
         return Ok(id.map(|config| Resolved {
             spec: EventSpec {
                 type_: PERF_TYPE_TRACEPOINT,

@@ -2,7 +2,7 @@
 //! it loads a plugin and by plugin crates in their own tests
 //! (`kernmlops_plugin_sdk::testing`). The same declaration is later used to
 //! decode records, so a table that passes cannot be misread. Pure Rust: no
-//! dependency beyond this crate.
+//! dependency beyond this crate and `kernmlops_sys` (its naming rule).
 
 use std::{collections::HashMap, fmt};
 
@@ -138,14 +138,9 @@ impl fmt::Display for ValidationError {
 
 impl std::error::Error for ValidationError {}
 
-/// True for `lowercase_snake_case` starting with a letter.
-pub fn is_snake_case(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some('a'..='z'))
-        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
-        && !name.ends_with('_')
-        && !name.contains("__")
-}
+/// True for `lowercase_snake_case` starting with a letter (the one rule,
+/// from `kernmlops_sys::names`).
+pub use kernmlops_sys::names::is_snake_case;
 
 /// Checks one table declaration against every rule.
 pub fn validate_table(t: &TableDecl) -> Result<(), ValidationError> {

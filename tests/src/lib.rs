@@ -112,16 +112,8 @@ pub fn all_plugins_dir(name: &str) -> PathBuf {
 }
 
 /// Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `.../unified` on a
-/// hybrid hierarchy), from /proc/mounts.
-pub fn cgroup2_mount() -> Option<PathBuf> {
-    std::fs::read_to_string("/proc/mounts")
-        .ok()?
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
-        })
-}
+/// hybrid hierarchy): the collector's own answer, from `kernmlops_sys`.
+pub use kernmlops_sys::cgroup::cgroup2_mount;
 
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -183,16 +175,9 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// CLOCK_BOOTTIME in microseconds, the collector's clock.
-pub fn uptime_us() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
-}
+/// CLOCK_BOOTTIME in microseconds, the collector's clock (the same function
+/// the collector uses).
+pub use kernmlops_sys::clock::uptime_us;
 
 /// A `kernmlops run` in the background.
 pub struct Collector {

@@ -191,19 +191,8 @@ pub fn run(args: &Args) -> Result<()> {
 /// Checks that `name` works as a crate, Rust identifier, table and C
 /// identifier prefix.
 fn check_name(name: &str) -> Result<()> {
-    let problem = if name.is_empty() {
-        Some("is empty".to_owned())
-    } else if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
-        Some("must start with a lowercase letter".to_owned())
-    } else if let Some(c) = name
-        .chars()
-        .find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '_'))
-    {
-        Some(format!(
-            "has {c:?}: use lowercase letters, digits and underscores"
-        ))
-    } else if name.ends_with('_') || name.contains("__") {
-        Some("must be snake_case: no double or trailing underscore".to_owned())
+    let problem = if let Some(problem) = kernmlops_sys::names::snake_case_problem(name) {
+        Some(problem)
     } else if name.len() > 64 {
         Some("is longer than 64 characters".to_owned())
     } else if RESERVED_WORDS.contains(&name) {
