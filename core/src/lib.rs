@@ -20,6 +20,7 @@ pub mod plugin;
 pub mod preflight;
 pub mod sink;
 pub mod system_info;
+pub mod trust;
 pub mod validate;
 
 /// Tunes glibc's allocator for the ingest path: freed batch buffers stay in

@@ -4,7 +4,7 @@
 use std::{
     path::{Path, PathBuf},
     process::ExitCode,
-    sync::{atomic::AtomicBool, Arc},
+    sync::{atomic::AtomicBool, Arc, Once, OnceLock},
 };
 
 use anyhow::{bail, Context, Result};
@@ -14,6 +14,7 @@ use kernmlops::{
     config::{self, Config},
     plugin::Registry,
     preflight,
+    trust::{self, Policy},
     sink::{FlushPolicy, RepairOutcome},
 };
 
@@ -32,6 +33,12 @@ struct Cli {
     /// Folder holding plugin .so files [default: collect.plugin_dir, "plugins"].
     #[arg(long, global = true, value_name = "DIR", env = "KERNMLOPS_PLUGIN_DIR")]
     plugin_dir: Option<PathBuf>,
+    /// Load plugins, plugin folders and ./overrides.toml even when others
+    /// can write them or another user owns them, with a warning
+    /// (development only: whoever can write them runs code as root). The
+    /// ELF check still applies; the run's manifest records the flag.
+    #[arg(long, global = true)]
+    allow_insecure_plugins: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -192,12 +199,36 @@ fn main() -> ExitCode {
     }
 }
 
+/// Who may own plugins and files found in the current directory; set once
+/// from `--allow-insecure-plugins` before anything is loaded.
+static TRUST: OnceLock<Policy> = OnceLock::new();
+
+fn trust_policy() -> &'static Policy {
+    TRUST.get_or_init(Policy::default)
+}
+
 fn dispatch(cli: Cli) -> Result<ExitCode> {
-    // Without --config, ./overrides.toml is the user's file when present.
-    let file = cli
-        .config
-        .clone()
-        .or_else(|| Some(PathBuf::from("overrides.toml")).filter(|p| p.is_file()));
+    let _ = TRUST.set(Policy::for_this_process(cli.allow_insecure_plugins));
+    // Without --config, ./overrides.toml is the user's file when present
+    // and safe: anyone able to write it could otherwise choose what runs as
+    // root.
+    let file = cli.config.clone().or_else(|| {
+        let here = PathBuf::from("overrides.toml");
+        here.symlink_metadata().ok()?;
+        match trust::check_file_path(&here, trust_policy()) {
+            Ok(()) => Some(here),
+            Err(e) if trust_policy().allow_insecure => {
+                eprintln!(
+                    "warning: using ./overrides.toml although {e} (--allow-insecure-plugins)"
+                );
+                Some(here)
+            }
+            Err(e) => {
+                eprintln!("warning: ignoring ./overrides.toml: {e}");
+                None
+            }
+        }
+    });
     let cfg = Config::load(file.as_deref())?;
     match cli.command {
         Command::Run(args) => run(&cfg, cli.plugin_dir.as_deref(), args),
@@ -230,8 +261,19 @@ fn plugin_dir(cfg: &Config, flag: Option<&Path>) -> Result<PathBuf> {
         return Ok(dir.to_owned());
     }
     let configured = PathBuf::from(&cfg.collect.plugin_dir);
-    if configured.is_dir() || configured.is_absolute() {
+    if configured.is_absolute() {
         return Ok(configured);
+    }
+    // Found in the current directory: used only when it is safe.
+    if configured.is_dir() {
+        match trust::check_dir_path(&configured, trust_policy()) {
+            Ok(()) => return Ok(configured),
+            Err(_) if trust_policy().allow_insecure => return Ok(configured),
+            Err(e) => eprintln!(
+                "warning: ignoring plugin folder ./{} in the current directory: {e}",
+                trust::printable(configured.as_os_str().as_encoded_bytes())
+            ),
+        }
     }
     let beside_binary = std::env::current_exe().ok().and_then(|exe| {
         exe.ancestors()
@@ -247,14 +289,37 @@ fn plugin_dir(cfg: &Config, flag: Option<&Path>) -> Result<PathBuf> {
     })
 }
 
+/// Loads the plugin folder; prints its warnings (and, once, that trust
+/// checks are off) on stderr.
 fn load_registry(cfg: &Config, flag: Option<&Path>) -> Result<Registry> {
+    let policy = trust_policy();
+    if policy.allow_insecure {
+        static WARNED: Once = Once::new();
+        WARNED.call_once(|| {
+            eprintln!(
+                "warning: --allow-insecure-plugins: plugin files and folders that others can write, or that another user owns, are loaded anyway"
+            )
+        });
+    }
     let dir = plugin_dir(cfg, flag)?;
-    Registry::load_dir(&dir).with_context(|| format!("reading plugin folder {}", dir.display()))
+    let reg = Registry::load_dir_with(&dir, policy).with_context(|| {
+        format!(
+            "reading plugin folder {}",
+            trust::printable(dir.as_os_str().as_encoded_bytes())
+        )
+    })?;
+    for w in &reg.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(reg)
 }
 
 fn report_refused(reg: &Registry) {
     for (path, e) in &reg.failures {
-        eprintln!("warning: plugin {} refused: {e}", path.display());
+        eprintln!(
+            "warning: plugin {} refused: {e}",
+            trust::printable(path.as_os_str().as_encoded_bytes())
+        );
     }
 }
 
