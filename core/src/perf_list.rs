@@ -530,7 +530,8 @@ mod tests {
             .iter()
             .map(|s| (*s).to_owned())
             .collect();
-        assert_eq!(wrap(&names, 11), ["ALPHA,BETA,", "GAMMA,", "DELTA"]);
+        assert_eq!(wrap(&names, 11), ["ALPHA,BETA,", "GAMMA,DELTA"]);
+        assert_eq!(wrap(&names, 10), ["ALPHA,", "BETA,", "GAMMA,", "DELTA"]);
         assert_eq!(wrap(&names, 100), ["ALPHA,BETA,GAMMA,DELTA"]);
         assert_eq!(wrap(&[], 10), [""]);
     }
