@@ -503,10 +503,10 @@ pub fn resolve(root: &Path, name: &str) -> Result<Resolution, String> {
 /// A resolution as two lines of text.
 pub fn render_resolution(r: &Resolution) -> String {
     let opens = match (r.supported, &r.reason) {
-        (Some(true), _) => format!("yes ({})", r.checked),
-        (Some(false), Some(why)) => format!("no ({}: {why})", r.checked),
-        (Some(false), None) => format!("no ({})", r.checked),
-        (None, why) => format!("not known ({})", why.as_deref().unwrap_or("")),
+        (Some(true), _) => format!("yes, {}", r.checked),
+        (Some(false), Some(why)) => format!("no, {}: {why}", r.checked),
+        (Some(false), None) => format!("no, {}", r.checked),
+        (None, why) => format!("not known: {}", why.as_deref().unwrap_or("")),
     };
     let mut code = format!("type {} config {}", r.type_, r.config);
     for (field, value) in [("config1", &r.config1), ("config2", &r.config2)] {
