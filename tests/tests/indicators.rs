@@ -12,9 +12,21 @@ use std::path::{Path, PathBuf};
 
 use kernmlops_e2e::*;
 
+/// Folders a test made, removed when it ends (passed or not).
+struct Cleanup(Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
 /// `kernmlops run --benchmark NAME` with `config` as its configuration
-/// file and quanta_runtime collecting; returns the run and its collection.
-fn run_benchmark(test: &str, name: &str, config: &str) -> (Finished, PathBuf) {
+/// file and quanta_runtime collecting; returns the run, its collection and
+/// the folders to remove.
+fn run_benchmark(test: &str, name: &str, config: &str) -> (Finished, PathBuf, Cleanup) {
     let plugins = plugin_dir(
         test,
         &[
@@ -23,6 +35,7 @@ fn run_benchmark(test: &str, name: &str, config: &str) -> (Finished, PathBuf) {
         ],
     );
     let work = temp_dir(&format!("{test}-work"));
+    let cleanup = Cleanup(vec![plugins.clone(), work.clone()]);
     let cfg = work.join("config.toml");
     std::fs::write(&cfg, config).expect("write config");
     let output = work.join("out");
@@ -54,7 +67,7 @@ fn run_benchmark(test: &str, name: &str, config: &str) -> (Finished, PathBuf) {
         dir: dir.clone(),
     };
     let dir = dir.unwrap_or_else(|| only_collection(&output));
-    (finished, dir)
+    (finished, dir, cleanup)
 }
 
 /// `<collection>/indicator.json`.
@@ -102,7 +115,7 @@ fn root_redis_run_writes_its_requests_per_second() {
         return;
     }
     let _serial = serial();
-    let (done, dir) = run_benchmark(
+    let (done, dir, _cleanup) = run_benchmark(
         "ind-redis",
         "redis",
         "[benchmarks.redis]\nrequests = 20000\nclients = 10\ntests = \"set,get\"\n",
@@ -133,7 +146,7 @@ fn root_fio_run_writes_fio_own_iops() {
         return;
     }
     let _serial = serial();
-    let (done, dir) = run_benchmark(
+    let (done, dir, _cleanup) = run_benchmark(
         "ind-fio",
         "fio",
         "[benchmarks.fio]\nrw = \"randread\"\nsize = \"8m\"\nruntime = \"2s\"\n",
@@ -164,7 +177,7 @@ fn root_stress_ng_run_writes_bogo_ops() {
         return;
     }
     let _serial = serial();
-    let (done, dir) = run_benchmark(
+    let (done, dir, _cleanup) = run_benchmark(
         "ind-stress-ng",
         "stress_ng",
         "[benchmarks.stress_ng]\nstressor = \"cpu\"\nworkers = 1\ntimeout = \"2s\"\n",
@@ -223,8 +236,9 @@ fn root_script_runs_are_curated_or_failed_by_their_indicator() {
     ] {
         let test = format!("ind-script-{case}");
         let work = temp_dir(&format!("{test}-script"));
+        let _script_dir = Cleanup(vec![work.clone()]);
         let config = script_config(&work, stdout);
-        let (done, dir) = run_benchmark(&test, "script", &config);
+        let (done, dir, _cleanup) = run_benchmark(&test, "script", &config);
         // The script's standard error is kept whatever its result.
         let stderr = std::fs::read_to_string(dir.join("benchmark.stderr"))
             .unwrap_or_else(|e| panic!("{case}: benchmark.stderr: {e}"));
