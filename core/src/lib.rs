@@ -10,6 +10,7 @@ pub mod collect;
 pub mod config;
 pub mod decode;
 pub mod dump;
+pub mod experiment;
 pub mod export;
 pub mod features;
 pub mod graph;

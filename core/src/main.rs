@@ -129,6 +129,9 @@ python/kernmlops_data.py: read_parquet_dir(\"data/curated\").")]
         /// A collection id, id prefix or folder [default: the newest].
         collection: Option<String>,
     },
+    /// Sweep a benchmark over variables with repeats, resume after a crash,
+    /// and summarise the results (see `kernmlops experiment --help`).
+    Experiment(kernmlops::experiment::cli::ExperimentArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -244,6 +247,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             collections,
         } => export(&cfg, data, to, &collections),
         Command::Dump { data, collection } => dump(&cfg, data, collection),
+        Command::Experiment(args) => {
+            let flags = (cli.config.as_deref(), cli.plugin_dir.as_deref());
+            experiment(&cfg, flags, cli.allow_insecure_plugins, args)
+        }
         Command::Graph { collection, data } => {
             let dir = resolve_collection(&cfg, data, collection)?;
             graphs(&cfg, cli.plugin_dir.as_deref(), &dir)
@@ -787,4 +794,21 @@ fn perf_list(json: bool, resolve: Option<&str>) -> Result<ExitCode> {
         print!("{}", kernmlops::perf_list::render(&listing));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `kernmlops experiment`: the experiment layer, which starts `kernmlops run`
+/// once per run with the plugin folder resolved here.
+fn experiment(
+    cfg: &Config,
+    (config_file, plugin_flag): (Option<&Path>, Option<&Path>),
+    allow_insecure_plugins: bool,
+    args: kernmlops::experiment::cli::ExperimentArgs,
+) -> Result<ExitCode> {
+    let env = kernmlops::experiment::cli::Env {
+        config_file: config_file.map(Path::to_owned),
+        plugin_flag: plugin_flag.map(Path::to_owned),
+        plugin_dir: plugin_dir(cfg, plugin_flag).map_err(|e| format!("{e:#}")),
+        allow_insecure_plugins,
+    };
+    Ok(kernmlops::experiment::cli::main(args, &env)?)
 }

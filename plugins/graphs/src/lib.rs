@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use kernmlops_plugin_sdk::{export_plugin, GraphImpl, Result, StartArgs};
 
 mod data;
+mod experiment;
 mod plot;
 
 use data::{group, Collection};
@@ -16,7 +17,7 @@ pub use plot::{FONT_PATH, MAX_POINTS, SIZE};
 export_plugin! {
     description: "Graphs: quanta run length and queued time, memory usage, block I/O queue depth and latency, perf counter rates",
     probes: [],
-    graphs: [QuantaRuntime, QuantaQueued, MemoryUsage, BlockIo, PerfCounters],
+    graphs: [QuantaRuntime, QuantaQueued, MemoryUsage, BlockIo, PerfCounters, experiment::ExperimentResults],
 }
 
 const GIB: f64 = (1u64 << 30) as f64;

@@ -1,0 +1,992 @@
+//! `kernmlops experiment`: run, resume, status, results, and the hidden
+//! `exec` that performs one planned run (what a cluster task calls).
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use serde_json::Value as Json;
+
+use super::{
+    executor::{
+        perform_run, perform_warmup, Dispatch, Executor, LocalExecutor, RunContext, RunObserver,
+    },
+    graphs,
+    plan::{self, label, Identity, PlanInput, PlannedRun},
+    progress::Progress,
+    record::{plugin_difference, plugin_set, Adaptive, ExpDir, Lock, Record, FORMAT},
+    results::{self, Results},
+    spec::{Order, Spec},
+    state::{self, RunState},
+    stats, ExperimentError, Result,
+};
+use crate::{clock, config::Config, plugin::Registry};
+
+/// Sweep a benchmark over variables, repeated and shuffled; resume; results.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  kernmlops experiment run examples/experiments/fio_sweep.toml
+  kernmlops experiment run sweep.toml --dir experiments/sweep --order sequential
+  kernmlops experiment run sweep.toml --adaptive --metric read_iops --target 0.05 --max-repeats 10
+  kernmlops experiment status experiments/sweep
+  kernmlops experiment resume experiments/sweep
+  kernmlops experiment results experiments/sweep
+
+Each run is a full collection in <dir>/runs/<run_id>/; run_id is a hash of the
+run's configuration, repeat and seed. See README.md, \"Experiments\", for the file.")]
+pub struct ExperimentArgs {
+    #[command(subcommand)]
+    pub command: ExperimentCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ExperimentCommand {
+    /// Plan an experiment from its file and carry out its runs; on an
+    /// existing folder, only the runs it does not have yet.
+    #[command(after_help = "Examples:
+  kernmlops experiment run examples/experiments/fio_sweep.toml
+  kernmlops experiment run sweep.toml --dir experiments/sweep --dry-run
+  kernmlops experiment run sweep.toml --adaptive --metric read_iops --max-repeats 8
+
+The folder (default experiments/<name>-<UTC time>) gets a copy of the file
+(experiment.toml), the merged base configuration (config.toml), the record
+(experiment.json), one collection per run (runs/<run_id>/), results.parquet,
+results.arrow and graphs/. A global --config FILE is merged under the file's
+[config] table; ./overrides.toml is not read.")]
+    Run(RunArgs),
+    /// Carry out the runs of an experiment folder that have no finished
+    /// collection: never started, cut off (moved to partial/ and redone), or
+    /// refused by the host.
+    #[command(after_help = "Examples:
+  kernmlops experiment resume experiments/fio_sweep-20261123-101500
+  kernmlops experiment resume experiments/sweep --retry-failed")]
+    Resume(ResumeArgs),
+    /// Show each planned run's state: pending, running, done, failed or cut
+    /// off.
+    #[command(after_help = "Examples:
+  kernmlops experiment status experiments/sweep
+  kernmlops experiment status experiments/sweep --json")]
+    Status {
+        /// The experiment folder.
+        dir: PathBuf,
+        /// Print JSON (counts and every run) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write results.parquet and results.arrow (one row per finished run)
+    /// and the graphs, and print n, mean, standard deviation and 95%
+    /// confidence interval of each result per variable combination.
+    #[command(after_help = "Examples:
+  kernmlops experiment results experiments/sweep
+
+In Python: polars.read_parquet(\"experiments/sweep/results.parquet\").
+Works while runs are still going: it reads what has finished.")]
+    Results {
+        /// The experiment folder.
+        dir: PathBuf,
+        /// Do not render graphs.
+        #[arg(long)]
+        no_graphs: bool,
+    },
+    /// Perform exactly one planned run of an experiment folder (used by
+    /// cluster executors; `resume` is what users want).
+    #[command(hide = true)]
+    Exec {
+        /// The experiment folder.
+        dir: PathBuf,
+        /// The run's id (see `experiment status`).
+        run_id: String,
+        /// Run even if this machine's plugins differ from the recorded ones.
+        #[arg(long)]
+        allow_plugin_change: bool,
+        /// Redo the run if it failed before.
+        #[arg(long)]
+        retry_failed: bool,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The experiment file (TOML).
+    pub file: PathBuf,
+    /// The experiment folder [default: experiments/<name>-<UTC time>].
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Run order, instead of the file's `order` [default: shuffled].
+    #[arg(long, value_enum)]
+    pub order: Option<Order>,
+    /// Print the planned runs and stop (nothing is written).
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ResumeArgs {
+    /// The experiment folder.
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Repeat each variable combination until the 95% confidence interval
+    /// of --metric is within --target of its mean, or --max-repeats runs.
+    #[arg(long, requires = "metric")]
+    pub adaptive: bool,
+    /// The `@result` figure adaptive repeats watch, e.g. read_iops.
+    #[arg(long, value_name = "KEY", requires = "adaptive")]
+    pub metric: Option<String>,
+    /// Largest relative half-width of that interval [default: 0.05].
+    #[arg(long, value_name = "FRACTION", requires = "adaptive")]
+    pub target: Option<f64>,
+    /// Most runs of one combination [default: 10].
+    #[arg(long, value_name = "N", requires = "adaptive")]
+    pub max_repeats: Option<u32>,
+    /// Also redo runs that failed (their data is moved to partial/).
+    #[arg(long)]
+    pub retry_failed: bool,
+    /// Go on although the plugins differ from those the experiment recorded
+    /// (the record then lists the new set).
+    #[arg(long)]
+    pub allow_plugin_change: bool,
+    /// Do not render graphs at the end.
+    #[arg(long)]
+    pub no_graphs: bool,
+}
+
+/// What the command line gives beyond the subcommand.
+#[derive(Debug, Clone)]
+pub struct Env {
+    /// The global `--config FILE`, merged under the experiment's `[config]`.
+    pub config_file: Option<PathBuf>,
+    /// The global `--plugin-dir` (or its environment variable), if given.
+    pub plugin_flag: Option<PathBuf>,
+    /// The plugin folder `kernmlops run` would use, or why there is none.
+    pub plugin_dir: std::result::Result<PathBuf, String>,
+    /// The global `--allow-insecure-plugins`, passed on to every run.
+    pub allow_insecure_plugins: bool,
+}
+
+impl Env {
+    /// Loads the plugins of `dir` under the trust policy of this process.
+    fn registry(&self, dir: &Path) -> Result<Registry> {
+        let policy = crate::trust::Policy::for_this_process(self.allow_insecure_plugins);
+        Registry::load_dir_with(dir, &policy).map_err(ExperimentError::io(dir))
+    }
+}
+
+/// Default largest relative half-width for adaptive repeats.
+pub const DEFAULT_TARGET: f64 = 0.05;
+/// Default most runs per combination for adaptive repeats.
+pub const DEFAULT_MAX_REPEATS: u32 = 10;
+/// How long a run still carried out by another process is waited for.
+const BUSY_WAIT: Duration = Duration::from_secs(60);
+
+/// Runs an `experiment` subcommand.
+pub fn main(args: ExperimentArgs, env: &Env) -> Result<ExitCode> {
+    match args.command {
+        ExperimentCommand::Run(a) => run(a, env),
+        ExperimentCommand::Resume(a) => resume(a, env),
+        ExperimentCommand::Status { dir, json } => status(&ExpDir::new(dir), json),
+        ExperimentCommand::Results { dir, no_graphs } => {
+            let dir = ExpDir::new(dir);
+            let record = Record::read(&dir)?;
+            let plugin_dir = resolve_plugin_dir(env, Some(&record))?;
+            report(
+                &dir,
+                &record,
+                (!no_graphs).then_some((env, plugin_dir.as_path())),
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        ExperimentCommand::Exec {
+            dir,
+            run_id,
+            allow_plugin_change,
+            retry_failed,
+        } => exec(
+            &ExpDir::new(dir),
+            &run_id,
+            allow_plugin_change,
+            retry_failed,
+            env,
+        ),
+    }
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    std::path::absolute(p).map_err(ExperimentError::io(p))
+}
+
+/// The plugin folder: the flag, else the recorded one if it still exists,
+/// else the one `kernmlops run` would find.
+fn resolve_plugin_dir(env: &Env, record: Option<&Record>) -> Result<PathBuf> {
+    if let Some(flag) = &env.plugin_flag {
+        return absolute(flag);
+    }
+    if let Some(r) = record {
+        let recorded = PathBuf::from(&r.plugin_dir);
+        if recorded.is_dir() {
+            return Ok(recorded);
+        }
+    }
+    match &env.plugin_dir {
+        Ok(d) => absolute(d),
+        Err(e) => Err(ExperimentError::Plugins(e.clone())),
+    }
+}
+
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+/// The base configuration: `--config FILE` with the experiment's
+/// `[config]` merged on top.
+fn base_config(spec: &Spec, env: &Env) -> Result<toml::Table> {
+    let mut base = match &env.config_file {
+        None => toml::Table::new(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(ExperimentError::io(path))?;
+            toml::from_str(&text).map_err(|e: toml::de::Error| ExperimentError::Parse {
+                file: path.display().to_string(),
+                message: e.message().to_owned(),
+            })?
+        }
+    };
+    merge(&mut base, spec.config.clone());
+    Ok(base)
+}
+
+/// Checks one configuration as `kernmlops run` will: its keys and types,
+/// and every probe's and benchmark's settings. The host's message.
+fn check_config(
+    registry: &Registry,
+    config: &toml::Table,
+    scratch: &Path,
+) -> std::result::Result<Config, String> {
+    let text = toml::to_string(config).map_err(|e| e.to_string())?;
+    std::fs::write(scratch, text).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let strip = |e: String| {
+        let prefix = format!("{}: ", scratch.display());
+        e.strip_prefix(&prefix).map(str::to_owned).unwrap_or(e)
+    };
+    let cfg = Config::load(Some(scratch)).map_err(|e| strip(e.to_string()))?;
+    cfg.probe_settings(registry.config_defaults())
+        .map_err(|e| strip(e.to_string()))?;
+    cfg.benchmark_settings(registry.benchmark_defaults())
+        .map_err(|e| strip(e.to_string()))?;
+    Ok(cfg)
+}
+
+/// The folder a new experiment goes to: `experiments/<name>-<UTC time>`.
+fn default_dir(name: &str) -> PathBuf {
+    let stamp = clock::compact_stamp(clock::unix_us());
+    let base = PathBuf::from("experiments").join(format!("{name}-{stamp}"));
+    let mut dir = base.clone();
+    let mut n = 2;
+    while dir.exists() {
+        dir = PathBuf::from(format!("{}-{n}", base.display()));
+        n += 1;
+    }
+    dir
+}
+
+fn adaptive_of(common: &CommonArgs, repeats: u32) -> Result<Option<Adaptive>> {
+    if !common.adaptive {
+        return Ok(None);
+    }
+    let metric = common.metric.clone().unwrap_or_default();
+    let metric = metric.strip_prefix("result_").unwrap_or(&metric).to_owned();
+    let target = common.target.unwrap_or(DEFAULT_TARGET);
+    if !(target > 0.0 && target.is_finite()) {
+        return Err(ExperimentError::Usage(format!(
+            "--target {target}: must be a positive fraction such as 0.05"
+        )));
+    }
+    let max_repeats = common
+        .max_repeats
+        .unwrap_or(DEFAULT_MAX_REPEATS.max(repeats));
+    if max_repeats < 2 {
+        return Err(ExperimentError::Usage(
+            "--max-repeats: at least 2 (an interval needs two runs)".into(),
+        ));
+    }
+    Ok(Some(Adaptive {
+        metric,
+        target,
+        max_repeats,
+    }))
+}
+
+fn install_signals() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal exits at once (the running `kernmlops run` is
+        // told to stop as this process dies).
+        signal_hook::flag::register_conditional_shutdown(sig, 130, stop.clone())
+            .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
+            .map_err(|e| ExperimentError::Usage(format!("installing signal handlers: {e}")))?;
+    }
+    Ok(stop)
+}
+
+fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
+    let spec = Spec::load(&args.file)?;
+    let dir = ExpDir::new(args.dir.clone().unwrap_or_else(|| default_dir(&spec.name)));
+    let existing = if dir.record().is_file() {
+        Some(Record::read(&dir)?)
+    } else {
+        if dir.root.is_dir()
+            && std::fs::read_dir(&dir.root)
+                .map_err(ExperimentError::io(&dir.root))?
+                .next()
+                .is_some()
+        {
+            return Err(ExperimentError::NotAnExperiment { dir: dir.root });
+        }
+        None
+    };
+    let plugin_dir = resolve_plugin_dir(env, None)?;
+    let registry = env.registry(&plugin_dir)?;
+    registry
+        .find_benchmark(&spec.benchmark)
+        .map_err(|m| invalid(&spec, "benchmark", m))?;
+    let base = base_config(&spec, env)?;
+    let scratch =
+        std::env::temp_dir().join(format!("kernmlops-experiment-{}.toml", std::process::id()));
+    let checked = check_config(&registry, &base, &scratch);
+    let cfg = match checked {
+        Ok(cfg) => cfg,
+        Err(m) => {
+            let _ = std::fs::remove_file(&scratch);
+            return Err(invalid(&spec, "config", m));
+        }
+    };
+    let probes = spec
+        .probes
+        .clone()
+        .unwrap_or_else(|| cfg.collect.plugins.clone());
+    if let Err(m) = registry.resolve(&probes) {
+        let _ = std::fs::remove_file(&scratch);
+        return Err(invalid(&spec, "probes", m));
+    }
+    let identity = Identity {
+        benchmark: spec.benchmark.clone(),
+        probes,
+        power: spec.power.clone(),
+    };
+    let (seed, seed_from) = match (spec.seed, &existing) {
+        (Some(s), _) => (s, "file"),
+        (None, Some(r)) => (r.seed, r.seed_from.as_str()),
+        (None, None) => (super::rng::random_seed(), "random"),
+    };
+    let order = args.order.unwrap_or(spec.order);
+    let mut runs = plan::plan(&PlanInput {
+        file: &spec.file,
+        variables: &spec.variables,
+        base: &base,
+        identity: &identity,
+        repeats: spec.repeats,
+        seed,
+        order,
+    })?;
+    // Adaptive repeats added earlier stay planned while their combination
+    // exists.
+    if let Some(r) = &existing {
+        for extra in r.runs.iter().filter(|x| x.repeat >= spec.repeats) {
+            if let Some(first) = runs.iter().find(|x| x.combo_id == extra.combo_id) {
+                let again = first.another_repeat(&identity, extra.repeat, seed);
+                if !runs.iter().any(|x| x.run_id == again.run_id) {
+                    runs.push(again);
+                }
+            }
+        }
+    }
+    // Each combination's configuration as the host will check it.
+    let mut seen = std::collections::BTreeSet::new();
+    for r in &runs {
+        if !seen.insert(r.combo_id.clone()) {
+            continue;
+        }
+        let Some(toml::Value::Table(config)) = super::spec::json_to_toml(&r.config) else {
+            continue;
+        };
+        if let Err(m) = check_config(&registry, &config, &scratch) {
+            let _ = std::fs::remove_file(&scratch);
+            // Name the variable whose key the host complains about.
+            let culprit = spec
+                .variables
+                .iter()
+                .filter(|v| {
+                    m.contains(&v.key) || v.key.starts_with(m.split(':').next().unwrap_or("\u{0}"))
+                })
+                .max_by_key(|v| v.key.len());
+            return Err(match culprit {
+                Some(v) => invalid(
+                    &spec,
+                    &format!("variables.{}", v.name),
+                    format!("key {}: {m}", v.key),
+                ),
+                None => invalid(
+                    &spec,
+                    "config",
+                    format!("{m} (in the run {})", label(&spec.variables, &r.variables)),
+                ),
+            });
+        }
+    }
+    let _ = std::fs::remove_file(&scratch);
+
+    if args.dry_run {
+        print_plan(&spec, &runs, seed, seed_from, order, &identity, &dir);
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    dir.create()?;
+    let _lock = experiment_lock(&dir)?;
+    let plugins = plugin_set(&plugin_dir)?;
+    if let Some(r) = &existing {
+        check_plugins(r, &plugins, args.common.allow_plugin_change)?;
+    }
+    let now = clock::rfc3339(clock::unix_us());
+    let adaptive = match adaptive_of(&args.common, spec.repeats)? {
+        Some(a) => Some(a),
+        None => existing.as_ref().and_then(|r| r.adaptive.clone()),
+    };
+    let record = Record {
+        format: FORMAT,
+        name: spec.name.clone(),
+        created_utc: existing
+            .as_ref()
+            .map_or_else(|| now.clone(), |r| r.created_utc.clone()),
+        updated_utc: now,
+        kernmlops_version: env!("CARGO_PKG_VERSION").to_owned(),
+        source_file: absolute(&args.file)?.display().to_string(),
+        identity,
+        seed,
+        seed_from: seed_from.to_owned(),
+        order,
+        repeats: spec.repeats,
+        warmup: spec.warmup,
+        variables: spec.variables.clone(),
+        plugin_dir: plugin_dir.display().to_string(),
+        plugins,
+        adaptive,
+        runs,
+    };
+    super::record::write_atomic(&dir.experiment_file(), spec.text.as_bytes())?;
+    let base_text = toml::to_string_pretty(&base).unwrap_or_default();
+    super::record::write_atomic(
+        &dir.base_config(),
+        format!(
+            "# The base configuration of experiment {}: {}[config] of the experiment file.\n# Each run's own configuration (with its variables set) is configs/<run_id>.toml.\n{base_text}",
+            spec.name,
+            env.config_file
+                .as_ref()
+                .map_or(String::new(), |f| format!("{} with ", f.display()))
+        )
+        .as_bytes(),
+    )?;
+    for r in &record.runs {
+        write_run_config(&dir, r)?;
+    }
+    record.write(&dir)?;
+    eprintln!(
+        "experiment {} in {}: {} runs, order {}, seed {}{}",
+        record.name,
+        dir.root.display(),
+        record.runs.len(),
+        order_name(order),
+        seed,
+        if seed_from == "random" {
+            " (random, recorded)"
+        } else {
+            ""
+        }
+    );
+    drive(&dir, record, &plugin_dir, &args.common, env)
+}
+
+fn order_name(o: Order) -> &'static str {
+    match o {
+        Order::Shuffled => "shuffled",
+        Order::Sequential => "sequential",
+    }
+}
+
+fn invalid(spec: &Spec, key: &str, message: String) -> ExperimentError {
+    ExperimentError::Invalid {
+        file: spec.file.clone(),
+        key: key.to_owned(),
+        message,
+    }
+}
+
+fn write_run_config(dir: &ExpDir, run: &PlannedRun) -> Result<()> {
+    let text = super::spec::json_to_toml(&run.config)
+        .and_then(|v| toml::to_string_pretty(&v).ok())
+        .unwrap_or_default();
+    super::record::write_atomic(&dir.config(&run.run_id), text.as_bytes())
+}
+
+fn print_plan(
+    spec: &Spec,
+    runs: &[PlannedRun],
+    seed: u64,
+    seed_from: &str,
+    order: Order,
+    identity: &Identity,
+    dir: &ExpDir,
+) {
+    let combos: std::collections::BTreeSet<&str> =
+        runs.iter().map(|r| r.combo_id.as_str()).collect();
+    println!(
+        "experiment {}: {} runs ({} combinations), benchmark {}, probes {}, order {}, seed {}{}",
+        spec.name,
+        runs.len(),
+        combos.len(),
+        identity.benchmark,
+        if identity.probes.is_empty() {
+            "none (baseline)".to_owned()
+        } else {
+            identity.probes.join(",")
+        },
+        order_name(order),
+        seed,
+        if seed_from == "random" {
+            " (random: set seed = N in the file to keep it)"
+        } else {
+            ""
+        }
+    );
+    println!("folder: {}", dir.root.display());
+    let width = runs.len().to_string().len();
+    for (i, r) in runs.iter().enumerate() {
+        println!(
+            "  {:>width$}  {}  repeat {}  {}",
+            i + 1,
+            r.run_id,
+            r.repeat,
+            label(&spec.variables, &r.variables)
+        );
+    }
+}
+
+fn experiment_lock(dir: &ExpDir) -> Result<Lock> {
+    match Lock::try_take(&dir.experiment_lock())? {
+        Ok(l) => Ok(l),
+        Err(holder) => Err(ExperimentError::Busy {
+            what: dir.root.display().to_string(),
+            holder,
+        }),
+    }
+}
+
+fn check_plugins(record: &Record, here: &[super::record::PluginHash], allow: bool) -> Result<()> {
+    match plugin_difference(&record.plugins, here) {
+        Some(diff) if !allow => Err(ExperimentError::PluginsChanged(diff)),
+        Some(diff) => {
+            eprintln!("warning: plugins differ from the experiment's record: {diff}");
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+fn context(
+    dir: &ExpDir,
+    record: &Record,
+    plugin_dir: &Path,
+    common: &CommonArgs,
+    env: &Env,
+    stop: Arc<AtomicBool>,
+) -> Result<RunContext> {
+    Ok(RunContext {
+        dir: dir.clone(),
+        exe: std::env::current_exe().map_err(ExperimentError::io("/proc/self/exe"))?,
+        plugin_dir: plugin_dir.to_owned(),
+        identity: record.identity.clone(),
+        stop,
+        retry_failed: common.retry_failed,
+        busy_wait: BUSY_WAIT,
+        allow_insecure_plugins: env.allow_insecure_plugins,
+    })
+}
+
+fn resume(args: ResumeArgs, env: &Env) -> Result<ExitCode> {
+    let dir = ExpDir::new(args.dir);
+    let mut record = Record::read(&dir)?;
+    let plugin_dir = resolve_plugin_dir(env, Some(&record))?;
+    dir.create()?;
+    let _lock = experiment_lock(&dir)?;
+    let plugins = plugin_set(&plugin_dir)?;
+    check_plugins(&record, &plugins, args.common.allow_plugin_change)?;
+    let mut changed = false;
+    if record.plugins != plugins {
+        record.plugins = plugins;
+        changed = true;
+    }
+    if let Some(a) = adaptive_of(&args.common, record.repeats)? {
+        record.adaptive = Some(a);
+        changed = true;
+    }
+    if record.plugin_dir != plugin_dir.display().to_string() {
+        record.plugin_dir = plugin_dir.display().to_string();
+        changed = true;
+    }
+    if changed {
+        record.updated_utc = clock::rfc3339(clock::unix_us());
+        record.write(&dir)?;
+    }
+    eprintln!(
+        "experiment {} in {}: resuming",
+        record.name,
+        dir.root.display()
+    );
+    drive(&dir, record, &plugin_dir, &args.common, env)
+}
+
+/// Carries out what is missing (plus adaptive repeats), then writes and
+/// prints the results.
+fn drive(
+    dir: &ExpDir,
+    mut record: Record,
+    plugin_dir: &Path,
+    common: &CommonArgs,
+    env: &Env,
+) -> Result<ExitCode> {
+    let stop = install_signals()?;
+    let ctx = context(dir, &record, plugin_dir, common, env, stop.clone())?;
+    let mut progress = Progress::new(&record.variables);
+    let mut executor = LocalExecutor;
+    let observed = state::observe(dir, &record, &[]);
+    let todo: Vec<PlannedRun> = record
+        .runs
+        .iter()
+        .zip(&observed)
+        .filter(|(_, o)| o.needs_run(common.retry_failed))
+        .map(|(r, _)| r.clone())
+        .collect();
+    let already = record.runs.len() - todo.len();
+    if already > 0 {
+        eprintln!(
+            "{already} of {} runs need nothing more (done, failed with data kept, or running elsewhere); {} to do",
+            record.runs.len(),
+            todo.len()
+        );
+    }
+    if let Some(first) = todo.first() {
+        for n in 1..=record.warmup {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            progress.note(&format!("warm-up {n}/{} (not recorded)", record.warmup));
+            let mut tick = || progress.tick();
+            let status = perform_warmup(&ctx, first, n, &mut tick)?;
+            if !status.success() {
+                progress.note(&format!("warning: warm-up {n} ended with {status}"));
+            }
+        }
+    }
+    let mut ran = execute(&mut executor, &ctx, &todo, &mut progress)?;
+
+    // Adaptive repeats: one more run for each combination whose interval
+    // is still too wide, round after round.
+    if let Some(a) = record.adaptive.clone() {
+        let mut round = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let observed = state::observe(dir, &record, &[]);
+            let results = Results::collect(dir, &record, &observed);
+            let column = format!("result_{}", a.metric);
+            if results.rows > 0 && results.column(&column).is_none() {
+                progress.finish();
+                return Err(ExperimentError::Usage(format!(
+                    "--metric {}: no run reported @result.{} (reported: {})",
+                    a.metric,
+                    a.metric,
+                    results.result_keys().join(", ")
+                )));
+            }
+            let mut extra = Vec::new();
+            for (combo_id, rows) in results::groups(&results) {
+                let planned: Vec<&PlannedRun> = record
+                    .runs
+                    .iter()
+                    .filter(|r| r.combo_id == combo_id)
+                    .collect();
+                let values = results::values(&results, &column, &rows);
+                if planned.len() < a.max_repeats as usize
+                    && stats::needs_more(&values, a.target, usize::MAX)
+                {
+                    let next = planned.iter().map(|r| r.repeat).max().unwrap_or(0) + 1;
+                    extra.push(planned[0].another_repeat(&record.identity, next, record.seed));
+                }
+            }
+            if extra.is_empty() {
+                break;
+            }
+            round += 1;
+            if record.order == Order::Shuffled {
+                super::rng::shuffle(&mut extra, record.seed ^ round.wrapping_mul(0x9E37_79B9));
+            }
+            progress.note(&format!(
+                "adaptive round {round}: {} combination(s) above ±{:.1}% on {}",
+                extra.len(),
+                a.target * 100.0,
+                a.metric
+            ));
+            for r in &extra {
+                write_run_config(dir, r)?;
+            }
+            record.runs.extend(extra.iter().cloned());
+            record.updated_utc = clock::rfc3339(clock::unix_us());
+            record.write(dir)?;
+            ran += execute(&mut executor, &ctx, &extra, &mut progress)?;
+        }
+    }
+    progress.finish();
+    let stopped = stop.load(Ordering::Relaxed);
+    let draw = (!common.no_graphs).then_some((env, plugin_dir));
+    let code = report(dir, &record, draw)?;
+    let _ = ran;
+    if stopped {
+        eprintln!(
+            "stopped by a signal; carry on with `kernmlops experiment resume {}`",
+            dir.root.display()
+        );
+        return Ok(ExitCode::from(130));
+    }
+    Ok(code)
+}
+
+/// Runs `runs` with `executor`; how many were attempted.
+fn execute(
+    executor: &mut dyn Executor,
+    ctx: &RunContext,
+    runs: &[PlannedRun],
+    observer: &mut dyn RunObserver,
+) -> Result<usize> {
+    if runs.is_empty() {
+        return Ok(0);
+    }
+    match executor.execute(ctx, runs, observer)? {
+        Dispatch::Completed(outcomes) => {
+            Ok(outcomes.iter().filter(|o| o.skipped.is_none()).count())
+        }
+        Dispatch::Submitted { id, runs } => {
+            observer.note(&format!("submitted {runs} runs as {id}"));
+            Ok(0)
+        }
+    }
+}
+
+/// Writes the results (and graphs), prints the summary; failure when runs
+/// are missing or failed.
+fn report(dir: &ExpDir, record: &Record, draw: Option<(&Env, &Path)>) -> Result<ExitCode> {
+    let observed = state::observe(dir, record, &[]);
+    let results = Results::collect(dir, record, &observed);
+    results.write(dir)?;
+    let counts = state::counts(&observed);
+    let count_text: Vec<String> = counts
+        .iter()
+        .map(|(s, n)| format!("{n} {}", s.as_str()))
+        .collect();
+    println!(
+        "experiment {} in {}: {} runs: {}",
+        record.name,
+        dir.root.display(),
+        record.runs.len(),
+        count_text.join(", ")
+    );
+    println!(
+        "results: {} ({} rows), {}",
+        dir.results_parquet().display(),
+        results.rows,
+        dir.results_arrow().display()
+    );
+    if let (Some((env, plugin_dir)), true) = (draw, results.rows > 0) {
+        match env
+            .registry(plugin_dir)
+            .and_then(|r| graphs::render(&r, dir))
+        {
+            Ok(files) => println!("graphs: {} ({} files)", dir.graphs().display(), files.len()),
+            Err(e) => eprintln!("warning: graphs not drawn: {e}"),
+        }
+    }
+    let stale = state::stale(dir, record);
+    if !stale.is_empty() {
+        println!(
+            "note: {} collection(s) in {} belong to an earlier version of the experiment and are left out",
+            stale.len(),
+            dir.runs().display()
+        );
+    }
+    let summaries = results::summarize(record, &results);
+    if !summaries.is_empty() {
+        println!();
+        print!("{}", results::render(&summaries));
+    }
+    let unfinished = observed
+        .iter()
+        .filter(|o| o.state != RunState::Done)
+        .count();
+    Ok(if unfinished == 0 {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "error: {unfinished} of {} runs are not done (see `kernmlops experiment status {}`)",
+            record.runs.len(),
+            dir.root.display()
+        );
+        ExitCode::FAILURE
+    })
+}
+
+fn status(dir: &ExpDir, json: bool) -> Result<ExitCode> {
+    let record = Record::read(dir)?;
+    let observed = state::observe(dir, &record, &[]);
+    let counts = state::counts(&observed);
+    if json {
+        let runs: Vec<Json> = record
+            .runs
+            .iter()
+            .zip(&observed)
+            .map(|(r, o)| {
+                serde_json::json!({
+                    "run_id": r.run_id,
+                    "combo_id": r.combo_id,
+                    "repeat": r.repeat,
+                    "variables": r.variables,
+                    "state": o.state,
+                    "detail": o.detail,
+                })
+            })
+            .collect();
+        let counts: BTreeMap<&str, usize> = counts.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+        let doc = serde_json::json!({
+            "name": record.name,
+            "dir": dir.root.display().to_string(),
+            "runs": runs,
+            "counts": counts,
+            "stale": state::stale(dir, &record),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let count_text: Vec<String> = counts
+        .iter()
+        .map(|(s, n)| format!("{n} {}", s.as_str()))
+        .collect();
+    println!(
+        "experiment {} in {}: {} runs: {}",
+        record.name,
+        dir.root.display(),
+        record.runs.len(),
+        count_text.join(", ")
+    );
+    let labels: Vec<String> = record
+        .runs
+        .iter()
+        .map(|r| {
+            format!("{} #{}", label(&record.variables, &r.variables), r.repeat)
+                .trim()
+                .to_owned()
+        })
+        .collect();
+    let width = labels.iter().map(String::len).max().unwrap_or(9).max(9);
+    let n = record.runs.len().to_string().len().max(1);
+    println!(
+        "  {:>n$}  {:<12}  {:<8}  {:<width$}  detail",
+        "#", "run_id", "state", "variables"
+    );
+    for (i, ((r, o), l)) in record.runs.iter().zip(&observed).zip(&labels).enumerate() {
+        println!(
+            "  {:>n$}  {:<12}  {:<8}  {l:<width$}  {}",
+            i + 1,
+            r.run_id,
+            o.state.as_str(),
+            o.detail
+        );
+    }
+    let stale = state::stale(dir, &record);
+    if !stale.is_empty() {
+        println!(
+            "{} collection(s) in runs/ are not in the plan (an earlier version of the experiment): {}",
+            stale.len(),
+            stale.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn exec(
+    dir: &ExpDir,
+    run_id: &str,
+    allow: bool,
+    retry_failed: bool,
+    env: &Env,
+) -> Result<ExitCode> {
+    let record = Record::read(dir)?;
+    let run = record
+        .find(run_id)
+        .ok_or_else(|| ExperimentError::UnknownRun {
+            dir: dir.root.display().to_string(),
+            run_id: run_id.to_owned(),
+        })?
+        .clone();
+    let plugin_dir = resolve_plugin_dir(env, Some(&record))?;
+    check_plugins(&record, &plugin_set(&plugin_dir)?, allow)?;
+    let stop = install_signals()?;
+    let common = CommonArgs {
+        adaptive: false,
+        metric: None,
+        target: None,
+        max_repeats: None,
+        retry_failed,
+        allow_plugin_change: allow,
+        no_graphs: true,
+    };
+    let mut ctx = context(dir, &record, &plugin_dir, &common, env, stop)?;
+    ctx.busy_wait = Duration::ZERO;
+    if !dir.config(run_id).is_file() {
+        write_run_config(dir, &run)?;
+    }
+    let outcome = perform_run(&ctx, &run, &mut || {})?;
+    let o = &outcome.observed;
+    println!(
+        "run {run_id}: {}{}{}",
+        o.state.as_str(),
+        if o.detail.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", o.detail)
+        },
+        match (&outcome.skipped, outcome.seconds) {
+            (Some(why), _) => format!("; skipped: {why}"),
+            (None, Some(s)) => format!(" in {s:.1} s"),
+            _ => String::new(),
+        }
+    );
+    Ok(if o.state == RunState::Done {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

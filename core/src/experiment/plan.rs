@@ -1,0 +1,530 @@
+//! From variables to runs: the cartesian product (conditional variables
+//! multiply only the runs they apply to), each combination's merged
+//! configuration, repeats, the seeded order, and the run ids.
+//!
+//! A run's id is the first 12 hex digits of the SHA-256 of the canonical
+//! JSON (keys sorted, no spaces) of `{benchmark, probes, power, config,
+//! repeat, seed}`, where `config` is the run's merged configuration (the
+//! experiment's base configuration with the variables' values set). Any
+//! change to what a run would do changes its id, so a resumed experiment
+//! never reuses a stale result; nothing else (the variables' names, the
+//! order, other runs) enters it. A combination's id is the same hash
+//! without `repeat` and `seed`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+use sha2::{Digest, Sha256};
+
+use super::{
+    rng,
+    spec::{toml_to_json, Order, Variable, MAX_RUNS},
+    ExperimentError, Result,
+};
+
+/// Hex digits kept of a run or combination hash (48 bits).
+pub const ID_HEX_DIGITS: usize = 12;
+
+/// What every run of an experiment shares and its id covers besides its
+/// configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub benchmark: String,
+    /// The probes run; empty for a baseline.
+    pub probes: Vec<String>,
+    /// Power sources, when the experiment names any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<Vec<String>>,
+}
+
+impl Identity {
+    fn value(&self, config: &Json) -> Json {
+        let mut m = serde_json::Map::new();
+        m.insert("benchmark".into(), Json::from(self.benchmark.clone()));
+        m.insert("probes".into(), Json::from(self.probes.clone()));
+        if let Some(p) = &self.power {
+            m.insert("power".into(), Json::from(p.clone()));
+        }
+        m.insert("config".into(), config.clone());
+        Json::Object(m)
+    }
+
+    /// The id of a combination: its configuration, benchmark and probes.
+    pub fn combo_id(&self, config: &Json) -> String {
+        short_hash(&canonical_json(&self.value(config)))
+    }
+
+    /// The id of one run: the combination's, plus repeat index and seed.
+    pub fn run_id(&self, config: &Json, repeat: u32, seed: u64) -> String {
+        let mut v = self.value(config);
+        if let Json::Object(m) = &mut v {
+            m.insert("repeat".into(), Json::from(repeat));
+            m.insert("seed".into(), Json::from(seed));
+        }
+        short_hash(&canonical_json(&v))
+    }
+}
+
+/// One planned run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedRun {
+    pub run_id: String,
+    pub combo_id: String,
+    /// 0-based repeat index within its combination.
+    pub repeat: u32,
+    /// Each variable's column value in this run; null where a conditional
+    /// variable does not apply.
+    pub variables: BTreeMap<String, Json>,
+    /// The merged configuration the run gets as `--config`.
+    pub config: Json,
+}
+
+impl PlannedRun {
+    /// Another repeat of the same combination (adaptive repeats).
+    pub fn another_repeat(&self, identity: &Identity, repeat: u32, seed: u64) -> Self {
+        Self {
+            run_id: identity.run_id(&self.config, repeat, seed),
+            repeat,
+            ..self.clone()
+        }
+    }
+}
+
+/// `name=value` for each variable that applies, in declared order.
+pub fn label(variables: &[Variable], values: &BTreeMap<String, Json>) -> String {
+    variables
+        .iter()
+        .filter_map(|v| match values.get(&v.name) {
+            None | Some(Json::Null) => None,
+            Some(Json::String(s)) => Some(format!("{}={s}", v.name)),
+            Some(other) => Some(format!("{}={other}", v.name)),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// JSON with object keys sorted and no white space: the same bytes for the
+/// same value, whatever the map order.
+pub fn canonical_json(v: &Json) -> String {
+    let mut out = String::new();
+    write_canonical(v, &mut out);
+    out
+}
+
+fn write_canonical(v: &Json, out: &mut String) {
+    match v {
+        Json::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Json::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(&m[k], out);
+            }
+            out.push('}');
+        }
+        Json::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(x, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+fn short_hash(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    digest
+        .iter()
+        .take(ID_HEX_DIGITS / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Every combination of levels, as one level index per variable (`None`
+/// where a conditional variable does not apply), the first variable
+/// varying slowest.
+pub fn combinations(variables: &[Variable]) -> Vec<Vec<Option<usize>>> {
+    let mut combos: Vec<Vec<Option<usize>>> = vec![Vec::new()];
+    for var in variables {
+        let mut next = Vec::new();
+        for c in combos {
+            if applies(variables, var, &c) {
+                for i in 0..var.levels.len() {
+                    let mut with = c.clone();
+                    with.push(Some(i));
+                    next.push(with);
+                }
+            } else {
+                let mut without = c;
+                without.push(None);
+                next.push(without);
+            }
+        }
+        combos = next;
+    }
+    combos
+}
+
+/// Whether `var`'s conditions hold for the levels chosen so far.
+fn applies(variables: &[Variable], var: &Variable, chosen: &[Option<usize>]) -> bool {
+    var.when.iter().all(|cond| {
+        let Some(idx) = variables.iter().position(|v| v.name == cond.variable) else {
+            return false;
+        };
+        match chosen.get(idx).copied().flatten() {
+            Some(level) => cond
+                .any_of
+                .iter()
+                .any(|w| variables[idx].levels[level].matches(w)),
+            None => false,
+        }
+    })
+}
+
+/// Sets `value` at the dotted `key` of `table`, creating tables on the way.
+fn set_key(
+    table: &mut toml::Table,
+    key: &str,
+    value: toml::Value,
+) -> std::result::Result<(), String> {
+    let parts: Vec<&str> = key.split('.').collect();
+    let (last, path) = parts.split_last().ok_or("an empty key")?;
+    let mut t = table;
+    for (i, p) in path.iter().enumerate() {
+        let entry = t
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        t = match entry {
+            toml::Value::Table(inner) => inner,
+            _ => {
+                return Err(format!(
+                    "{} is a value in the base configuration, not a table",
+                    parts[..=i].join(".")
+                ))
+            }
+        };
+    }
+    t.insert(last.to_string(), value);
+    Ok(())
+}
+
+/// What [`plan`] needs besides the variables.
+pub struct PlanInput<'a> {
+    /// The experiment file, for messages.
+    pub file: &'a str,
+    pub variables: &'a [Variable],
+    /// The base configuration every run starts from.
+    pub base: &'a toml::Table,
+    pub identity: &'a Identity,
+    pub repeats: u32,
+    pub seed: u64,
+    pub order: Order,
+}
+
+/// Every run of the experiment, in the order they are to be carried out.
+pub fn plan(input: &PlanInput<'_>) -> Result<Vec<PlannedRun>> {
+    let combos = combinations(input.variables);
+    let total = combos.len().saturating_mul(input.repeats as usize);
+    if total > MAX_RUNS {
+        return Err(ExperimentError::Invalid {
+            file: input.file.to_owned(),
+            key: "variables".into(),
+            message: format!(
+                "{} combinations x {} repeats = {total} runs, more than {MAX_RUNS}",
+                combos.len(),
+                input.repeats
+            ),
+        });
+    }
+    let mut runs = Vec::with_capacity(total);
+    for combo in &combos {
+        let mut config = input.base.clone();
+        let mut values = BTreeMap::new();
+        let mut set_by: Vec<(&str, &str)> = Vec::new();
+        for (var, level) in input.variables.iter().zip(combo) {
+            let Some(level) = level else {
+                values.insert(var.name.clone(), Json::Null);
+                continue;
+            };
+            let level = &var.levels[*level];
+            let invalid = |message: String| ExperimentError::Invalid {
+                file: input.file.to_owned(),
+                key: format!("variables.{}", var.name),
+                message,
+            };
+            if let Some((other, _)) = set_by.iter().find(|(_, k)| {
+                *k == var.key
+                    || var.key.starts_with(&format!("{k}."))
+                    || k.starts_with(&format!("{}.", var.key))
+            }) {
+                return Err(invalid(format!(
+                    "sets {}, which variable {other} also sets in the same runs (use `when` to keep them apart)",
+                    var.key
+                )));
+            }
+            let value = super::spec::json_to_toml(&level.value)
+                .ok_or_else(|| invalid("null is not a configuration value".into()))?;
+            set_key(&mut config, &var.key, value).map_err(invalid)?;
+            set_by.push((&var.name, &var.key));
+            values.insert(var.name.clone(), level.column());
+        }
+        let config = toml_to_json(&toml::Value::Table(config));
+        let combo_id = input.identity.combo_id(&config);
+        for repeat in 0..input.repeats {
+            runs.push(PlannedRun {
+                run_id: input.identity.run_id(&config, repeat, input.seed),
+                combo_id: combo_id.clone(),
+                repeat,
+                variables: values.clone(),
+                config: config.clone(),
+            });
+        }
+    }
+    if input.order == Order::Shuffled {
+        rng::shuffle(&mut runs, input.seed);
+    }
+    Ok(runs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::spec::Spec;
+
+    fn spec(vars: &str) -> Spec {
+        Spec::parse(
+            "exp.toml",
+            &format!("name = \"t\"\nbenchmark = \"fio\"\n{vars}"),
+        )
+        .expect("valid spec")
+    }
+
+    fn identity() -> Identity {
+        Identity {
+            benchmark: "fio".into(),
+            probes: vec!["quanta_runtime".into()],
+            power: None,
+        }
+    }
+
+    fn plan_of(s: &Spec, repeats: u32, seed: u64, order: Order) -> Vec<PlannedRun> {
+        plan(&PlanInput {
+            file: "exp.toml",
+            variables: &s.variables,
+            base: &s.config,
+            identity: &identity(),
+            repeats,
+            seed,
+            order,
+        })
+        .expect("plan")
+    }
+
+    const SWEEP: &str = "[config.benchmarks.fio]\nruntime = \"2s\"\n\
+        [variables.bs]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"4k\", \"64k\"]\n\
+        [variables.rw]\nkey = \"benchmarks.fio.rw\"\nvalues = [\"randread\", \"randwrite\"]\n";
+
+    #[test]
+    fn cartesian_product_times_repeats() {
+        let s = spec(SWEEP);
+        let runs = plan_of(&s, 2, 1, Order::Sequential);
+        assert_eq!(runs.len(), 8);
+        let labels: Vec<String> = runs
+            .iter()
+            .map(|r| format!("{} #{}", label(&s.variables, &r.variables), r.repeat))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "bs=4k rw=randread #0",
+                "bs=4k rw=randread #1",
+                "bs=4k rw=randwrite #0",
+                "bs=4k rw=randwrite #1",
+                "bs=64k rw=randread #0",
+                "bs=64k rw=randread #1",
+                "bs=64k rw=randwrite #0",
+                "bs=64k rw=randwrite #1",
+            ]
+        );
+        // The base configuration is kept and each variable set.
+        assert_eq!(runs[2].config["benchmarks"]["fio"]["runtime"], "2s");
+        assert_eq!(runs[2].config["benchmarks"]["fio"]["bs"], "4k");
+        assert_eq!(runs[2].config["benchmarks"]["fio"]["rw"], "randwrite");
+        // Ids: unique per run, shared per combination.
+        let mut ids: Vec<&str> = runs.iter().map(|r| r.run_id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 8);
+        assert_eq!(runs[0].combo_id, runs[1].combo_id);
+        assert_ne!(runs[1].combo_id, runs[2].combo_id);
+    }
+
+    #[test]
+    fn conditional_variables_multiply_only_where_they_apply() {
+        let s = spec(
+            "[variables.variant]\nkey = \"benchmarks.fio.ioengine\"\nvalues = [\"psync\", \"multipath\", \"libaio\"]\n\
+             [variables.paths]\nkey = \"benchmarks.fio.numjobs\"\nrange = { start = 1, end = 4 }\nwhen = { variant = \"multipath\" }\n\
+             [variables.depth]\nkey = \"benchmarks.fio.size\"\nvalues = [\"1m\", \"2m\"]\nwhen = { variant = [\"libaio\", \"multipath\"], paths = [1, 4] }\n",
+        );
+        let combos = combinations(&s.variables);
+        // psync: 1; multipath: paths 1..4, depth only for paths 1 and 4
+        // (2 + 1 + 1 + 2 = 6); libaio: paths does not apply, so depth's
+        // condition on paths fails: 1.
+        assert_eq!(combos.len(), 1 + 6 + 1, "{combos:?}");
+        let runs = plan_of(&s, 1, 0, Order::Sequential);
+        let labels: Vec<String> = runs
+            .iter()
+            .map(|r| label(&s.variables, &r.variables))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "variant=psync",
+                "variant=multipath paths=1 depth=1m",
+                "variant=multipath paths=1 depth=2m",
+                "variant=multipath paths=2",
+                "variant=multipath paths=3",
+                "variant=multipath paths=4 depth=1m",
+                "variant=multipath paths=4 depth=2m",
+                "variant=libaio",
+            ]
+        );
+        // Where a variable does not apply its value is null and its key is
+        // not set.
+        assert_eq!(runs[0].variables["paths"], Json::Null);
+        assert!(runs[0].config["benchmarks"]["fio"].get("numjobs").is_none());
+        assert_eq!(runs[3].config["benchmarks"]["fio"]["numjobs"], 2);
+    }
+
+    #[test]
+    fn run_ids_are_stable_and_follow_the_configuration() {
+        let s = spec(SWEEP);
+        let a = plan_of(&s, 2, 5, Order::Sequential);
+        let b = plan_of(&s, 2, 5, Order::Shuffled);
+        let ids = |runs: &[PlannedRun]| {
+            let mut v: Vec<String> = runs.iter().map(|r| r.run_id.clone()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(ids(&a), ids(&b), "the order does not change ids");
+        // A fixed configuration has a fixed id, forever: experiments are
+        // resumed by it. (Checked independently: sha256 of
+        // {"benchmark":"fio","config":{...},"probes":["quanta_runtime"],"repeat":0,"seed":42}.)
+        let config: Json =
+            serde_json::json!({"benchmarks": {"fio": {"bs": "4k", "runtime": "2s"}}});
+        assert_eq!(identity().run_id(&config, 0, 42), "d7ffdb383bac");
+        assert_eq!(identity().combo_id(&config), "6ed55546102f");
+        // Key order does not matter; any change of value, repeat, seed,
+        // benchmark, probes or power does.
+        let reordered: Json =
+            serde_json::from_str(r#"{"benchmarks": {"fio": {"runtime": "2s", "bs": "4k"}}}"#)
+                .expect("json");
+        let id = identity().run_id(&config, 0, 42);
+        assert_eq!(identity().run_id(&reordered, 0, 42), id);
+        let changed = serde_json::json!({"benchmarks": {"fio": {"bs": "8k", "runtime": "2s"}}});
+        assert_ne!(identity().run_id(&changed, 0, 42), id);
+        assert_ne!(identity().run_id(&config, 1, 42), id);
+        assert_ne!(identity().run_id(&config, 0, 43), id);
+        let mut other = identity();
+        other.probes.clear();
+        assert_ne!(other.run_id(&config, 0, 42), id);
+        let mut powered = identity();
+        powered.power = Some(vec!["rapl".into()]);
+        assert_ne!(powered.run_id(&config, 0, 42), id);
+        // Another repeat of a run is the run planned with that repeat.
+        let runs = plan_of(&s, 3, 5, Order::Sequential);
+        let again = runs[0].another_repeat(&identity(), 2, 5);
+        assert_eq!(again, runs[2]);
+    }
+
+    #[test]
+    fn shuffled_order_is_seeded() {
+        let s = spec(SWEEP);
+        let order = |seed| -> Vec<String> {
+            plan_of(&s, 2, seed, Order::Shuffled)
+                .into_iter()
+                .map(|r| r.run_id)
+                .collect()
+        };
+        assert_eq!(order(9), order(9));
+        let seq: Vec<String> = plan_of(&s, 2, 9, Order::Sequential)
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect();
+        assert_ne!(order(9), seq);
+        // Another seed: other ids (the seed is part of them) in another order.
+        assert_ne!(order(9), order(10));
+    }
+
+    #[test]
+    fn variables_setting_the_same_key_must_be_kept_apart() {
+        let s = spec(
+            "[variables.a]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"4k\"]\n\
+             [variables.b]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"8k\"]\n",
+        );
+        let e = plan(&PlanInput {
+            file: "exp.toml",
+            variables: &s.variables,
+            base: &s.config,
+            identity: &identity(),
+            repeats: 1,
+            seed: 0,
+            order: Order::Sequential,
+        })
+        .expect_err("conflict")
+        .to_string();
+        assert!(
+            e.contains("exp.toml: variables.b: sets benchmarks.fio.bs, which variable a also sets"),
+            "{e}"
+        );
+        // Kept apart by conditions, they are fine.
+        let s = spec(
+            "[variables.v]\nkey = \"benchmarks.fio.rw\"\nvalues = [\"read\", \"write\"]\n\
+             [variables.a]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"4k\"]\nwhen = { v = \"read\" }\n\
+             [variables.b]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"8k\"]\nwhen = { v = \"write\" }\n",
+        );
+        assert_eq!(plan_of(&s, 1, 0, Order::Sequential).len(), 2);
+        // A key through a value of the base configuration.
+        let s = spec(
+            "[config.benchmarks]\nfio = 3\n[variables.a]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"4k\"]\n",
+        );
+        let e = plan(&PlanInput {
+            file: "exp.toml",
+            variables: &s.variables,
+            base: &s.config,
+            identity: &identity(),
+            repeats: 1,
+            seed: 0,
+            order: Order::Sequential,
+        })
+        .expect_err("not a table")
+        .to_string();
+        assert!(e.contains("benchmarks.fio is a value"), "{e}");
+    }
+
+    #[test]
+    fn no_variables_is_one_combination() {
+        let s = spec("");
+        let runs = plan_of(&s, 3, 0, Order::Sequential);
+        assert_eq!(runs.len(), 3);
+        assert!(runs.iter().all(|r| r.combo_id == runs[0].combo_id));
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys() {
+        let v: Json =
+            serde_json::from_str(r#"{"b": [1, {"d": 2, "c": "x"}], "a": 1.5}"#).expect("json");
+        assert_eq!(canonical_json(&v), r#"{"a":1.5,"b":[1,{"c":"x","d":2}]}"#);
+    }
+}

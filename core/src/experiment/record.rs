@@ -1,0 +1,422 @@
+//! The experiment folder and its record, `experiment.json`: everything an
+//! executor needs to carry out any planned run on any machine that sees
+//! the folder (the runs with their configurations, the seed, the plugin
+//! set with hashes), written atomically.
+//!
+//! ```text
+//! <dir>/experiment.toml        the experiment file, as given
+//! <dir>/config.toml            the base configuration every run starts from
+//! <dir>/experiment.json        the record (this module)
+//! <dir>/configs/<run_id>.toml  each run's merged configuration (--config)
+//! <dir>/runs/<run_id>/         each run's collection
+//! <dir>/partial/<run_id>-<n>/  runs cut off mid-way, moved aside
+//! <dir>/logs/<run_id>.log      each run's output, every attempt
+//! <dir>/locks/                 who is running what
+//! <dir>/results.parquet, results.arrow, graphs/
+//! ```
+
+use std::{
+    fs::File,
+    io::{Read, Write},
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{
+    plan::{Identity, PlannedRun},
+    spec::{Order, Variable},
+    ExperimentError, Result,
+};
+
+/// Version of the record's layout.
+pub const FORMAT: u32 = 1;
+
+/// Paths inside an experiment folder.
+#[derive(Debug, Clone)]
+pub struct ExpDir {
+    pub root: PathBuf,
+}
+
+impl ExpDir {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+    pub fn record(&self) -> PathBuf {
+        self.root.join("experiment.json")
+    }
+    pub fn experiment_file(&self) -> PathBuf {
+        self.root.join("experiment.toml")
+    }
+    pub fn base_config(&self) -> PathBuf {
+        self.root.join("config.toml")
+    }
+    pub fn runs(&self) -> PathBuf {
+        self.root.join("runs")
+    }
+    pub fn run(&self, run_id: &str) -> PathBuf {
+        self.runs().join(run_id)
+    }
+    pub fn config(&self, run_id: &str) -> PathBuf {
+        self.root.join("configs").join(format!("{run_id}.toml"))
+    }
+    pub fn log(&self, run_id: &str) -> PathBuf {
+        self.root.join("logs").join(format!("{run_id}.log"))
+    }
+    pub fn partial(&self) -> PathBuf {
+        self.root.join("partial")
+    }
+    pub fn locks(&self) -> PathBuf {
+        self.root.join("locks")
+    }
+    /// Held (flock) by whoever carries out the run.
+    pub fn run_lock(&self, run_id: &str) -> PathBuf {
+        self.locks().join(format!("{run_id}.lock"))
+    }
+    /// `<pid> <host>` of the `kernmlops run` process of a run in progress.
+    pub fn run_pid(&self, run_id: &str) -> PathBuf {
+        self.locks().join(format!("{run_id}.pid"))
+    }
+    /// Held (flock) by the process driving the experiment here.
+    pub fn experiment_lock(&self) -> PathBuf {
+        self.locks().join("experiment.lock")
+    }
+    pub fn results_parquet(&self) -> PathBuf {
+        self.root.join("results.parquet")
+    }
+    pub fn results_arrow(&self) -> PathBuf {
+        self.root.join("results.arrow")
+    }
+    pub fn graphs(&self) -> PathBuf {
+        self.root.join("graphs")
+    }
+    pub fn warmup(&self) -> PathBuf {
+        self.root.join("warmup")
+    }
+
+    /// Creates the folder and its sub-folders.
+    pub fn create(&self) -> Result<()> {
+        for d in [
+            self.root.clone(),
+            self.runs(),
+            self.root.join("configs"),
+            self.root.join("logs"),
+            self.locks(),
+        ] {
+            std::fs::create_dir_all(&d).map_err(ExperimentError::io(&d))?;
+        }
+        Ok(())
+    }
+
+    /// Moves a cut-off run's folder to `partial/<run_id>-<n>/` (the first
+    /// free n from 1), returning where it went.
+    pub fn move_aside(&self, run_id: &str) -> Result<PathBuf> {
+        let partial = self.partial();
+        std::fs::create_dir_all(&partial).map_err(ExperimentError::io(&partial))?;
+        let mut n = 1;
+        let dest = loop {
+            let d = partial.join(format!("{run_id}-{n}"));
+            if !d.exists() {
+                break d;
+            }
+            n += 1;
+        };
+        let from = self.run(run_id);
+        std::fs::rename(&from, &dest).map_err(ExperimentError::io(&from))?;
+        Ok(dest)
+    }
+}
+
+/// One plugin file and its SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginHash {
+    pub file: String,
+    pub sha256: String,
+}
+
+/// Settings of adaptive repeats, kept so a resume goes on with them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Adaptive {
+    /// The `@result` figure watched (without the `result_` prefix).
+    pub metric: String,
+    /// Largest relative half-width of its 95% confidence interval.
+    pub target: f64,
+    /// Most runs of one combination.
+    pub max_repeats: u32,
+}
+
+/// `experiment.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub format: u32,
+    pub name: String,
+    pub created_utc: String,
+    pub updated_utc: String,
+    pub kernmlops_version: String,
+    /// The experiment file as it was given (copied to `experiment.toml`).
+    pub source_file: String,
+    #[serde(flatten)]
+    pub identity: Identity,
+    pub seed: u64,
+    /// Where the seed came from: `file` or `random`.
+    pub seed_from: String,
+    pub order: Order,
+    pub repeats: u32,
+    pub warmup: u32,
+    pub variables: Vec<Variable>,
+    /// The plugin folder the runs use, and every plugin in it.
+    pub plugin_dir: String,
+    pub plugins: Vec<PluginHash>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<Adaptive>,
+    /// Every planned run, in the order they are carried out.
+    pub runs: Vec<PlannedRun>,
+}
+
+impl Record {
+    pub fn read(dir: &ExpDir) -> Result<Self> {
+        let path = dir.record();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ExperimentError::NotAnExperiment {
+                    dir: dir.root.clone(),
+                })
+            }
+            Err(e) => return Err(ExperimentError::io(&path)(e)),
+        };
+        let record: Self = serde_json::from_str(&text).map_err(|e| ExperimentError::Corrupt {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        if record.format != FORMAT {
+            return Err(ExperimentError::Corrupt {
+                path,
+                message: format!(
+                    "record format {} (this kernmlops reads {FORMAT})",
+                    record.format
+                ),
+            });
+        }
+        Ok(record)
+    }
+
+    pub fn write(&self, dir: &ExpDir) -> Result<()> {
+        let text = serde_json::to_string_pretty(self).map_err(|e| ExperimentError::Corrupt {
+            path: dir.record(),
+            message: e.to_string(),
+        })?;
+        write_atomic(&dir.record(), (text + "\n").as_bytes())
+    }
+
+    pub fn find(&self, run_id: &str) -> Option<&PlannedRun> {
+        self.runs.iter().find(|r| r.run_id == run_id)
+    }
+}
+
+/// Writes a file through a temporary one and a rename, so a reader sees
+/// the old or the new content.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!(
+        "{}.tmp{}",
+        path.extension().and_then(|e| e.to_str()).unwrap_or(""),
+        std::process::id()
+    ));
+    let mut f = File::create(&tmp).map_err(ExperimentError::io(&tmp))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(ExperimentError::io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(ExperimentError::io(path))
+}
+
+/// SHA-256 of every `*.so` in `dir`, sorted by file name.
+pub fn plugin_set(dir: &Path) -> Result<Vec<PluginHash>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(ExperimentError::io(dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "so") && p.is_file())
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|p| {
+            let mut f = File::open(p).map_err(ExperimentError::io(p))?;
+            let mut h = Sha256::new();
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                let n = f.read(&mut buf).map_err(ExperimentError::io(p))?;
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+            }
+            Ok(PluginHash {
+                file: p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                sha256: h.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+            })
+        })
+        .collect()
+}
+
+/// What differs between the recorded plugin set and this one; `None` when
+/// they are the same.
+pub fn plugin_difference(recorded: &[PluginHash], here: &[PluginHash]) -> Option<String> {
+    let mut diffs = Vec::new();
+    for r in recorded {
+        match here.iter().find(|h| h.file == r.file) {
+            None => diffs.push(format!("{} is missing", r.file)),
+            Some(h) if h.sha256 != r.sha256 => diffs.push(format!(
+                "{} changed (sha256 {} recorded, {} here)",
+                r.file,
+                &r.sha256[..12.min(r.sha256.len())],
+                &h.sha256[..12.min(h.sha256.len())]
+            )),
+            Some(_) => {}
+        }
+    }
+    for h in here {
+        if !recorded.iter().any(|r| r.file == h.file) {
+            diffs.push(format!("{} is new", h.file));
+        }
+    }
+    (!diffs.is_empty()).then(|| diffs.join(", "))
+}
+
+/// This machine's host name.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// An exclusive `flock` on a file, released when dropped (or when the
+/// process dies, however it dies).
+#[derive(Debug)]
+pub struct Lock {
+    _file: File,
+}
+
+impl Lock {
+    /// Takes the lock without waiting. `Ok(Err(holder))` when another
+    /// process holds it, with what that process wrote into the file.
+    pub fn try_take(path: &Path) -> Result<std::result::Result<Self, String>> {
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(ExperimentError::io(path))?;
+        // SAFETY: flock on a descriptor this function owns; no memory is
+        // involved.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                return Ok(Err(if holder.is_empty() {
+                    "unknown process".into()
+                } else {
+                    holder.to_owned()
+                }));
+            }
+            return Err(ExperimentError::io(path)(err));
+        }
+        let me = format!("pid {} on {}", std::process::id(), hostname());
+        file.set_len(0)
+            .and_then(|()| file.write_all(me.as_bytes()))
+            .map_err(ExperimentError::io(path))?;
+        Ok(Ok(Self { _file: file }))
+    }
+
+    /// Whether someone holds the lock at `path` now (a missing file is not
+    /// held).
+    pub fn is_held(path: &Path) -> bool {
+        if !path.exists() {
+            return false;
+        }
+        matches!(Self::try_take(path), Ok(Err(_)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("kml-record-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("temp dir");
+        d
+    }
+
+    #[test]
+    fn plugin_sets_compare_by_file_and_hash() {
+        let d = temp("plugins");
+        std::fs::write(d.join("a.so"), b"one").expect("write");
+        std::fs::write(d.join("b.so"), b"two").expect("write");
+        std::fs::write(d.join("notes.txt"), b"not a plugin").expect("write");
+        let set = plugin_set(&d).expect("hashes");
+        assert_eq!(set.len(), 2);
+        assert_eq!(set[0].file, "a.so");
+        // sha256("one")
+        assert_eq!(
+            set[0].sha256,
+            "7692c3ad3540bb803c020b3aee66cd8887123234ea0c6e7143c0add73ff431ed"
+        );
+        assert_eq!(plugin_difference(&set, &set), None);
+        std::fs::write(d.join("b.so"), b"three").expect("write");
+        std::fs::remove_file(d.join("a.so")).expect("remove");
+        std::fs::write(d.join("c.so"), b"new").expect("write");
+        let now = plugin_set(&d).expect("hashes");
+        let diff = plugin_difference(&set, &now).expect("different");
+        assert!(
+            diff.contains("a.so is missing")
+                && diff.contains("b.so changed")
+                && diff.contains("c.so is new"),
+            "{diff}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn locks_exclude_and_release_on_drop() {
+        let d = temp("locks");
+        let path = d.join("x.lock");
+        assert!(!Lock::is_held(&path));
+        let held = Lock::try_take(&path).expect("io").expect("free");
+        // flock is per open file description: a second open conflicts even
+        // within one process.
+        let other = Lock::try_take(&path).expect("io");
+        let holder = other.expect_err("held");
+        assert!(
+            holder.contains(&format!("pid {}", std::process::id())),
+            "{holder}"
+        );
+        assert!(Lock::is_held(&path));
+        drop(held);
+        assert!(!Lock::is_held(&path));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn move_aside_numbers_attempts() {
+        let d = temp("aside");
+        let dir = ExpDir::new(&d);
+        dir.create().expect("layout");
+        for n in 1..=2 {
+            std::fs::create_dir_all(dir.run("abc")).expect("run dir");
+            let to = dir.move_aside("abc").expect("moved");
+            assert_eq!(to, dir.partial().join(format!("abc-{n}")));
+            assert!(!dir.run("abc").exists());
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -1,0 +1,777 @@
+//! The results table: one row per run that left a finished collection,
+//! written as `results.parquet` and `results.arrow` (the same table), and
+//! the statistics per variable combination that `experiment results`
+//! prints.
+//!
+//! Columns, in order: the variables (typed from their values: integers
+//! stay integers; null where a conditional variable does not apply); the
+//! run (`repeat`, `run_id`, `combo_id`, `collection_id`, `status`,
+//! `run_class`, `exit_code`, `duration_s`: the collection's, `wall_time_s`:
+//! the benchmark's, `overall_score`); every `@result` figure as
+//! `result_<key>` and `@parameters` entry as `param_<key>`; the 16
+//! `ru_*` rusage figures; `rows_<table>` and `lost_<table>` per table; and
+//! `error`. Each field's metadata has `kernmlops.role` (variable, run,
+//! result, parameter, rusage, table); variables also carry
+//! `kernmlops.key` and `kernmlops.levels` (their values in declared order).
+
+use std::{collections::HashMap, fs::File, sync::Arc};
+
+use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use serde_json::Value as Json;
+
+use super::{
+    plan::label,
+    record::{ExpDir, Record},
+    spec::{column_type, ColumnType},
+    state::Observed,
+    stats::Summary,
+    ExperimentError, Result,
+};
+
+/// The 16 `getrusage` fields, in `struct rusage` order.
+pub const RUSAGE: [&str; 16] = [
+    "ru_utime",
+    "ru_stime",
+    "ru_maxrss",
+    "ru_ixrss",
+    "ru_idrss",
+    "ru_isrss",
+    "ru_minflt",
+    "ru_majflt",
+    "ru_nswap",
+    "ru_inblock",
+    "ru_oublock",
+    "ru_msgsnd",
+    "ru_msgrcv",
+    "ru_nsignals",
+    "ru_nvcsw",
+    "ru_nivcsw",
+];
+
+/// What a column holds, as `kernmlops.role` in its field metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Variable,
+    Run,
+    Result,
+    Parameter,
+    Rusage,
+    Table,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Variable => "variable",
+            Self::Run => "run",
+            Self::Result => "result",
+            Self::Parameter => "parameter",
+            Self::Rusage => "rusage",
+            Self::Table => "table",
+        }
+    }
+}
+
+/// One column of the results.
+#[derive(Debug, Clone)]
+pub struct Column {
+    pub name: String,
+    pub role: Role,
+    pub kind: ColumnType,
+    pub values: Vec<Json>,
+    pub metadata: HashMap<String, String>,
+}
+
+/// The results table of an experiment.
+#[derive(Debug, Clone)]
+pub struct Results {
+    pub experiment: String,
+    pub benchmark: String,
+    pub rows: usize,
+    pub columns: Vec<Column>,
+}
+
+fn read_json(path: &std::path::Path) -> Option<Json> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+impl Results {
+    /// Reads every run with a finished collection (`observed` in the
+    /// record's run order), rows sorted by combination (variables in
+    /// declared order) and repeat.
+    pub fn collect(dir: &ExpDir, record: &Record, observed: &[Observed]) -> Self {
+        // Rows: runs with a finished collection, in combination order.
+        let mut rows: Vec<(&super::plan::PlannedRun, Json, Json)> = record
+            .runs
+            .iter()
+            .zip(observed)
+            .filter(|(_, o)| o.has_collection)
+            .filter_map(|(run, _)| {
+                let d = dir.run(&run.run_id);
+                let manifest = read_json(&d.join("manifest.json"))?;
+                let indicator = read_json(&d.join("indicator.json")).unwrap_or(Json::Null);
+                Some((run, manifest, indicator))
+            })
+            .collect();
+        let position = |run: &super::plan::PlannedRun| -> Vec<Option<usize>> {
+            record
+                .variables
+                .iter()
+                .map(|v| {
+                    let value = run.variables.get(&v.name).unwrap_or(&Json::Null);
+                    v.levels.iter().position(|l| &l.column() == value)
+                })
+                .collect()
+        };
+        rows.sort_by_key(|(run, _, _)| (position(run), run.repeat));
+
+        let mut columns = Vec::new();
+        let mut push = |name: String, role: Role, kind: Option<ColumnType>, values: Vec<Json>| {
+            let kind = kind.unwrap_or_else(|| column_type(values.iter().cloned()));
+            columns.push(Column {
+                name,
+                role,
+                kind,
+                values,
+                metadata: HashMap::from([("kernmlops.role".to_owned(), role.as_str().to_owned())]),
+            });
+        };
+        for v in &record.variables {
+            push(
+                v.name.clone(),
+                Role::Variable,
+                Some(v.column_type()),
+                rows.iter()
+                    .map(|(r, _, _)| r.variables.get(&v.name).cloned().unwrap_or(Json::Null))
+                    .collect(),
+            );
+        }
+        let run_col = |f: &dyn Fn(&super::plan::PlannedRun, &Json, &Json) -> Json| -> Vec<Json> {
+            rows.iter().map(|(r, m, i)| f(r, m, i)).collect()
+        };
+        push(
+            "repeat".into(),
+            Role::Run,
+            Some(ColumnType::Int),
+            run_col(&|r, _, _| Json::from(r.repeat)),
+        );
+        push(
+            "run_id".into(),
+            Role::Run,
+            Some(ColumnType::String),
+            run_col(&|r, _, _| Json::from(r.run_id.clone())),
+        );
+        push(
+            "combo_id".into(),
+            Role::Run,
+            Some(ColumnType::String),
+            run_col(&|r, _, _| Json::from(r.combo_id.clone())),
+        );
+        for key in ["collection_id", "status", "run_class"] {
+            push(
+                key.into(),
+                Role::Run,
+                Some(ColumnType::String),
+                run_col(&|_, m, _| m[key].clone()),
+            );
+        }
+        push(
+            "exit_code".into(),
+            Role::Run,
+            Some(ColumnType::Int),
+            run_col(&|_, m, i| {
+                let from_manifest = &m["benchmark"]["exit_code"];
+                if from_manifest.is_null() {
+                    i["exit_code"].clone()
+                } else {
+                    from_manifest.clone()
+                }
+            }),
+        );
+        push(
+            "duration_s".into(),
+            Role::Run,
+            Some(ColumnType::Float),
+            run_col(
+                &|_, m, _| match (m["start"]["unix_us"].as_i64(), m["end"]["unix_us"].as_i64()) {
+                    (Some(s), Some(e)) => Json::from((e - s) as f64 / 1e6),
+                    _ => Json::Null,
+                },
+            ),
+        );
+        push(
+            "wall_time_s".into(),
+            Role::Run,
+            Some(ColumnType::Float),
+            run_col(&|_, _, i| i["wall_time_s"].clone()),
+        );
+        push(
+            "overall_score".into(),
+            Role::Run,
+            Some(ColumnType::Float),
+            run_col(&|_, _, i| i["overall_score"].clone()),
+        );
+
+        let keys_of = |f: &dyn Fn(&Json) -> Vec<String>| -> Vec<String> {
+            let mut keys: Vec<String> = rows
+                .iter()
+                .flat_map(|(_, m, i)| f(if i.is_null() { m } else { i }))
+                .collect();
+            keys.sort();
+            keys.dedup();
+            keys
+        };
+        for (section, prefix, role) in [
+            ("@result", "result_", Role::Result),
+            ("@parameters", "param_", Role::Parameter),
+        ] {
+            let keys = keys_of(&|i: &Json| {
+                i[section]
+                    .as_object()
+                    .map(|o| o.keys().cloned().collect())
+                    .unwrap_or_default()
+            });
+            for k in keys {
+                push(
+                    format!("{prefix}{k}"),
+                    role,
+                    None,
+                    run_col(&|_, _, i| i[section][&k].clone()),
+                );
+            }
+        }
+        for k in RUSAGE {
+            if rows.iter().any(|(_, _, i)| !i[k].is_null()) {
+                push(
+                    k.into(),
+                    Role::Rusage,
+                    None,
+                    run_col(&|_, _, i| i[k].clone()),
+                );
+            }
+        }
+        let tables = keys_of(&|_| Vec::new());
+        let mut tables = tables;
+        for (_, m, _) in &rows {
+            if let Some(t) = m["tables"].as_object() {
+                tables.extend(t.keys().cloned());
+            }
+        }
+        tables.sort();
+        tables.dedup();
+        for t in &tables {
+            push(
+                format!("rows_{t}"),
+                Role::Table,
+                Some(ColumnType::Int),
+                run_col(&|_, m, _| m["tables"][t]["rows"].clone()),
+            );
+        }
+        for t in &tables {
+            push(
+                format!("lost_{t}"),
+                Role::Table,
+                Some(ColumnType::Int),
+                run_col(&|_, m, _| m["tables"][t]["lost_events"].clone()),
+            );
+        }
+        push(
+            "error".into(),
+            Role::Run,
+            Some(ColumnType::String),
+            run_col(&|_, m, i| {
+                let bench = &m["benchmark"]["error"];
+                if !bench.is_null() {
+                    return bench.clone();
+                }
+                if let Some(e) = m["errors"].as_array().and_then(|a| a.first()) {
+                    return e.clone();
+                }
+                i["error"].clone()
+            }),
+        );
+        for c in &mut columns {
+            if c.role == Role::Variable {
+                if let Some(v) = record.variables.iter().find(|v| v.name == c.name) {
+                    c.metadata.insert("kernmlops.key".into(), v.key.clone());
+                    let levels: Vec<Json> = v.levels.iter().map(|l| l.column()).collect();
+                    c.metadata
+                        .insert("kernmlops.levels".into(), Json::from(levels).to_string());
+                }
+            }
+        }
+        Self {
+            experiment: record.name.clone(),
+            benchmark: record.identity.benchmark.clone(),
+            rows: rows.len(),
+            columns,
+        }
+    }
+
+    pub fn column(&self, name: &str) -> Option<&Column> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// The table as one Arrow record batch.
+    pub fn to_batch(&self) -> std::result::Result<RecordBatch, arrow_schema::ArrowError> {
+        let mut fields = Vec::new();
+        let mut arrays: Vec<ArrayRef> = Vec::new();
+        for c in &self.columns {
+            let (dt, array): (DataType, ArrayRef) = match c.kind {
+                ColumnType::Int => (
+                    DataType::Int64,
+                    Arc::new(Int64Array::from(
+                        c.values.iter().map(Json::as_i64).collect::<Vec<_>>(),
+                    )),
+                ),
+                ColumnType::Float => (
+                    DataType::Float64,
+                    Arc::new(Float64Array::from(
+                        c.values.iter().map(Json::as_f64).collect::<Vec<_>>(),
+                    )),
+                ),
+                ColumnType::Bool => (
+                    DataType::Boolean,
+                    Arc::new(BooleanArray::from(
+                        c.values.iter().map(Json::as_bool).collect::<Vec<_>>(),
+                    )),
+                ),
+                ColumnType::String => (
+                    DataType::Utf8,
+                    Arc::new(StringArray::from(
+                        c.values
+                            .iter()
+                            .map(|v| match v {
+                                Json::Null => None,
+                                Json::String(s) => Some(s.clone()),
+                                other => Some(other.to_string()),
+                            })
+                            .collect::<Vec<_>>(),
+                    )),
+                ),
+            };
+            fields.push(Field::new(&c.name, dt, true).with_metadata(c.metadata.clone()));
+            arrays.push(array);
+        }
+        let variables: Vec<&str> = self
+            .columns
+            .iter()
+            .filter(|c| c.role == Role::Variable)
+            .map(|c| c.name.as_str())
+            .collect();
+        let schema = Schema::new(fields).with_metadata(HashMap::from([
+            ("kernmlops.experiment".to_owned(), self.experiment.clone()),
+            ("kernmlops.benchmark".to_owned(), self.benchmark.clone()),
+            (
+                "kernmlops.variables".to_owned(),
+                Json::from(variables).to_string(),
+            ),
+        ]));
+        let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(self.rows));
+        RecordBatch::try_new_with_options(Arc::new(schema), arrays, &options)
+    }
+
+    /// Writes `results.parquet` and `results.arrow`, each atomically.
+    pub fn write(&self, dir: &ExpDir) -> Result<()> {
+        let parquet_path = dir.results_parquet();
+        let fail = |path: &std::path::Path| {
+            let path = path.to_owned();
+            move |e: String| ExperimentError::Results { path, message: e }
+        };
+        let batch = self
+            .to_batch()
+            .map_err(|e| fail(&parquet_path)(e.to_string()))?;
+
+        let tmp = parquet_path.with_extension("parquet.tmp");
+        let file = File::create(&tmp).map_err(ExperimentError::io(&tmp))?;
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_compression(parquet::basic::Compression::SNAPPY)
+            .build();
+        let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props))
+            .map_err(|e| fail(&parquet_path)(e.to_string()))?;
+        w.write(&batch)
+            .and_then(|()| w.close().map(drop))
+            .map_err(|e| fail(&parquet_path)(e.to_string()))?;
+        std::fs::rename(&tmp, &parquet_path).map_err(ExperimentError::io(&parquet_path))?;
+
+        let arrow_path = dir.results_arrow();
+        let tmp = arrow_path.with_extension("arrow.tmp");
+        let file = File::create(&tmp).map_err(ExperimentError::io(&tmp))?;
+        let mut w = arrow_ipc::writer::FileWriter::try_new(file, &batch.schema())
+            .map_err(|e| fail(&arrow_path)(e.to_string()))?;
+        w.write(&batch)
+            .and_then(|()| w.finish())
+            .map_err(|e| fail(&arrow_path)(e.to_string()))?;
+        std::fs::rename(&tmp, &arrow_path).map_err(ExperimentError::io(&arrow_path))
+    }
+
+    /// Each row's value of a numeric column (None where null or not a
+    /// number).
+    pub fn numbers(&self, name: &str) -> Vec<Option<f64>> {
+        self.column(name)
+            .map(|c| c.values.iter().map(Json::as_f64).collect())
+            .unwrap_or_else(|| vec![None; self.rows])
+    }
+
+    /// Names of the `@result` figures present, without the prefix.
+    pub fn result_keys(&self) -> Vec<String> {
+        self.columns
+            .iter()
+            .filter(|c| c.role == Role::Result)
+            .map(|c| c.name.trim_start_matches("result_").to_owned())
+            .collect()
+    }
+}
+
+/// Statistics of one variable combination.
+#[derive(Debug, Clone)]
+pub struct ComboSummary {
+    pub combo_id: String,
+    /// `name=value ...` of its variables.
+    pub label: String,
+    /// Runs with data, and how many of them failed (failed runs are not in
+    /// the statistics).
+    pub runs: usize,
+    pub failed: usize,
+    /// (column, summary) of each numeric figure.
+    pub figures: Vec<(String, Summary)>,
+}
+
+/// The numeric figures summarised: every numeric `@result` figure, then
+/// `overall_score` and the benchmark's wall time.
+pub fn figure_columns(results: &Results) -> Vec<&Column> {
+    let numeric = |c: &&Column| matches!(c.kind, ColumnType::Int | ColumnType::Float);
+    let mut out: Vec<&Column> = results
+        .columns
+        .iter()
+        .filter(|c| c.role == Role::Result)
+        .filter(numeric)
+        .collect();
+    out.extend(
+        ["overall_score", "wall_time_s"]
+            .iter()
+            .filter_map(|n| results.column(n))
+            .filter(|c| c.values.iter().any(|v| !v.is_null())),
+    );
+    out
+}
+
+/// Row indices per combination, in row order.
+pub fn groups(results: &Results) -> Vec<(String, Vec<usize>)> {
+    let mut out: Vec<(String, Vec<usize>)> = Vec::new();
+    let Some(combos) = results.column("combo_id") else {
+        return out;
+    };
+    for (i, c) in combos.values.iter().enumerate() {
+        let id = c.as_str().unwrap_or("").to_owned();
+        match out.iter_mut().find(|(k, _)| *k == id) {
+            Some((_, rows)) => rows.push(i),
+            None => out.push((id, vec![i])),
+        }
+    }
+    out
+}
+
+/// Whether row `i` counts in the statistics (its run did not fail).
+fn counts(results: &Results, i: usize) -> bool {
+    results
+        .column("run_class")
+        .and_then(|c| c.values[i].as_str())
+        .is_some_and(|class| class != "failed")
+}
+
+/// Values of `column` over the rows of a combination that count.
+pub fn values(results: &Results, column: &str, rows: &[usize]) -> Vec<f64> {
+    let all = results.numbers(column);
+    rows.iter()
+        .filter(|&&i| counts(results, i))
+        .filter_map(|&i| all[i])
+        .collect()
+}
+
+/// Statistics per combination.
+pub fn summarize(record: &Record, results: &Results) -> Vec<ComboSummary> {
+    let figures = figure_columns(results);
+    groups(results)
+        .into_iter()
+        .map(|(combo_id, rows)| {
+            let run = record.runs.iter().find(|r| r.combo_id == combo_id);
+            let label = run
+                .map(|r| label(&record.variables, &r.variables))
+                .unwrap_or_default();
+            let failed = rows.iter().filter(|&&i| !counts(results, i)).count();
+            let figures = figures
+                .iter()
+                .filter_map(|c| {
+                    Summary::of(&values(results, &c.name, &rows)).map(|s| (c.name.clone(), s))
+                })
+                .collect();
+            ComboSummary {
+                combo_id,
+                label,
+                runs: rows.len(),
+                failed,
+                figures,
+            }
+        })
+        .collect()
+}
+
+/// A number with about six significant digits, in scientific notation
+/// when very large or small.
+pub fn number(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let a = x.abs();
+    if !(1e-3..1e9).contains(&a) {
+        return format!("{x:.4e}");
+    }
+    let digits = a.log10().floor() as i32;
+    let decimals = (5 - digits).clamp(0, 6) as usize;
+    format!("{x:.decimals$}")
+}
+
+/// The summary as `experiment results` prints it.
+pub fn render(summaries: &[ComboSummary]) -> String {
+    let mut out = String::new();
+    for s in summaries {
+        let name = if s.label.is_empty() {
+            "all runs"
+        } else {
+            s.label.as_str()
+        };
+        out.push_str(&format!(
+            "{name}: {} run{}{}\n",
+            s.runs,
+            if s.runs == 1 { "" } else { "s" },
+            if s.failed > 0 {
+                format!(" ({} failed, not counted)", s.failed)
+            } else {
+                String::new()
+            }
+        ));
+        if s.figures.is_empty() {
+            out.push_str("  (no numeric results)\n");
+            continue;
+        }
+        let width = s
+            .figures
+            .iter()
+            .map(|(n, _)| n.trim_start_matches("result_").len())
+            .max()
+            .unwrap_or(6)
+            .max(6);
+        out.push_str(&format!(
+            "  {:<width$} {:>3} {:>14} {:>12}  {:<31} {:>7}\n",
+            "figure", "n", "mean", "sd", "95% CI", "±"
+        ));
+        for (col, f) in &s.figures {
+            let name = col.trim_start_matches("result_");
+            let sd = f.sd.map_or("-".into(), number);
+            let (ci, rel) = match (f.ci(), f.relative_half_width()) {
+                (Some((lo, hi)), Some(rel)) => (
+                    format!("[{}, {}]", number(lo), number(hi)),
+                    if rel.is_finite() {
+                        format!("{:.1}%", rel * 100.0)
+                    } else {
+                        "-".into()
+                    },
+                ),
+                _ => ("-".into(), "-".into()),
+            };
+            out.push_str(&format!(
+                "  {name:<width$} {:>3} {:>14} {:>12}  {ci:<31} {rel:>7}\n",
+                f.n,
+                number(f.mean),
+                sd
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::{
+        plan::{plan, Identity, PlanInput},
+        record::FORMAT,
+        spec::{Order, Spec},
+        state::{observe, RunState},
+    };
+
+    /// A record of a 2x1 sweep with 2 repeats and fabricated collections.
+    fn fixture(name: &str) -> (ExpDir, Record) {
+        let root = std::env::temp_dir().join(format!("kml-results-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = ExpDir::new(&root);
+        dir.create().expect("layout");
+        let spec = Spec::parse(
+            "exp.toml",
+            "name = \"t\"\nbenchmark = \"script\"\n\
+             [variables.n]\nvalues = [1, 2]\n\
+             [variables.mode]\nvalues = [\"a\", \"b\"]\nwhen = { n = 2 }\n",
+        )
+        .expect("spec");
+        let identity = Identity {
+            benchmark: "script".into(),
+            probes: vec![],
+            power: None,
+        };
+        let runs = plan(&PlanInput {
+            file: "exp.toml",
+            variables: &spec.variables,
+            base: &spec.config,
+            identity: &identity,
+            repeats: 2,
+            seed: 1,
+            order: Order::Shuffled,
+        })
+        .expect("plan");
+        let record = Record {
+            format: FORMAT,
+            name: "t".into(),
+            created_utc: String::new(),
+            updated_utc: String::new(),
+            kernmlops_version: String::new(),
+            source_file: String::new(),
+            identity,
+            seed: 1,
+            seed_from: "file".into(),
+            order: Order::Shuffled,
+            repeats: 2,
+            warmup: 0,
+            variables: spec.variables.clone(),
+            plugin_dir: String::new(),
+            plugins: vec![],
+            adaptive: None,
+            runs,
+        };
+        (dir, record)
+    }
+
+    fn write_run(dir: &ExpDir, run_id: &str, class: &str, rate: f64, extra: &str) {
+        let d = dir.run(run_id);
+        std::fs::create_dir_all(&d).expect("run dir");
+        std::fs::write(
+            d.join("manifest.json"),
+            format!(
+                r#"{{"collection_id": "c-{run_id}", "status": "complete", "run_class": "{class}",
+                "start": {{"unix_us": 1000000}}, "end": {{"unix_us": 3500000}},
+                "benchmark": {{"exit_code": 0, "stopped_by": null, "error": null}},
+                "errors": [], "tables": {{"quanta_runtime": {{"rows": 10, "lost_events": 0}}}}}}"#
+            ),
+        )
+        .expect("manifest");
+        std::fs::write(
+            d.join("indicator.json"),
+            format!(
+                r#"{{"name": "s", "component": "s", "@parameters": {{"size": 4}},
+                "@result": {{"rate": {rate}, "ops": 7, "unit": "x"{extra}}},
+                "exit_code": 0, "wall_time_s": 2.0, "ru_utime": 0.5, "ru_maxrss": 1000}}"#
+            ),
+        )
+        .expect("indicator");
+    }
+
+    #[test]
+    fn one_row_per_finished_run_with_typed_columns() {
+        let (dir, record) = fixture("rows");
+        // Five runs: four finished (one failed), one cut off, one pending.
+        let ids: Vec<&str> = record.runs.iter().map(|r| r.run_id.as_str()).collect();
+        for (k, id) in ids.iter().enumerate().take(4) {
+            let class = if k == 3 { "failed" } else { "curated" };
+            write_run(&dir, id, class, 100.5 + k as f64, "");
+        }
+        std::fs::create_dir_all(dir.run(ids[4])).expect("cut off");
+        let observed = observe(&dir, &record, &[]);
+        assert_eq!(observed[4].state, RunState::CutOff);
+        let results = Results::collect(&dir, &record, &observed);
+        assert_eq!(results.rows, 4);
+        let batch = results.to_batch().expect("batch");
+        assert_eq!(batch.num_rows(), 4);
+        let schema = batch.schema();
+        let dt = |n: &str| schema.field_with_name(n).expect(n).data_type().clone();
+        assert_eq!(dt("n"), DataType::Int64, "integers stay integers");
+        assert_eq!(dt("mode"), DataType::Utf8);
+        assert_eq!(dt("repeat"), DataType::Int64);
+        assert_eq!(dt("result_rate"), DataType::Float64);
+        assert_eq!(dt("result_ops"), DataType::Int64);
+        assert_eq!(dt("result_unit"), DataType::Utf8);
+        assert_eq!(dt("param_size"), DataType::Int64);
+        assert_eq!(dt("ru_utime"), DataType::Float64);
+        assert_eq!(dt("ru_maxrss"), DataType::Int64);
+        assert_eq!(dt("rows_quanta_runtime"), DataType::Int64);
+        assert_eq!(dt("duration_s"), DataType::Float64);
+        assert_eq!(
+            schema.field_with_name("n").expect("n").metadata()["kernmlops.role"],
+            "variable"
+        );
+        assert_eq!(
+            schema.field_with_name("mode").expect("mode").metadata()["kernmlops.levels"],
+            r#"["a","b"]"#
+        );
+        // Conditional: mode is null where n = 1.
+        let n = &results.column("n").expect("n").values;
+        let mode = &results.column("mode").expect("mode").values;
+        for (n, mode) in n.iter().zip(mode) {
+            assert_eq!(mode.is_null(), *n == 1, "n {n} mode {mode}");
+        }
+        assert_eq!(results.numbers("duration_s")[0], Some(2.5));
+        // Rows are sorted by combination.
+        let ns: Vec<i64> = n.iter().filter_map(Json::as_i64).collect();
+        let mut sorted = ns.clone();
+        sorted.sort_unstable();
+        assert_eq!(ns, sorted);
+
+        // Files: Parquet and Arrow, readable back.
+        results.write(&dir).expect("write");
+        let file = File::open(dir.results_arrow()).expect("arrow");
+        let reader = arrow_ipc::reader::FileReader::try_new(file, None).expect("reader");
+        let rows: usize = reader.map(|b| b.expect("batch").num_rows()).sum();
+        assert_eq!(rows, 4);
+        let file = File::open(dir.results_parquet()).expect("parquet");
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .expect("parquet reader")
+            .build()
+            .expect("build");
+        let rows: usize = reader.map(|b| b.expect("batch").num_rows()).sum();
+        assert_eq!(rows, 4);
+
+        // Statistics leave the failed run out.
+        let summaries = summarize(&record, &results);
+        let total: usize = summaries.iter().map(|s| s.runs).sum();
+        assert_eq!(total, 4);
+        let failed: usize = summaries.iter().map(|s| s.failed).sum();
+        assert_eq!(failed, 1);
+        let text = render(&summaries);
+        assert!(text.contains("rate") && text.contains("95% CI"), "{text}");
+        assert!(!text.contains("result_unit"), "strings are not summarised");
+        let _ = std::fs::remove_dir_all(&dir.root);
+    }
+
+    #[test]
+    fn empty_results_still_have_their_schema() {
+        let (dir, record) = fixture("empty");
+        let observed = observe(&dir, &record, &[]);
+        let results = Results::collect(&dir, &record, &observed);
+        assert_eq!(results.rows, 0);
+        let batch = results.to_batch().expect("batch");
+        assert_eq!(batch.num_rows(), 0);
+        assert!(batch.schema().field_with_name("n").is_ok());
+        results.write(&dir).expect("write");
+        assert!(summarize(&record, &results).is_empty());
+        let _ = std::fs::remove_dir_all(&dir.root);
+    }
+
+    #[test]
+    fn numbers_keep_six_digits() {
+        assert_eq!(number(8568.912), "8568.91");
+        assert_eq!(number(0.012345678), "0.012346");
+        assert_eq!(number(35098482.0), "35098482");
+        assert_eq!(number(2.5e10), "2.5000e10");
+        assert_eq!(number(0.0), "0");
+    }
+}

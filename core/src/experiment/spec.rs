@@ -1,0 +1,799 @@
+//! The experiment file: what to run (benchmark, probes, base
+//! configuration), how often (`repeats`, `warmup`), in which order (`seed`,
+//! `order`), and the variables swept.
+//!
+//! ```toml
+//! name = "fio_sweep"
+//! benchmark = "fio"
+//! probes = ["quanta_runtime"]
+//! repeats = 2
+//!
+//! [config.benchmarks.fio]      # base configuration, as in --config FILE
+//! runtime = "2s"
+//!
+//! [variables.bs]               # a list
+//! key = "benchmarks.fio.bs"
+//! values = ["4k", "64k"]
+//!
+//! [variables.jobs]             # an integer range, end inclusive
+//! key = "benchmarks.fio.numjobs"
+//! range = { start = 1, end = 4, step = 1 }
+//!
+//! [variables.size]             # labels, each for a value
+//! key = "benchmarks.fio.size"
+//! labels = { small = "16m", large = "256m" }
+//! when = { bs = "64k" }        # only in runs where bs is 64k
+//! ```
+//!
+//! Variables combine as a cartesian product in the order they are written.
+//! A variable with `when` applies only in runs where each named (earlier)
+//! variable has one of the given values (a value, or a list of them; a
+//! label table's variable is matched by label); elsewhere it does not
+//! multiply the runs and its column is empty.
+
+use std::{collections::BTreeMap, path::Path};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+
+use super::{ExperimentError, Result};
+
+/// Runs per variable combination when the file does not say.
+pub const DEFAULT_REPEATS: u32 = 3;
+/// Most runs an experiment may plan (a typo in a range should not plan a
+/// million runs).
+pub const MAX_RUNS: usize = 100_000;
+
+/// Column names the results table uses itself; variables may not take them.
+pub const RESERVED_COLUMNS: [&str; 14] = [
+    "repeat",
+    "run_id",
+    "combo_id",
+    "collection_id",
+    "status",
+    "run_class",
+    "state",
+    "exit_code",
+    "duration_s",
+    "wall_time_s",
+    "overall_score",
+    "error",
+    "benchmark",
+    "component",
+];
+/// Prefixes of the results table's figure columns.
+pub const RESERVED_PREFIXES: [&str; 5] = ["result_", "param_", "ru_", "rows_", "lost_"];
+
+/// The order runs are carried out in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Order {
+    /// Shuffled with the experiment's seed, so drift over time does not
+    /// line up with a variable.
+    #[default]
+    Shuffled,
+    /// Combinations in the order the variables declare them, repeats of
+    /// each together.
+    Sequential,
+}
+
+/// One value a variable takes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Level {
+    /// The label of a label table (`labels = { small = "16m" }`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// The value set at the variable's key.
+    pub value: Json,
+}
+
+impl Level {
+    /// What the results table shows for this level: the label, or the value.
+    pub fn column(&self) -> Json {
+        match &self.label {
+            Some(l) => Json::String(l.clone()),
+            None => self.value.clone(),
+        }
+    }
+
+    /// Whether `wanted` (from a `when` condition) names this level: its
+    /// label, or an equal value (numbers compare by value).
+    pub fn matches(&self, wanted: &Json) -> bool {
+        if let (Some(label), Json::String(w)) = (&self.label, wanted) {
+            return label == w;
+        }
+        json_eq(&self.value, wanted)
+    }
+}
+
+fn json_eq(a: &Json, b: &Json) -> bool {
+    match (a, b) {
+        (Json::Number(x), Json::Number(y)) => x.as_f64() == y.as_f64(),
+        _ => a == b,
+    }
+}
+
+/// `when = { variable = value-or-values }`: one of them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Condition {
+    pub variable: String,
+    pub any_of: Vec<Json>,
+}
+
+/// How a variable's values were written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Form {
+    Values,
+    Range,
+    Labels,
+}
+
+/// The type of a variable's column in the results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ColumnType {
+    Int,
+    Float,
+    Bool,
+    String,
+}
+
+/// One swept variable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Variable {
+    pub name: String,
+    /// The configuration key it sets, e.g. `benchmarks.fio.bs`.
+    pub key: String,
+    pub form: Form,
+    pub levels: Vec<Level>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub when: Vec<Condition>,
+}
+
+impl Variable {
+    /// The column type of its levels: labels are strings; integers stay
+    /// integers; integers and floats are floats; anything mixed or
+    /// structured is a string.
+    pub fn column_type(&self) -> ColumnType {
+        column_type(self.levels.iter().map(Level::column))
+    }
+
+    /// The key as path segments.
+    pub fn path(&self) -> Vec<&str> {
+        self.key.split('.').collect()
+    }
+}
+
+/// The common type of JSON scalars, as [`Variable::column_type`] says.
+pub fn column_type(values: impl IntoIterator<Item = Json>) -> ColumnType {
+    let mut t: Option<ColumnType> = None;
+    for v in values {
+        let this = match &v {
+            Json::Null => continue,
+            Json::Bool(_) => ColumnType::Bool,
+            Json::Number(n) if n.is_i64() => ColumnType::Int,
+            Json::Number(_) => ColumnType::Float,
+            _ => ColumnType::String,
+        };
+        t = Some(match (t, this) {
+            (None, x) => x,
+            (Some(a), b) if a == b => a,
+            (Some(ColumnType::Int), ColumnType::Float)
+            | (Some(ColumnType::Float), ColumnType::Int) => ColumnType::Float,
+            _ => ColumnType::String,
+        });
+    }
+    t.unwrap_or(ColumnType::String)
+}
+
+/// A parsed, checked experiment file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    /// The file as given, for messages.
+    pub file: String,
+    /// Its text, copied into the experiment folder.
+    pub text: String,
+    pub name: String,
+    pub benchmark: String,
+    /// Probes to run; `None`: the configuration's `collect.plugins`; empty:
+    /// a baseline (the benchmark without probes).
+    pub probes: Option<Vec<String>>,
+    /// Power sources, passed to `kernmlops run --power` (reserved).
+    pub power: Option<Vec<String>>,
+    /// The base configuration (`[config]`), as a `--config` file would hold.
+    pub config: toml::Table,
+    pub repeats: u32,
+    pub warmup: u32,
+    pub seed: Option<u64>,
+    pub order: Order,
+    pub variables: Vec<Variable>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    name: String,
+    benchmark: String,
+    probes: Option<Vec<String>>,
+    power: Option<toml::Value>,
+    #[serde(default)]
+    config: toml::Table,
+    repeats: Option<i64>,
+    warmup: Option<i64>,
+    seed: Option<i64>,
+    order: Option<Order>,
+    #[serde(default)]
+    variables: BTreeMap<String, toml::Spanned<RawVariable>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVariable {
+    key: Option<String>,
+    values: Option<Vec<toml::Value>>,
+    range: Option<RawRange>,
+    labels: Option<BTreeMap<String, toml::Spanned<toml::Value>>>,
+    when: Option<BTreeMap<String, toml::Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRange {
+    start: i64,
+    end: i64,
+    step: Option<i64>,
+}
+
+/// A TOML value as JSON (dates become their text).
+pub fn toml_to_json(v: &toml::Value) -> Json {
+    match v {
+        toml::Value::String(s) => Json::String(s.clone()),
+        toml::Value::Integer(i) => Json::from(*i),
+        toml::Value::Float(f) => serde_json::Number::from_f64(*f).map_or(Json::Null, Json::Number),
+        toml::Value::Boolean(b) => Json::Bool(*b),
+        toml::Value::Datetime(d) => Json::String(d.to_string()),
+        toml::Value::Array(a) => Json::Array(a.iter().map(toml_to_json).collect()),
+        toml::Value::Table(t) => Json::Object(
+            t.iter()
+                .map(|(k, v)| (k.clone(), toml_to_json(v)))
+                .collect(),
+        ),
+    }
+}
+
+/// A JSON value as TOML; `None` for null, which TOML cannot hold.
+pub fn json_to_toml(v: &Json) -> Option<toml::Value> {
+    Some(match v {
+        Json::Null => return None,
+        Json::Bool(b) => toml::Value::Boolean(*b),
+        Json::Number(n) => match n.as_i64() {
+            Some(i) => toml::Value::Integer(i),
+            None => toml::Value::Float(n.as_f64()?),
+        },
+        Json::String(s) => toml::Value::String(s.clone()),
+        Json::Array(a) => toml::Value::Array(a.iter().filter_map(json_to_toml).collect()),
+        Json::Object(m) => toml::Value::Table(
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), json_to_toml(v)?)))
+                .collect(),
+        ),
+    })
+}
+
+/// One line of a TOML error: `line N: message (at `text`)`.
+fn toml_message(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let line_no = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
+            format!("line {line_no}: {message} (at `{line}`)")
+        }
+        None => message,
+    }
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+impl Spec {
+    /// Reads and checks an experiment file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(ExperimentError::io(path))?;
+        Self::parse(&path.display().to_string(), &text)
+    }
+
+    /// Parses and checks experiment-file text; `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<Self> {
+        let raw: RawSpec = toml::from_str(text).map_err(|e| ExperimentError::Parse {
+            file: file.to_owned(),
+            message: toml_message(text, &e),
+        })?;
+        let invalid = |key: &str, message: String| ExperimentError::Invalid {
+            file: file.to_owned(),
+            key: key.to_owned(),
+            message,
+        };
+        if raw.name.is_empty()
+            || !raw
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+            || raw.name.starts_with('.')
+        {
+            return Err(invalid(
+                "name",
+                format!(
+                    "{:?}: use letters, digits, '_', '-' and '.' (it names the experiment's folder)",
+                    raw.name
+                ),
+            ));
+        }
+        if raw.benchmark.is_empty() {
+            return Err(invalid(
+                "benchmark",
+                "empty: name the workload benchmark (see `kernmlops plugins`)".into(),
+            ));
+        }
+        let count = |key: &str, v: Option<i64>, default: u32, min: i64| -> Result<u32> {
+            match v {
+                None => Ok(default),
+                Some(n) if n >= min && n <= i64::from(u32::MAX) => Ok(n as u32),
+                Some(n) => Err(invalid(key, format!("{n}: must be at least {min}"))),
+            }
+        };
+        let repeats = count("repeats", raw.repeats, DEFAULT_REPEATS, 1)?;
+        let warmup = count("warmup", raw.warmup, 0, 0)?;
+        let seed = match raw.seed {
+            None => None,
+            Some(s) if s >= 0 => Some(s as u64),
+            Some(s) => return Err(invalid("seed", format!("{s}: must not be negative"))),
+        };
+        let power = match raw.power {
+            None => None,
+            Some(toml::Value::String(s)) => Some(vec![s]),
+            Some(toml::Value::Array(a)) => Some(
+                a.iter()
+                    .map(|v| v.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| invalid("power", "must be a name or a list of names".into()))?,
+            ),
+            Some(_) => return Err(invalid("power", "must be a name or a list of names".into())),
+        };
+        if let Some(p) = raw.probes.iter().flatten().find(|p| p.is_empty()) {
+            return Err(invalid("probes", format!("{p:?}: an empty probe name")));
+        }
+
+        // Variables in the order the file declares them.
+        let mut declared: Vec<(String, toml::Spanned<RawVariable>)> =
+            raw.variables.into_iter().collect();
+        declared.sort_by_key(|(_, v)| v.span().start);
+        let mut variables: Vec<Variable> = Vec::new();
+        for (name, raw_var) in declared {
+            let at = format!("variables.{name}");
+            let var = variable(&name, raw_var.into_inner(), &raw.benchmark, &variables).map_err(
+                |(key, message)| {
+                    invalid(
+                        &if key.is_empty() {
+                            at.clone()
+                        } else {
+                            format!("{at}.{key}")
+                        },
+                        message,
+                    )
+                },
+            )?;
+            variables.push(var);
+        }
+        Ok(Self {
+            file: file.to_owned(),
+            text: text.to_owned(),
+            name: raw.name,
+            benchmark: raw.benchmark,
+            probes: raw.probes,
+            power,
+            config: raw.config,
+            repeats,
+            warmup,
+            seed,
+            order: raw.order.unwrap_or_default(),
+            variables,
+        })
+    }
+}
+
+/// Checks one variable against those declared before it. Errors are
+/// `(key under the variable, message)`.
+fn variable(
+    name: &str,
+    raw: RawVariable,
+    benchmark: &str,
+    earlier: &[Variable],
+) -> std::result::Result<Variable, (String, String)> {
+    let err = |key: &str, m: String| Err((key.to_owned(), m));
+    if !is_identifier(name) {
+        return err(
+            "",
+            format!("{name:?} is not a column name: use letters, digits and '_'"),
+        );
+    }
+    if RESERVED_COLUMNS.contains(&name) || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        return err(
+            "",
+            format!(
+                "{name:?} is a name the results table uses itself ({}, or a name starting with {}); rename the variable",
+                RESERVED_COLUMNS.join(", "),
+                RESERVED_PREFIXES.join(", ")
+            ),
+        );
+    }
+    let key = match raw.key {
+        Some(k) => k,
+        None if benchmark == "script" => format!("benchmarks.script.parameters.{name}"),
+        None => {
+            return err(
+                "key",
+                format!("missing: the configuration key this variable sets, e.g. key = \"benchmarks.{benchmark}.<setting>\" (see `kernmlops config defaults`)"),
+            )
+        }
+    };
+    if key.split('.').any(|s| {
+        s.is_empty()
+            || !s
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    }) {
+        return err(
+            "key",
+            format!("{key:?} is not a dotted key such as \"benchmarks.fio.bs\""),
+        );
+    }
+    if key.split('.').count() < 2 {
+        return err(
+            "key",
+            format!(
+                "{key:?} names a whole section: give one setting, such as \"benchmarks.fio.bs\""
+            ),
+        );
+    }
+    let forms = [
+        raw.values.is_some(),
+        raw.range.is_some(),
+        raw.labels.is_some(),
+    ];
+    if forms.iter().filter(|f| **f).count() != 1 {
+        return err(
+            "",
+            "give exactly one of values = [...], range = { start, end, step } or labels = { label = value, ... }".into(),
+        );
+    }
+    let no_dates = |v: &toml::Value, at: &str| -> std::result::Result<Json, (String, String)> {
+        if let toml::Value::Datetime(_) = v {
+            return Err((at.to_owned(), "dates are not configuration values".into()));
+        }
+        Ok(toml_to_json(v))
+    };
+    let (form, levels) = if let Some(values) = raw.values {
+        let levels = values
+            .iter()
+            .map(|v| no_dates(v, "values").map(|value| Level { label: None, value }))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        (Form::Values, levels)
+    } else if let Some(r) = raw.range {
+        let step = r.step.unwrap_or(if r.end < r.start { -1 } else { 1 });
+        if step == 0 {
+            return err("range.step", "must not be 0".into());
+        }
+        if (r.end - r.start).signum() * step.signum() < 0 {
+            return err(
+                "range",
+                format!(
+                    "from {} by {step} never reaches {} (the end is inclusive; use a {} step)",
+                    r.start,
+                    r.end,
+                    if step > 0 { "negative" } else { "positive" }
+                ),
+            );
+        }
+        let n = (r.end - r.start) / step + 1;
+        if n as usize > MAX_RUNS {
+            return err("range", format!("{n} values: more than {MAX_RUNS}"));
+        }
+        let levels = (0..n)
+            .map(|i| Level {
+                label: None,
+                value: Json::from(r.start + i * step),
+            })
+            .collect();
+        (Form::Range, levels)
+    } else {
+        let mut labels: Vec<(String, toml::Spanned<toml::Value>)> =
+            raw.labels.unwrap_or_default().into_iter().collect();
+        labels.sort_by_key(|(_, v)| v.span().start);
+        let levels = labels
+            .into_iter()
+            .map(|(label, v)| {
+                no_dates(v.get_ref(), &format!("labels.{label}")).map(|value| Level {
+                    label: Some(label),
+                    value,
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        (Form::Labels, levels)
+    };
+    if levels.is_empty() {
+        return err("", "has no values".into());
+    }
+    for (i, l) in levels.iter().enumerate() {
+        if levels[..i].iter().any(|o| o.column() == l.column()) {
+            return err("", format!("the value {} is listed twice", l.column()));
+        }
+    }
+    let mut when = Vec::new();
+    for (other, wanted) in raw.when.unwrap_or_default() {
+        let at = format!("when.{other}");
+        let Some(target) = earlier.iter().find(|v| v.name == other) else {
+            return err(
+                &at,
+                if other == name {
+                    "a variable cannot depend on itself".into()
+                } else {
+                    format!(
+                        "no variable {other:?} is declared before this one (declared: {})",
+                        earlier
+                            .iter()
+                            .map(|v| v.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+            );
+        };
+        let any_of: Vec<Json> = match wanted {
+            toml::Value::Array(a) => a.iter().map(toml_to_json).collect(),
+            v => vec![toml_to_json(&v)],
+        };
+        if any_of.is_empty() {
+            return err(&at, "an empty list never applies".into());
+        }
+        for w in &any_of {
+            if !target.levels.iter().any(|l| l.matches(w)) {
+                return err(
+                    &at,
+                    format!(
+                        "{w} is not a value of variable {other} ({}), so this never applies",
+                        target
+                            .levels
+                            .iter()
+                            .map(|l| l.column().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                );
+            }
+        }
+        when.push(Condition {
+            variable: other,
+            any_of,
+        });
+    }
+    Ok(Variable {
+        name: name.to_owned(),
+        key,
+        form,
+        levels,
+        when,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Spec> {
+        Spec::parse("exp.toml", text)
+    }
+
+    fn err(text: &str) -> String {
+        parse(text).expect_err(text).to_string()
+    }
+
+    const HEAD: &str = "name = \"t\"\nbenchmark = \"fio\"\n";
+
+    #[test]
+    fn defaults_and_declared_order() {
+        let s = parse(&format!(
+            "{HEAD}[variables.zz]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"4k\", \"64k\"]\n\
+             [variables.aa]\nkey = \"benchmarks.fio.numjobs\"\nrange = {{ start = 1, end = 3 }}\n"
+        ))
+        .expect("valid");
+        assert_eq!(s.repeats, DEFAULT_REPEATS);
+        assert_eq!((s.warmup, s.seed, s.order), (0, None, Order::Shuffled));
+        assert_eq!(s.probes, None);
+        let names: Vec<&str> = s.variables.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["zz", "aa"], "declared order, not sorted");
+        assert_eq!(s.variables[0].column_type(), ColumnType::String);
+        assert_eq!(s.variables[1].column_type(), ColumnType::Int);
+    }
+
+    #[test]
+    fn ranges_include_their_end() {
+        let levels = |r: &str| -> Vec<Json> {
+            let s = parse(&format!(
+                "{HEAD}[variables.n]\nkey = \"benchmarks.fio.numjobs\"\nrange = {r}\n"
+            ))
+            .expect(r);
+            s.variables[0]
+                .levels
+                .iter()
+                .map(|l| l.value.clone())
+                .collect()
+        };
+        assert_eq!(
+            levels("{ start = 1, end = 4 }"),
+            [1, 2, 3, 4].map(Json::from)
+        );
+        assert_eq!(
+            levels("{ start = 1, end = 8, step = 3 }"),
+            [1, 4, 7].map(Json::from)
+        );
+        assert_eq!(
+            levels("{ start = 0, end = 8, step = 4 }"),
+            [0, 4, 8].map(Json::from)
+        );
+        assert_eq!(levels("{ start = 3, end = 1 }"), [3, 2, 1].map(Json::from));
+        assert_eq!(levels("{ start = 5, end = 5 }"), [5].map(Json::from));
+        for (r, needle) in [
+            (
+                "{ start = 1, end = 4, step = 0 }",
+                "range.step: must not be 0",
+            ),
+            ("{ start = 1, end = 4, step = -1 }", "never reaches 4"),
+            ("{ start = 0, end = 1000000000 }", "more than"),
+            ("{ start = 1 }", "missing field `end`"),
+        ] {
+            let e = err(&format!(
+                "{HEAD}[variables.n]\nkey = \"benchmarks.fio.numjobs\"\nrange = {r}\n"
+            ));
+            assert!(e.contains(needle) && e.starts_with("exp.toml"), "{r}: {e}");
+        }
+    }
+
+    #[test]
+    fn labels_keep_their_order_and_show_as_labels() {
+        let s = parse(&format!(
+            "{HEAD}[variables.size]\nkey = \"benchmarks.fio.size\"\nlabels = {{ small = \"16m\", large = \"1g\", medium = \"64m\" }}\n"
+        ))
+        .expect("valid");
+        let v = &s.variables[0];
+        let labels: Vec<Json> = v.levels.iter().map(Level::column).collect();
+        assert_eq!(labels, ["small", "large", "medium"].map(Json::from));
+        assert_eq!(v.levels[1].value, "1g");
+        assert_eq!(v.form, Form::Labels);
+    }
+
+    #[test]
+    fn script_variables_default_to_script_parameters() {
+        let s =
+            parse("name = \"s\"\nbenchmark = \"script\"\n[variables.threads]\nvalues = [1, 2]\n")
+                .expect("valid");
+        assert_eq!(s.variables[0].key, "benchmarks.script.parameters.threads");
+    }
+
+    #[test]
+    fn conditions_name_earlier_variables_and_their_values() {
+        let base = format!(
+            "{HEAD}[variables.variant]\nkey = \"benchmarks.fio.rw\"\nvalues = [\"read\", \"randread\"]\n"
+        );
+        let s = parse(&format!(
+            "{base}[variables.jobs]\nkey = \"benchmarks.fio.numjobs\"\nvalues = [1, 2]\nwhen = {{ variant = \"randread\" }}\n"
+        ))
+        .expect("valid");
+        assert_eq!(
+            s.variables[1].when,
+            [Condition {
+                variable: "variant".into(),
+                any_of: vec![Json::from("randread")]
+            }]
+        );
+        for (when, needle) in [
+            (
+                "{ variant = \"write\" }",
+                "variables.jobs.when.variant: \"write\" is not a value of variable variant",
+            ),
+            (
+                "{ later = 1 }",
+                "no variable \"later\" is declared before this one",
+            ),
+            ("{ jobs = 1 }", "cannot depend on itself"),
+            ("{ variant = [] }", "an empty list never applies"),
+        ] {
+            let e = err(&format!(
+                "{base}[variables.jobs]\nkey = \"benchmarks.fio.numjobs\"\nvalues = [1, 2]\nwhen = {when}\n"
+            ));
+            assert!(e.contains(needle), "{when}: {e}");
+        }
+    }
+
+    #[test]
+    fn bad_input_names_the_file_and_key() {
+        for (body, needle) in [
+            ("name = \"t\"\n", "missing field `benchmark`"),
+            (
+                &format!("{HEAD}repeat = 2\n"),
+                "exp.toml: line 3: unknown field `repeat`",
+            ),
+            (&format!("{HEAD}repeats = 0\n"), "exp.toml: repeats: 0: must be at least 1"),
+            (&format!("{HEAD}seed = -1\n"), "seed: -1: must not be negative"),
+            (&format!("{HEAD}order = \"random\"\n"), "unknown variant `random`"),
+            ("name = \"a b\"\nbenchmark = \"fio\"\n", "exp.toml: name:"),
+            (
+                &format!("{HEAD}[variables.bs]\nvalues = [\"4k\"]\n"),
+                "variables.bs.key: missing",
+            ),
+            (
+                &format!("{HEAD}[variables.bs]\nkey = \"benchmarks..bs\"\nvalues = [1]\n"),
+                "variables.bs.key: \"benchmarks..bs\" is not a dotted key",
+            ),
+            (
+                &format!("{HEAD}[variables.bs]\nkey = \"benchmarks\"\nvalues = [1]\n"),
+                "names a whole section",
+            ),
+            (
+                &format!("{HEAD}[variables.bs]\nkey = \"benchmarks.fio.bs\"\n"),
+                "variables.bs: give exactly one of",
+            ),
+            (
+                &format!("{HEAD}[variables.bs]\nkey = \"benchmarks.fio.bs\"\nvalues = []\n"),
+                "variables.bs: has no values",
+            ),
+            (
+                &format!("{HEAD}[variables.bs]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"4k\", \"4k\"]\n"),
+                "listed twice",
+            ),
+            (
+                &format!("{HEAD}[variables.repeat]\nkey = \"benchmarks.fio.bs\"\nvalues = [1]\n"),
+                "variables.repeat: \"repeat\" is a name the results table uses itself",
+            ),
+            (
+                &format!("{HEAD}[variables.result_x]\nkey = \"benchmarks.fio.bs\"\nvalues = [1]\n"),
+                "rename the variable",
+            ),
+            (
+                &format!("{HEAD}[variables.bs]\nkey = \"benchmarks.fio.bs\"\nvalues = [1]\nbogus = 2\n"),
+                "unknown field `bogus`",
+            ),
+        ] {
+            let e = err(body);
+            assert!(e.contains(needle), "{body:?}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+
+    #[test]
+    fn column_types_follow_the_values() {
+        use ColumnType::*;
+        let t = |vals: &[Json]| column_type(vals.iter().cloned());
+        assert_eq!(t(&[Json::from(1), Json::from(2)]), Int);
+        assert_eq!(t(&[Json::from(1), Json::from(2.5)]), Float);
+        assert_eq!(t(&[Json::from(true)]), Bool);
+        assert_eq!(t(&[Json::from(1), Json::from("x")]), String);
+        assert_eq!(t(&[Json::from(true), Json::from(1)]), String);
+        assert_eq!(t(&[Json::Null, Json::from(3)]), Int, "nulls do not count");
+    }
+
+    #[test]
+    fn toml_and_json_convert_both_ways() {
+        let t: toml::Table =
+            toml::from_str("a = 1\nb = 2.5\nc = \"x\"\nd = [true]\n[e]\nf = 1\n").expect("toml");
+        let j = toml_to_json(&toml::Value::Table(t.clone()));
+        assert_eq!(json_to_toml(&j), Some(toml::Value::Table(t)));
+        assert_eq!(json_to_toml(&Json::Null), None);
+    }
+}
