@@ -14,8 +14,8 @@ use kernmlops::{
     config::{self, Config},
     plugin::Registry,
     preflight,
-    trust::{self, Policy},
     sink::{FlushPolicy, RepairOutcome},
+    trust::{self, Policy},
 };
 
 /// Collect kernel-behaviour datasets for machine learning.
@@ -417,14 +417,16 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
                 Some(path) => cgroup_id(path)?,
                 None => 0,
             },
+            cgroup_descendants: false,
         },
+        include_self: false,
         probe_config: Config::settings_json(&settings),
         benchmark: args.benchmark.clone(),
         benchmark_config: Config::settings_json(&bench_settings),
         config: config_value,
         command: std::env::args().collect(),
     };
-    let summary = collect::run(&registry, &opts, stop).map_err(anyhow::Error::msg)?;
+    let summary = collect::run(&registry, &opts, stop)?;
 
     println!(
         "collection {} in {}",
@@ -571,7 +573,7 @@ fn check(cfg: &Config, plugin_flag: Option<&Path>, probes: Vec<String>) -> Resul
     for (path, e) in &reg.failures {
         println!("FAIL {}: {e}", path.display());
     }
-    for r in collect::check(&reg, &probes, ring, &settings).map_err(anyhow::Error::msg)? {
+    for r in collect::check(&reg, &probes, ring, &settings)? {
         match r.outcome {
             Ok(ms) => println!(
                 "ok   {} ({}): attached in {ms:.0} ms, detached",

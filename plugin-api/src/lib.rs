@@ -424,6 +424,11 @@ pub struct PluginMod {
     /// `[probes.<name>]` table in TOML, commented; empty when it has none.
     /// The host rejects keys that are not in it, or of another type.
     pub probe_config: extern "C" fn(name: RStr<'_>) -> PluginResult<RString>,
+    /// Checks a component's settings (the JSON object the host would pass
+    /// it) by the component's own rules (ranges, non-empty lists), without
+    /// starting it, so a bad value is reported before anything runs. Errors
+    /// are of kind `CONFIG` and name the key.
+    pub check_config: extern "C" fn(name: RStr<'_>, config_json: RStr<'_>) -> PluginResult<()>,
 }
 
 impl RootModule for PluginMod_Ref {

@@ -17,7 +17,7 @@ use kernmlops_plugin_api::{
     Probe_TO, StartArgs, TableDecl, DATA_CONTRACT_VERSION,
 };
 
-use crate::{BenchmarkImpl, GraphImpl, ProbeImpl};
+use crate::{settings, BenchmarkImpl, GraphImpl, ProbeImpl};
 
 /// Text of a panic payload.
 fn panic_message(payload: Box<dyn Any + Send>) -> String {
@@ -89,8 +89,46 @@ pub fn not_found<T>(what: &str, name: &str) -> PluginResult<T> {
     ))
 }
 
+/// `[probes.<name>]`, the section a probe's settings errors name.
+fn probe_section<P: ProbeImpl>() -> String {
+    format!("[probes.{}]", P::NAME)
+}
+
+pub fn check_probe_config<P: ProbeImpl>(config_json: &str) -> PluginResult<()> {
+    guarded("checking the settings", || {
+        settings::parse::<P::Settings>(&probe_section::<P>(), config_json).map(|_| ())
+    })
+}
+
+pub fn check_benchmark_config<B: BenchmarkImpl>(config_json: &str) -> PluginResult<()> {
+    guarded("checking the settings", || {
+        let args = StartArgs {
+            config_json: config_json.into(),
+            ring_bytes: 0,
+            filter_tgid: 0,
+            filter_pid: 0,
+            filter_cgroup_id: 0,
+            self_tgid: std::process::id(),
+            include_self: false,
+            filter_cgroup_descendants: false,
+            output_dir: "".into(),
+            state_dir: "".into(),
+        };
+        B::new(&args).map(|_| ()).map_err(|mut e| {
+            if e.kind == ErrorKind::OTHER {
+                e.kind = ErrorKind::CONFIG;
+            }
+            e
+        })
+    })
+}
+
 pub fn new_probe<P: ProbeImpl>(args: &StartArgs) -> PluginResult<ProbeBox> {
-    guarded("starting the probe", || P::start(args)).map(|p| {
+    guarded("starting the probe", || {
+        let settings = settings::parse::<P::Settings>(&probe_section::<P>(), &args.config_json)?;
+        P::start(args, settings)
+    })
+    .map(|p| {
         Probe_TO::from_value(
             Guarded {
                 inner: p,

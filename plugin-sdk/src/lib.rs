@@ -1,29 +1,39 @@
 //! Glue shared by every kernmlops plugin, so that a plugin's own code is its
-//! BPF program, its table declarations and little else.
+//! probe, its table declarations and little else. This crate does not link
+//! libbpf: BPF probes add `kernmlops-plugin-bpf`, which builds on it.
 //!
 //! - [`export_plugin!`] exports the ABI root module for a list of probes,
-//!   wrapping every entry point so a panic becomes an error, never an abort.
-//! - [`ProbeImpl`] is what a probe implements in plain Rust.
-//! - [`bpf::BpfProbe`] loads a libbpf-cargo skeleton, attaches every program
-//!   (checking each), drains its ring buffers into the host's batches and
-//!   reads the per-table lost-event counters kept by `bpf/kml.bpf.h`.
-//! - [`table::TableBuilder`] declares a table from the skeleton's generated
-//!   event type, so offsets and sizes come from the compiler.
+//!   benchmarks and graphs, wrapping every entry point so a panic becomes
+//!   an error, never an abort.
+//! - [`ProbeImpl`], [`BenchmarkImpl`], [`GraphImpl`]: what a component
+//!   implements in plain Rust.
+//! - [`table!`] declares a table from its record type, one line per column;
+//!   [`Record`] and [`BatchExt`] push and read whole typed records.
+//! - [`settings!`] declares a component's settings: defaults, comments,
+//!   parsing and rules in one struct.
+//! - [`workload`] runs benchmark commands in process groups; [`indicator`]
+//!   is the performance-indicator format of their results.
 
-pub mod bpf;
+// Lets `settings!` name this crate the same way inside it as in plugins.
+extern crate self as kernmlops_plugin_sdk;
+
 mod guard;
 pub mod indicator;
+pub mod record;
+pub mod settings;
 pub mod table;
-pub mod testing;
 pub mod workload;
 
 use std::time::Duration;
 
 pub use kernmlops_plugin_api as api;
 pub use kernmlops_plugin_api::{Batch, ColumnKind, ProbeDecl, StartArgs, TableDecl};
+pub use kernmlops_sys as sys;
+pub use record::{BatchExt, Record};
 /// Re-exported so plugins parse `StartArgs::config_json` without their own
 /// dependency on it.
 pub use serde_json;
+pub use settings::{HumanDuration, NoSettings, Settings};
 
 /// Error type of plugin code: a kind the host can act on and a message it
 /// shows with its own context.
@@ -80,26 +90,26 @@ impl From<&str> for Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A probe written in plain Rust. [`export_plugin!`] turns it into an ABI
-/// [`api::ProbeBox`] with every call guarded against panics.
+/// [`api::ProbeBox`] with every call guarded against panics. BPF probes do
+/// not implement it by hand: `kernmlops-plugin-bpf`'s `bpf_probe!` does.
 pub trait ProbeImpl: Sized + Send + 'static {
     /// The probe's name, as users type it in `--plugins`.
     const NAME: &'static str;
 
-    /// The probe's settings with their defaults: the body of its
-    /// `[probes.<name>]` table in TOML, with a comment per key. Empty when
-    /// it has none. Keep it equal to the settings' `Default` (check with
-    /// `testing::check_config_defaults`).
-    const CONFIG_DEFAULTS: &'static str = "";
+    /// The probe's settings (`[probes.<name>]`); [`NoSettings`] for none.
+    /// Their `Default` is what `kernmlops config defaults` shows.
+    type Settings: Settings;
 
     /// The probe and the tables it produces, in the order of `drain`'s
     /// batches.
     fn decl() -> ProbeDecl;
 
-    /// Creates, loads and attaches the probe.
-    fn start(args: &StartArgs) -> Result<Self>;
+    /// Creates, loads and attaches the probe with its parsed and checked
+    /// settings.
+    fn start(args: &StartArgs, settings: Self::Settings) -> Result<Self>;
 
     /// Waits up to `timeout` for data, then appends every available record to
-    /// `batches[i]` for the i-th declared table.
+    /// `batches[i]` for the i-th table of [`ProbeImpl::tables`].
     fn drain(&mut self, timeout: Duration, batches: &mut [Batch]) -> Result<()>;
 
     /// Detaches from the kernel; a last `drain` follows.
@@ -126,9 +136,16 @@ pub trait BenchmarkImpl: Sized + Send + 'static {
     const NAME: &'static str;
     /// One line saying what it runs.
     const DESCRIPTION: &'static str;
-    /// Settings with defaults, as for [`ProbeImpl::CONFIG_DEFAULTS`]
-    /// (`[benchmarks.<name>]`).
+    /// Settings with defaults (`[benchmarks.<name>]`): the body of its TOML
+    /// table, commented. [`settings::defaults_toml`] makes it from a
+    /// settings struct.
     const CONFIG_DEFAULTS: &'static str = "";
+
+    /// The settings' defaults as TOML; [`BenchmarkImpl::CONFIG_DEFAULTS`]
+    /// unless overridden (e.g. with [`settings::defaults_toml`]).
+    fn config_defaults() -> String {
+        Self::CONFIG_DEFAULTS.to_owned()
+    }
 
     /// Parses the settings (`args.config_json`), naming a bad key.
     fn new(args: &StartArgs) -> Result<Self>;
@@ -175,7 +192,8 @@ pub trait GraphImpl: Sized + Send + 'static {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::guard::{
-        benchmark_decl, graph_decl, info, list, new_benchmark, new_graph, new_probe, not_found,
+        benchmark_decl, check_benchmark_config, check_probe_config, graph_decl, info, list,
+        new_benchmark, new_graph, new_probe, not_found,
     };
     pub use abi_stable;
     pub use kernmlops_plugin_api::{
@@ -186,34 +204,55 @@ pub mod __private {
         BenchmarkBox, BenchmarkDecl, GraphBox, GraphDecl, PluginInfo, PluginMod, PluginMod_Ref,
         PluginResult, PowerSourceDecl, ProbeBox, ProbeDecl, StartArgs,
     };
+    pub use serde;
+
+    /// `a == b` in a const context.
+    pub const fn same_str(a: &str, b: &str) -> bool {
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
 }
 
-/// Exports the plugin's root module.
+/// Exports the plugin's root module. Every list is optional; the plugin's
+/// name and version are its crate's.
 ///
 /// ```ignore
 /// kernmlops_plugin_sdk::export_plugin! {
 ///     description: "Scheduler run lengths and run-queue waits",
-///     probes: [bpf::BpfProbe<QuantaRuntime>],
+///     probes: [BpfProbe<QuantaRuntime>],
 /// }
 /// kernmlops_plugin_sdk::export_plugin! {
 ///     description: "Workloads",
-///     probes: [],
 ///     benchmarks: [Redis, Memcached],
 /// }
 /// ```
-/// The plugin's name and version are its crate's.
+///
+/// Plugins must unwind on panic (the SDK catches every panic at the
+/// boundary); a plugin built with `panic = "abort"` does not compile.
 #[macro_export]
 macro_rules! export_plugin {
-    (description: $desc:expr, probes: [$($probe:ty),* $(,)?] $(,)?) => {
-        $crate::export_plugin! { description: $desc, probes: [$($probe),*], benchmarks: [], graphs: [] }
-    };
-    (description: $desc:expr, probes: [$($probe:ty),* $(,)?], benchmarks: [$($bench:ty),* $(,)?] $(,)?) => {
-        $crate::export_plugin! { description: $desc, probes: [$($probe),*], benchmarks: [$($bench),*], graphs: [] }
-    };
-    (description: $desc:expr, probes: [$($probe:ty),* $(,)?], graphs: [$($graph:ty),* $(,)?] $(,)?) => {
-        $crate::export_plugin! { description: $desc, probes: [$($probe),*], benchmarks: [], graphs: [$($graph),*] }
-    };
-    (description: $desc:expr, probes: [$($probe:ty),* $(,)?], benchmarks: [$($bench:ty),* $(,)?], graphs: [$($graph:ty),* $(,)?] $(,)?) => {
+    (
+        description: $desc:expr
+        $(, probes: [$($probe:ty),* $(,)?])?
+        $(, benchmarks: [$($bench:ty),* $(,)?])?
+        $(, graphs: [$($graph:ty),* $(,)?])?
+        $(,)?
+    ) => {
+        #[cfg(panic = "abort")]
+        compile_error!(
+            "kernmlops plugins must be built with panic = \"unwind\": the host catches a plugin's panics at the boundary, and with panic = \"abort\" one would kill the host"
+        );
+
         mod __kernmlops_plugin_export {
             #[allow(unused_imports)]
             use super::*;
@@ -224,51 +263,52 @@ macro_rules! export_plugin {
             }
 
             extern "C" fn probes() -> p::PluginResult<p::RVec<p::ProbeDecl>> {
-                p::list(|| vec![$(<$probe as $crate::ProbeImpl>::decl()),*])
+                p::list(|| vec![$($(<$probe as $crate::ProbeImpl>::decl()),*)?])
             }
 
             extern "C" fn new_probe(
                 name: p::RStr<'_>,
                 args: &p::StartArgs,
             ) -> p::PluginResult<p::ProbeBox> {
-                $(
+                $($(
                     if name.as_str() == <$probe as $crate::ProbeImpl>::NAME {
                         return p::new_probe::<$probe>(args);
                     }
-                )*
+                )*)?
+                let _ = args;
                 p::not_found("probe", name.as_str())
             }
 
             extern "C" fn graphs() -> p::PluginResult<p::RVec<p::GraphDecl>> {
-                p::list(|| vec![$(p::graph_decl::<$graph>()),*])
+                p::list(|| vec![$($(p::graph_decl::<$graph>()),*)?])
             }
 
             extern "C" fn new_graph(
                 name: p::RStr<'_>,
                 args: &p::StartArgs,
             ) -> p::PluginResult<p::GraphBox> {
-                $(
+                $($(
                     if name.as_str() == <$graph as $crate::GraphImpl>::NAME {
                         return p::new_graph::<$graph>(args);
                     }
-                )*
+                )*)?
                 let _ = args;
                 p::not_found("graph", name.as_str())
             }
 
             extern "C" fn benchmarks() -> p::PluginResult<p::RVec<p::BenchmarkDecl>> {
-                p::list(|| vec![$(p::benchmark_decl::<$bench>()),*])
+                p::list(|| vec![$($(p::benchmark_decl::<$bench>()),*)?])
             }
 
             extern "C" fn new_benchmark(
                 name: p::RStr<'_>,
                 args: &p::StartArgs,
             ) -> p::PluginResult<p::BenchmarkBox> {
-                $(
+                $($(
                     if name.as_str() == <$bench as $crate::BenchmarkImpl>::NAME {
                         return p::new_benchmark::<$bench>(args);
                     }
-                )*
+                )*)?
                 let _ = args;
                 p::not_found("benchmark", name.as_str())
             }
@@ -278,24 +318,70 @@ macro_rules! export_plugin {
             }
 
             extern "C" fn probe_config(name: p::RStr<'_>) -> p::PluginResult<p::RString> {
-                $(
+                $($(
                     if name.as_str() == <$probe as $crate::ProbeImpl>::NAME {
                         return p::PluginResult::ROk(
-                            <$probe as $crate::ProbeImpl>::CONFIG_DEFAULTS.into(),
+                            $crate::settings::defaults_toml::<
+                                <$probe as $crate::ProbeImpl>::Settings,
+                            >()
+                            .into(),
                         );
                     }
-                )*
-                $(
+                )*)?
+                $($(
                     if name.as_str() == <$bench as $crate::BenchmarkImpl>::NAME {
                         return p::PluginResult::ROk(
-                            <$bench as $crate::BenchmarkImpl>::CONFIG_DEFAULTS.into(),
+                            <$bench as $crate::BenchmarkImpl>::config_defaults().into(),
                         );
                     }
-                )*
+                )*)?
                 p::not_found("component", name.as_str())
             }
 
-            #[p::abi_stable::export_root_module]
+            extern "C" fn check_config(
+                name: p::RStr<'_>,
+                config_json: p::RStr<'_>,
+            ) -> p::PluginResult<()> {
+                $($(
+                    if name.as_str() == <$probe as $crate::ProbeImpl>::NAME {
+                        return p::check_probe_config::<$probe>(config_json.as_str());
+                    }
+                )*)?
+                $($(
+                    if name.as_str() == <$bench as $crate::BenchmarkImpl>::NAME {
+                        return p::check_benchmark_config::<$bench>(config_json.as_str());
+                    }
+                )*)?
+                let _ = config_json;
+                p::not_found("component", name.as_str())
+            }
+
+            // What abi_stable's `#[export_root_module]` expands to, written
+            // out so a plugin needs no abi_stable dependency of its own: the
+            // header the host finds by this symbol name (checked against
+            // abi_stable's below), with the module's type layout.
+            #[export_name = "_1as_0lib_1header_0root_bmodule_bloader"]
+            pub static ROOT_MODULE_LOADER: p::abi_stable::library::LibHeader = {
+                extern "C" fn erased() -> p::abi_stable::library::RootModuleResult {
+                    p::abi_stable::library::__call_root_module_loader(root_module)
+                }
+                // SAFETY: `erased` returns the module of type `PluginMod_Ref`,
+                // as `from_constructor` requires.
+                unsafe {
+                    p::abi_stable::library::LibHeader::from_constructor::<p::PluginMod_Ref>(
+                        erased,
+                        p::abi_stable::library::CheckTypeLayout::Yes,
+                    )
+                }
+            };
+            const _: () = assert!(
+                p::same_str(
+                    p::abi_stable::library::ROOT_MODULE_LOADER_NAME,
+                    "_1as_0lib_1header_0root_bmodule_bloader",
+                ),
+                "abi_stable's root-module symbol changed: update export_plugin!",
+            );
+
             pub fn root_module() -> p::PluginMod_Ref {
                 use p::PrefixTypeTrait as _;
                 p::PluginMod {
@@ -308,6 +394,7 @@ macro_rules! export_plugin {
                     new_benchmark,
                     power_sources,
                     probe_config,
+                    check_config,
                 }
                 .leak_into_prefix()
             }

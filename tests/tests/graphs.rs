@@ -10,7 +10,8 @@ use std::{
 
 use graphs::{BlockIo, MemoryUsage, PerfCounters, QuantaQueued, QuantaRuntime};
 use kernmlops_e2e::*;
-use kernmlops_plugin_sdk::{testing::start_args, GraphImpl};
+use kernmlops_plugin_sdk::GraphImpl;
+use kernmlops_plugin_testing::start_args;
 
 const CONFIG: &str = "[probes.memory_usage]\ninterval = \"100ms\"\n\n\
                       [probes.perf]\ncounters = [\"page_faults\", \"context_switches\"]\n\

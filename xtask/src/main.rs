@@ -1,6 +1,6 @@
 //! Developer workflows of the kernmlops workspace (`cargo xtask ...`):
 //! scaffolding a plugin, building plugins into the plugin folder, and
-//! regenerating `bpf/vmlinux.h`. Not part of the product.
+//! regenerating `plugin-build/bpf/vmlinux.h`. Not part of the product.
 
 mod build_plugins;
 mod new_plugin;
@@ -35,7 +35,7 @@ enum Command {
     /// Build the host and every plugin, and place each plugin's .so in the
     /// plugin folder.
     BuildPlugins(build_plugins::Args),
-    /// Regenerate bpf/vmlinux.h from the running kernel's BTF.
+    /// Regenerate plugin-build/bpf/vmlinux.h from the running kernel's BTF.
     Vmlinux(vmlinux::Args),
 }
 

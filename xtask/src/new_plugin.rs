@@ -108,21 +108,13 @@ const RESERVED_WORDS: &[&str] = &[
 
 /// Names the template's `src/lib.rs` imports: the probe's CamelCase type
 /// may not be one of them.
-const TEMPLATE_IMPORTS: &[&str] = &[
-    "BpfProbe",
-    "BpfSpec",
-    "ColumnKind",
-    "MaybeUninit",
-    "OpenObject",
-    "OpenSkel",
-    "ProbeDecl",
-    "SkelBuilder",
-    "StartArgs",
-    "TableBuilder",
-];
+const TEMPLATE_IMPORTS: &[&str] = &["BpfProbe", "BpfSpec"];
 
 /// Tables the host writes itself (`core/src/validate.rs`).
 const HOST_TABLES: &[&str] = &["system_info", "manifest"];
+
+/// The kernel types header BPF programs compile against.
+const VMLINUX_H: &str = "plugin-build/bpf/vmlinux.h";
 
 const DEFAULT_DESCRIPTION: &str = "TODO: one line saying what this probe measures";
 
@@ -181,9 +173,15 @@ pub fn run(args: &Args) -> Result<()> {
     }
     println!(
         "\nthen make it measure what it should: the hook in src/bpf/{name}.bpf.c, the\n\
-         record in src/bpf/{name}.h, the columns in src/lib.rs, the test in\n\
-         tests/{name}.rs and the TODOs in README.md. Table names must be unique\n\
-         across all plugins."
+         record in src/bpf/{name}.h, its columns in src/lib.rs (one line each) and\n\
+         the TODOs in README.md. Table names must be unique across all plugins."
+    );
+    println!(
+        "\na tracepoint's arguments (what a tp_btf program receives) are in {VMLINUX_H}:\n\
+         \x20 grep -n 'btf_trace_sched_switch)' {VMLINUX_H}\n\
+         shows `typedef void (*btf_trace_sched_switch)(void *, bool, struct task_struct *, ...)`:\n\
+         the first `void *` is the context, the rest are the arguments, in order.\n\
+         List every tracepoint with: grep -o 'btf_trace_[a-z0-9_]*' {VMLINUX_H}"
     );
     Ok(())
 }
@@ -238,11 +236,11 @@ fn check_unused(name: &str, root: &Path) -> Result<()> {
         }
     }
     // The record type `struct NAME_event` must not clash with a kernel type.
-    let vmlinux = root.join("bpf/vmlinux.h");
+    let vmlinux = root.join(VMLINUX_H);
     if let Ok(header) = fs::read_to_string(&vmlinux) {
         if header.contains(&format!("struct {name}_event {{")) {
             bail!(
-                "the kernel already has a struct {name}_event (bpf/vmlinux.h), which the probe's record would clash with: pick another name"
+                "the kernel already has a struct {name}_event ({VMLINUX_H}), which the probe's record would clash with: pick another name"
             );
         }
     }

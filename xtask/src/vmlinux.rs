@@ -1,4 +1,4 @@
-//! `cargo xtask vmlinux`: regenerates `bpf/vmlinux.h`, the kernel types
+//! `cargo xtask vmlinux`: regenerates `plugin-build/bpf/vmlinux.h`, the kernel types
 //! every BPF program includes, from the kernel's BTF with bpftool.
 
 use std::{fs, io::ErrorKind, path::PathBuf, process::Command};
@@ -12,7 +12,7 @@ pub struct Args {
     /// BTF of the kernel to describe.
     #[arg(long, value_name = "PATH", default_value = "/sys/kernel/btf/vmlinux")]
     btf: PathBuf,
-    /// Header to write [default: <workspace>/bpf/vmlinux.h].
+    /// Header to write [default: <workspace>/plugin-build/bpf/vmlinux.h].
     #[arg(long, value_name = "PATH")]
     output: Option<PathBuf>,
 }
@@ -58,7 +58,7 @@ pub fn run(args: &Args) -> Result<()> {
     let dest = args
         .output
         .clone()
-        .unwrap_or_else(|| workspace_root().join("bpf/vmlinux.h"));
+        .unwrap_or_else(|| workspace_root().join("plugin-build/bpf/vmlinux.h"));
     let unchanged = fs::read(&dest).is_ok_and(|old| old == header);
     if unchanged {
         println!("{} is up to date", display(&dest));

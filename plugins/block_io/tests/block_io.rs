@@ -1,35 +1,21 @@
-//! Tests of the block_io probe: its declaration against the specification
-//! the host enforces at load (no root needed), and, as root, that it loads,
-//! attaches and collects rows on the running kernel.
+//! Tests of the block_io probe: the tests every probe crate shares
+//! (declaration, settings, a real load-attach-drain as root), its record
+//! layout, and, as root, that it collects rows for I/O this test makes.
 
 use std::{mem::size_of, time::Duration};
 
 use block_io::{BlockIo, BlockIoEvent};
-use kernmlops_plugin_sdk::{
-    bpf::{BpfProbe, BpfSpec},
-    testing::{self, Running},
-};
+use kernmlops_plugin_bpf::{BpfProbe, BpfSpec};
+use kernmlops_plugin_testing::{self as testing, Running};
 
-#[test]
-fn declaration_meets_the_spec() {
-    testing::check_declaration::<BpfProbe<BlockIo>>();
-    assert_eq!(
-        BlockIo::decl().tables.len(),
-        BlockIo::RINGS.len(),
-        "one ring buffer per table"
-    );
-}
+kernmlops_plugin_testing::probe_tests!(BpfProbe<BlockIo>);
 
 #[test]
 fn record_size_is_the_generated_event_struct() {
-    let decl = BlockIo::decl();
-    let table = decl
-        .tables
-        .iter()
-        .find(|t| t.name.as_str() == "block_io")
-        .expect("a table named block_io");
+    let tables = BlockIo::tables();
+    assert_eq!(tables.len(), BlockIo::RINGS.len(), "one ring per table");
     assert_eq!(
-        table.record_size as usize,
+        tables[0].record_size as usize,
         size_of::<BlockIoEvent>(),
         "record_size must be size_of the skeleton's block_io_event"
     );

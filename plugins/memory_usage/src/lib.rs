@@ -23,10 +23,9 @@ use std::{
 };
 
 use kernmlops_plugin_sdk::{
-    api::TIMESTAMP_COLUMN, export_plugin, serde_json, table::TableBuilder, Batch, ColumnKind,
-    Error, ProbeDecl, ProbeImpl, Result, StartArgs, TableDecl,
+    api::TIMESTAMP_COLUMN, export_plugin, settings, sys, table::TableBuilder, Batch, BatchExt,
+    ColumnKind, Error, HumanDuration, ProbeDecl, ProbeImpl, Result, StartArgs, TableDecl,
 };
-use serde::Deserialize;
 
 const MEMINFO: &str = "/proc/meminfo";
 const TABLE: &str = "memory_usage";
@@ -86,70 +85,21 @@ const COMMON_FIELDS: &[(&str, bool)] = &[
     ("Hugetlb", true),
 ];
 
-/// `[probes.memory_usage]` settings.
-#[derive(Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-struct Settings {
-    /// Time between two samples: "1s", "500ms", "2m".
-    interval: String,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            interval: "1s".into(),
-        }
+settings! {
+    /// `[probes.memory_usage]` settings.
+    pub struct Settings {
+        /// Time between two samples of /proc/meminfo: "1s", "500ms", "2m" (at least 10ms).
+        pub interval: HumanDuration = HumanDuration::from_secs(1),
     }
-}
-
-/// Parses a duration such as `1s`, `500ms`, `1.5s`, `2m` (a number and one
-/// of `us`, `ms`, `s`, `m`, `h`; a bare number is seconds).
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (try 1s, 500ms, 2m)"))?;
-    let scale = match unit.trim() {
-        "us" => 1e-6,
-        "ms" => 1e-3,
-        "" | "s" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        other => {
+    validate(s) {
+        if s.interval.get() < MIN_INTERVAL {
             return Err(format!(
-                "unknown unit {other:?} in {s:?} (use us, ms, s, m or h)"
-            ))
+                "interval: {} is shorter than the minimum, 10ms",
+                s.interval
+            ));
         }
-    };
-    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{s:?}: {e}"))
-}
-
-/// The sampling interval from the probe's JSON settings.
-fn interval_from_config(config_json: &str) -> Result<Duration> {
-    let text = config_json.trim();
-    let settings: Settings = if text.is_empty() {
-        Settings::default()
-    } else {
-        serde_json::from_str(text).map_err(|e| {
-            // The position is in the host's JSON, not the user's file.
-            let e = e.to_string();
-            let e = e.rsplit_once(" at line ").map_or(e.as_str(), |(m, _)| m);
-            Error::new(format!("[probes.{TABLE}]: {e}"))
-        })?
-    };
-    let interval = parse_duration(&settings.interval)
-        .map_err(|e| Error::new(format!("[probes.{TABLE}] interval: {e}")))?;
-    if interval < MIN_INTERVAL {
-        return Err(Error::new(format!(
-            "[probes.{TABLE}] interval: {:?} is shorter than the minimum, 10ms",
-            settings.interval
-        )));
+        Ok(())
     }
-    Ok(interval)
 }
 
 /// The column name of a `/proc/meminfo` field: lowercase snake_case, words
@@ -200,14 +150,7 @@ pub fn column_name(field: &str, in_kb: bool) -> String {
     out
 }
 
-/// True for a name the host accepts as a column name.
-fn is_snake_case(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some('a'..='z'))
-        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
-        && !name.ends_with('_')
-        && !name.contains("__")
-}
+use sys::names::is_snake_case;
 
 /// One field of `/proc/meminfo` and its column.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -298,24 +241,6 @@ fn table_for(fields: &[Field]) -> TableDecl {
         .build()
 }
 
-/// CLOCK_BOOTTIME in microseconds, the collector's clock.
-fn uptime_us() -> Result<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    if rc != 0 {
-        return Err(Error::new(format!(
-            "clock_gettime(CLOCK_BOOTTIME): {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok(u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000
-        + u64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000)
-}
-
 /// The running probe.
 pub struct MemoryUsage {
     interval: Duration,
@@ -327,6 +252,7 @@ pub struct MemoryUsage {
     file: File,
     text: String,
     values: Vec<u64>,
+    record: Vec<u64>,
     notes: Vec<String>,
 }
 
@@ -343,7 +269,7 @@ impl MemoryUsage {
 
     /// Takes one sample and appends its row.
     fn sample(&mut self, batch: &mut Batch) -> Result<()> {
-        let ts = uptime_us()?;
+        let ts = sys::clock::uptime_us();
         self.read()?;
         // A field missing from a sample (never seen: the set is fixed for a
         // boot) reads as 0.
@@ -360,21 +286,18 @@ impl MemoryUsage {
                 self.values[idx] = value.saturating_mul(self.fields[idx].scale);
             }
         }
-        batch.data.extend_from_slice(&ts.to_le_bytes());
-        for v in &self.values {
-            batch.data.extend_from_slice(&v.to_le_bytes());
-        }
-        batch.records += 1;
+        // One record: the timestamp, then one u64 per field.
+        self.record.clear();
+        self.record.push(ts);
+        self.record.extend_from_slice(&self.values);
+        batch.push_record_of(&self.record);
         Ok(())
     }
 }
 
 impl ProbeImpl for MemoryUsage {
     const NAME: &'static str = "memory_usage";
-    const CONFIG_DEFAULTS: &'static str = "\
-# Time between two samples of /proc/meminfo: \"1s\", \"500ms\", \"2m\" (at least 10ms).
-interval = \"1s\"
-";
+    type Settings = Settings;
 
     fn decl() -> ProbeDecl {
         let fields: Vec<Field> = COMMON_FIELDS
@@ -392,8 +315,8 @@ interval = \"1s\"
         }
     }
 
-    fn start(args: &StartArgs) -> Result<Self> {
-        let interval = interval_from_config(&args.config_json)?;
+    fn start(_args: &StartArgs, settings: Settings) -> Result<Self> {
+        let interval = settings.interval.get();
         let file =
             File::open(MEMINFO).map_err(|e| Error::new(format!("opening {MEMINFO}: {e}")))?;
         let mut probe = Self {
@@ -404,6 +327,7 @@ interval = \"1s\"
             file,
             text: String::new(),
             values: Vec::new(),
+            record: Vec::new(),
             notes: Vec::new(),
         };
         probe.read()?;
@@ -471,17 +395,19 @@ export_plugin! {
 }
 
 #[cfg(test)]
-mod config_defaults {
+mod tests {
+    use kernmlops_plugin_sdk::settings::parse;
+
+    use super::*;
+
+    fn interval_from_config(json: &str) -> Result<Duration> {
+        parse::<Settings>("[probes.memory_usage]", json).map(|s| s.interval.get())
+    }
+
     #[test]
     fn shown_defaults_are_the_used_ones() {
-        kernmlops_plugin_sdk::testing::check_config_defaults::<super::MemoryUsage, super::Settings>(
-        );
+        kernmlops_plugin_testing::check_settings_defaults::<Settings>("[probes.memory_usage]");
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
 
     #[test]
     fn column_names_follow_the_documented_mapping() {

@@ -7,7 +7,6 @@
 pub use kernmlops_perf_events as events;
 
 use std::{
-    mem::offset_of,
     os::fd::{AsRawFd, OwnedFd},
     path::{Path, PathBuf},
     time::{Duration, Instant},
@@ -15,13 +14,14 @@ use std::{
 
 use events::{EventSpec, Reading};
 use kernmlops_plugin_sdk::{
-    column, export_plugin, serde_json, table::TableBuilder, Batch, ColumnKind, Error, ProbeDecl,
-    ProbeImpl, Result, StartArgs, TableDecl,
+    export_plugin, settings, sys::clock::uptime_us, table, Batch, BatchExt, Error, ProbeDecl,
+    ProbeImpl, Record, Result, StartArgs, TableDecl,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// One row: a counter's reading on one CPU.
 #[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sample {
     pub ts_uptime_us: u64,
     pub count: u64,
@@ -31,32 +31,9 @@ pub struct Sample {
     pub _pad: u32,
 }
 
-const RECORD_SIZE: usize = std::mem::size_of::<Sample>();
-
-impl Sample {
-    fn to_bytes(&self) -> [u8; RECORD_SIZE] {
-        let mut b = [0u8; RECORD_SIZE];
-        let mut put = |offset: usize, bytes: &[u8]| {
-            b[offset..offset + bytes.len()].copy_from_slice(bytes);
-        };
-        put(
-            offset_of!(Sample, ts_uptime_us),
-            &self.ts_uptime_us.to_le_bytes(),
-        );
-        put(offset_of!(Sample, count), &self.count.to_le_bytes());
-        put(
-            offset_of!(Sample, time_enabled_ns),
-            &self.time_enabled_ns.to_le_bytes(),
-        );
-        put(
-            offset_of!(Sample, time_running_ns),
-            &self.time_running_ns.to_le_bytes(),
-        );
-        put(offset_of!(Sample, cpu), &self.cpu.to_le_bytes());
-        put(offset_of!(Sample, _pad), &self._pad.to_le_bytes());
-        b
-    }
-}
+// SAFETY: repr(C), integers only, no padding (4 x u64, 2 x u32).
+unsafe impl Record for Sample {}
+const _: () = assert!(std::mem::size_of::<Sample>() == 40);
 
 /// Counters by name: the table name, the events that implement it (the
 /// first this machine has wins), and the kind of counter for notes.
@@ -113,33 +90,39 @@ const DEFAULT_COUNTERS: &[&str] = &[
     "context_switches",
 ];
 
-/// `[probes.perf]` settings.
-#[derive(Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-struct Config {
-    /// Counter names: those of [`NAMED`] or any generic perf event name.
-    counters: Vec<String>,
-    /// Samples per second.
-    frequency_hz: f64,
-    /// Extra counters: a table name and a perf event.
-    events: Vec<CustomEvent>,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            counters: DEFAULT_COUNTERS.iter().map(|s| (*s).to_owned()).collect(),
-            frequency_hz: 10.0,
-            events: Vec::new(),
+settings! {
+    /// `[probes.perf]` settings.
+    pub struct Config {
+        /// Counters by name: dtlb_misses, itlb_misses, tlb_flushes, dtlb_walk_duration,
+        /// page_faults, context_switches, or any generic perf event name (see
+        /// `kernmlops perf-list`). One table per counter; a counter this machine lacks
+        /// is skipped with a note.
+        pub counters: Vec<String> = DEFAULT_COUNTERS.iter().map(|s| (*s).to_owned()).collect(),
+        /// Samples per second of every counter on every CPU.
+        pub frequency_hz: f64 = 10.0,
+        /// Extra counters, each a table name and a perf event, e.g.
+        /// [[probes.perf.events]] name = "l2_misses" event = "cpu/event=0x24,umask=0x3f/"
+        pub events: Vec<CustomEvent> = Vec::new(),
+    }
+    validate(c) {
+        if !(c.frequency_hz > 0.0 && c.frequency_hz <= 10_000.0) {
+            return Err(format!(
+                "frequency_hz must be above 0 and at most 10000, not {}",
+                c.frequency_hz
+            ));
         }
+        wanted(c).map(|_| ()).map_err(|e| e.message)
     }
 }
 
-#[derive(Debug, Deserialize, PartialEq)]
+/// A counter of `[[probes.perf.events]]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CustomEvent {
-    name: String,
-    event: String,
+pub struct CustomEvent {
+    /// Its table's name (lowercase_snake_case).
+    pub name: String,
+    /// The perf event: a name, `pmu/terms/`, `system:tracepoint` or `rHEX`.
+    pub event: String,
 }
 
 /// A counter to open: its table name and the event candidates.
@@ -229,53 +212,13 @@ fn missing(candidates: &[String]) -> String {
 }
 
 fn table_decl(name: &str, description: &str) -> TableDecl {
-    let t = TableBuilder::new::<Sample>(name, description);
-    let t = column!(
-        t,
-        Sample,
-        ts_uptime_us,
-        "ts_uptime_us",
-        ColumnKind::U64,
-        "us",
-        "when the counter was read (CLOCK_BOOTTIME)"
-    );
-    let t = column!(
-        t,
-        Sample,
-        cpu,
-        "cpu",
-        ColumnKind::U32,
-        "",
-        "CPU the counter counts on"
-    );
-    let t = column!(
-        t,
-        Sample,
-        count,
-        "count",
-        ColumnKind::U64,
-        "count",
-        "events counted on this CPU since the probe started"
-    );
-    let t = column!(
-        t,
-        Sample,
-        time_enabled_ns,
-        "time_enabled_ns",
-        ColumnKind::U64,
-        "ns",
-        "time the counter was enabled since the probe started"
-    );
-    let t = column!(
-        t,
-        Sample,
-        time_running_ns,
-        "time_running_ns",
-        ColumnKind::U64,
-        "ns",
-        "time the counter was on the PMU (less than enabled when multiplexed)"
-    );
-    t.build()
+    table!(Sample => name, description, {
+        ts_uptime_us [us]: "when the counter was read (CLOCK_BOOTTIME)",
+        cpu: "CPU the counter counts on",
+        count [count]: "events counted on this CPU since the probe started",
+        time_enabled_ns [ns]: "time the counter was enabled since the probe started",
+        time_running_ns [ns]: "time the counter was on the PMU (less than enabled when multiplexed)",
+    })
 }
 
 /// Whom the counters count: every task, one thread, some threads, or a
@@ -369,9 +312,9 @@ impl Counter {
     }
 }
 
-/// Reads every counter once into `out[i]` (one buffer per counter).
-fn sample(counters: &[Counter], out: &mut [(Vec<u8>, u64)]) -> Result<()> {
-    for (counter, (data, records)) in counters.iter().zip(out.iter_mut()) {
+/// Reads every counter once into `out[i]` (one batch per counter).
+fn sample(counters: &[Counter], out: &mut [Batch]) -> Result<()> {
+    for (counter, batch) in counters.iter().zip(out.iter_mut()) {
         for (cpu, fds) in &counter.per_cpu {
             let mut sum = Reading::default();
             for fd in fds {
@@ -390,26 +333,10 @@ fn sample(counters: &[Counter], out: &mut [(Vec<u8>, u64)]) -> Result<()> {
                 cpu: *cpu,
                 _pad: 0,
             };
-            data.extend_from_slice(&row.to_bytes());
-            *records += 1;
+            batch.push_record(&row);
         }
     }
     Ok(())
-}
-
-/// CLOCK_BOOTTIME in microseconds, the collector's clock.
-fn uptime_us() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000
-        + u64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000
 }
 
 /// The running probe.
@@ -422,23 +349,10 @@ pub struct Perf {
     /// Index of the next sample since `start`.
     next: u64,
     /// Rows taken but not yet handed to the host (the final sample at stop).
-    pending: Vec<(Vec<u8>, u64)>,
+    pending: Vec<Batch>,
 }
 
 impl Perf {
-    fn parse_config(text: &str) -> Result<Config> {
-        let text = if text.trim().is_empty() { "{}" } else { text };
-        let config: Config = serde_json::from_str(text)
-            .map_err(|e| Error::new(format!("perf: bad [probes.perf] setting: {e}")))?;
-        if !(config.frequency_hz > 0.0 && config.frequency_hz <= 10_000.0) {
-            return Err(Error::new(format!(
-                "perf: frequency_hz must be above 0 and at most 10000, not {}",
-                config.frequency_hz
-            )));
-        }
-        Ok(config)
-    }
-
     fn open(config: &Config, args: &StartArgs, root: &Path) -> Result<Self> {
         let cpus = events::online_cpus()
             .map_err(|e| Error::new(format!("perf: reading the online CPUs: {e}")))?;
@@ -523,25 +437,14 @@ impl Perf {
             .checked_add(Duration::try_from_secs_f64(offset).ok()?)
     }
 
-    fn empty_buffers(&self) -> Vec<(Vec<u8>, u64)> {
-        self.counters.iter().map(|_| (Vec::new(), 0)).collect()
+    fn empty_buffers(&self) -> Vec<Batch> {
+        self.counters.iter().map(|_| Batch::default()).collect()
     }
 }
 
 impl ProbeImpl for Perf {
     const NAME: &'static str = "perf";
-    const CONFIG_DEFAULTS: &'static str = "\
-# Counters by name: dtlb_misses, itlb_misses, tlb_flushes, dtlb_walk_duration,
-# page_faults, context_switches, or any generic perf event name (see
-# `kernmlops perf-list`). One table per counter; a counter this machine lacks
-# is skipped with a note.
-counters = [\"dtlb_misses\", \"itlb_misses\", \"tlb_flushes\", \"dtlb_walk_duration\", \"page_faults\", \"context_switches\"]
-# Samples per second of every counter on every CPU.
-frequency_hz = 10.0
-# Extra counters, each a table name and a perf event, e.g.
-# [[probes.perf.events]] name = \"l2_misses\" event = \"cpu/event=0x24,umask=0x3f/\"
-events = []
-";
+    type Settings = Config;
 
     fn decl() -> ProbeDecl {
         let tables = DEFAULT_COUNTERS
@@ -561,8 +464,7 @@ events = []
         }
     }
 
-    fn start(args: &StartArgs) -> Result<Self> {
-        let config = Self::parse_config(args.config_json.as_str())?;
+    fn start(args: &StartArgs, config: Config) -> Result<Self> {
         Self::open(&config, args, Path::new(events::PMU_ROOT))
     }
 
@@ -600,9 +502,9 @@ events = []
                 self.next = (self.next + 1).max(behind + 1);
             }
         }
-        for ((data, records), batch) in taken.iter().zip(batches.iter_mut()) {
-            batch.data.extend_from_slice(data);
-            batch.records += records;
+        for (sampled, batch) in taken.iter().zip(batches.iter_mut()) {
+            batch.data.extend_from_slice(&sampled.data);
+            batch.records += sampled.records;
         }
         Ok(())
     }
@@ -634,24 +536,29 @@ export_plugin! {
 }
 
 #[cfg(test)]
-mod config_defaults {
+mod tests {
+    use kernmlops_plugin_sdk::settings::parse;
+
+    use super::*;
+
+    fn parse_config(json: &str) -> Result<Config> {
+        parse::<Config>("[probes.perf]", json)
+    }
+
     #[test]
     fn shown_defaults_are_the_used_ones() {
-        kernmlops_plugin_sdk::testing::check_config_defaults::<super::Perf, super::Config>();
+        kernmlops_plugin_testing::check_settings_defaults::<Config>("[probes.perf]");
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
 
     #[test]
     fn settings_are_checked() {
-        assert!(Perf::parse_config("{}").is_ok());
-        let e = Perf::parse_config(r#"{"countrs": []}"#).expect_err("unknown key");
+        assert!(parse_config("{}").is_ok());
+        let e = parse_config(r#"{"countrs": []}"#).expect_err("unknown key");
         assert!(e.message.contains("countrs"), "{e}");
-        assert!(Perf::parse_config(r#"{"frequency_hz": 0}"#).is_err());
-        let c = Perf::parse_config(
+        assert!(parse_config(r#"{"frequency_hz": 0}"#).is_err());
+        assert!(parse_config(r#"{"counters": ["nonsense"]}"#).is_err());
+        assert!(parse_config(r#"{"counters": ["page_faults", "page_faults"]}"#).is_err());
+        let c = parse_config(
             r#"{"counters": ["page_faults", "cpu-migrations"], "frequency_hz": 100,
                 "events": [{"name": "my_table", "event": "cpu/event=0x08,umask=0x20/"}]}"#,
         )
@@ -659,11 +566,6 @@ mod tests {
         let w = wanted(&c).expect("known counters");
         let tables: Vec<&str> = w.iter().map(|w| w.table.as_str()).collect();
         assert_eq!(tables, ["page_faults", "cpu_migrations", "my_table"]);
-        let bad = Perf::parse_config(r#"{"counters": ["nonsense"]}"#).expect("parses");
-        assert!(wanted(&bad).is_err());
-        let twice =
-            Perf::parse_config(r#"{"counters": ["page_faults", "page_faults"]}"#).expect("parses");
-        assert!(wanted(&twice).is_err());
     }
 
     #[test]
@@ -682,9 +584,11 @@ mod tests {
             cpu: 5,
             _pad: 0,
         };
-        let b = s.to_bytes();
-        assert_eq!(b.len(), 40);
-        assert_eq!(b[offset_of!(Sample, cpu)], 5);
-        assert_eq!(b[offset_of!(Sample, count)], 2);
+        let mut batch = Batch::default();
+        batch.push_record(&s);
+        assert_eq!(batch.data.len(), 40);
+        assert_eq!(batch.data[std::mem::offset_of!(Sample, cpu)], 5);
+        assert_eq!(batch.data[std::mem::offset_of!(Sample, count)], 2);
+        assert_eq!(batch.records::<Sample>(), vec![s]);
     }
 }

@@ -673,11 +673,11 @@ mod tests {
     where
         S: serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
     {
-        kernmlops_plugin_sdk::testing::check_benchmark_config_defaults::<B, S>();
+        kernmlops_plugin_testing::check_benchmark_config_defaults::<B, S>();
     }
 
     pub(crate) fn new_err<B: BenchmarkImpl>(json: &str) -> String {
-        match B::new(&kernmlops_plugin_sdk::testing::start_args(json)) {
+        match B::new(&kernmlops_plugin_testing::start_args(json)) {
             Ok(_) => panic!("{}: {json} accepted", B::NAME),
             Err(e) => e.message,
         }
@@ -719,7 +719,7 @@ mod tests {
 
     #[test]
     fn missing_directory_is_reported() {
-        let fio = Fio::new(&kernmlops_plugin_sdk::testing::start_args(
+        let fio = Fio::new(&kernmlops_plugin_testing::start_args(
             r#"{"directory": "/no/such/dir-kml"}"#,
         ))
         .expect("settings");

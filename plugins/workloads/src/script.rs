@@ -315,7 +315,7 @@ parameters = {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kernmlops_plugin_sdk::testing::start_args;
+    use kernmlops_plugin_testing::start_args;
 
     #[test]
     fn timeouts() {

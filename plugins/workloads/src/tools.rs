@@ -308,7 +308,7 @@ trials = 3
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kernmlops_plugin_sdk::testing::start_args;
+    use kernmlops_plugin_testing::start_args;
 
     #[test]
     fn linux_build_needs_a_kernel_tree() {

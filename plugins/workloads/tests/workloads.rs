@@ -8,7 +8,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use kernmlops_plugin_sdk::{indicator::Indicator, serde_json, testing, BenchmarkImpl};
+use kernmlops_plugin_sdk::{indicator::Indicator, serde_json, BenchmarkImpl};
+use kernmlops_plugin_testing as testing;
 use workloads::{Faux, Fio, Gap, LinuxBuild, Memcached, Redis, Script, StressNg};
 
 /// Setup drops the page cache, so small tests skip it: they run unprivileged

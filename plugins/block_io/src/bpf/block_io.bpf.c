@@ -390,7 +390,7 @@ int BPF_PROG(handle_block_rq_complete, struct request *rq, blk_status_t error,
 	if (disk)
 		BPF_CORE_READ_STR_INTO(&e->disk_name, disk, disk_name);
 	flags_readable(e->flags_readable, e->flags, e->op);
-	kml_submit(&events, e);
+	kml_submit(&events, e, TABLE_BLOCK_IO);
 done:
 	bpf_map_delete_elem(&inflight, &key);
 	return 0;

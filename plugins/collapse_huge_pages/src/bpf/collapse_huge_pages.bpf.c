@@ -88,7 +88,7 @@ int BPF_PROG(handle_collapse_huge_page, struct mm_struct *mm, int isolated, int 
 	e->status = status_index(status);
 	e->status_code = status;
 	e->isolated = isolated != 0;
-	kml_submit(&collapse_ring, e);
+	kml_submit(&collapse_ring, e, TABLE_COLLAPSE);
 	return 0;
 }
 
@@ -131,6 +131,6 @@ int BPF_PROG(handle_khugepaged_scan_pmd, struct mm_struct *mm)
 	e->referenced = referenced;
 	e->none_or_zero = none_or_zero;
 	e->unmapped = unmapped;
-	kml_submit(&scan_ring, e);
+	kml_submit(&scan_ring, e, TABLE_SCAN);
 	return 0;
 }

@@ -98,7 +98,7 @@ int BPF_PROG(fexit_do_filp_open, int dfd, struct filename *pathname,
 	__builtin_memset(e, 0, sizeof(*e));
 	fill(e, task, file, (__u32)BPF_CORE_READ(op, open_flag));
 	read_name(e, BPF_CORE_READ(pathname, name), false);
-	kml_submit(&events, e);
+	kml_submit(&events, e, TABLE_FILE_DATA);
 	return 0;
 }
 
@@ -141,7 +141,7 @@ static __always_inline void leave(long ret)
 	__builtin_memset(e, 0, sizeof(*e));
 	fill(e, task, file, p->flags);
 	read_name(e, p->name, true);
-	kml_submit(&events, e);
+	kml_submit(&events, e, TABLE_FILE_DATA);
 out:
 	bpf_map_delete_elem(&pending, &id);
 }

@@ -3,11 +3,20 @@
  * changes (the kernel's rss_stat tracepoint), with all four counters of
  * that mm: file, anon, swap entries and shmem, in pages.
  *
- * Counters: since Linux 6.2 mm->rss_stat[] is an array of percpu_counter,
- * read as its `.count` (what the kernel itself reports in /proc/PID/status
- * and in the tracepoint: per-CPU deltas below the batch are not folded in).
- * Before, mm->rss_stat was a struct holding atomic_long_t count[]. Both
- * layouts are handled with CO-RE field checks.
+ * The counter that changed is the value the kernel itself computed for the
+ * tracepoint (its `size`, in bytes), read by a classic tracepoint program
+ * (tp/kmem/rss_stat). That event names the mm only by an obfuscated hash,
+ * so a raw tracepoint program (tp_btf/rss_stat) on the same event takes
+ * the mm pointer, from which the other three counters are read. Both
+ * halves of one event run back to back on one CPU; whichever runs second
+ * joins them (the kernel calls tracepoint probes in registration order,
+ * which another perf user of the event can change), and a half older than
+ * KML_PAIR_NS is never joined.
+ *
+ * The other counters: since Linux 6.2 mm->rss_stat[] is an array of
+ * percpu_counter, read as its `.count` (per-CPU deltas below the batch are
+ * not folded in); before, mm->rss_stat was a struct holding atomic_long_t
+ * count[]. Both layouts are handled with CO-RE field checks.
  *
  * Counter indices are the kernel's anonymous enum (MM_FILEPAGES = 0,
  * MM_ANONPAGES, MM_SWAPENTS, MM_SHMEMPAGES), in this order since Linux 4.5;
@@ -73,31 +82,117 @@ _Static_assert(MM_FILEPAGES == MM_RSS_FILE && MM_ANONPAGES == MM_RSS_ANON &&
 		       NR_MM_COUNTERS == NR_COUNTERS,
 	       "MM_RSS_* follow the kernel's mm counter indices");
 
-SEC("tp_btf/rss_stat")
-int BPF_PROG(handle_rss_stat, struct mm_struct *mm, int member)
-{
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct mm_rss_stat_event *e;
-	__u64 addr = 0;
+/* Longest gap between the two halves of one event. */
+#define KML_PAIR_NS 50000
 
-	if (!mm || !kml_wanted(task))
-		return 0;
+/* Page size as a shift, set by user space. */
+const volatile __u32 page_shift = 12;
+
+/* One event's halves, per CPU, until the second one arrives. */
+struct half {
+	__u64 raw_ns;     /* when the raw half ran, 0: not yet */
+	__u64 mm;         /* the mm's address, from the raw half */
+	__u64 classic_ns; /* when the classic half ran, 0: not yet */
+	__s64 size;       /* the counter's value in bytes, from the classic half */
+	__s32 member;
+	__u32 curr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct half);
+} halves SEC(".maps");
+
+static __always_inline void emit(struct task_struct *task, __u64 addr, int member,
+				 __s64 size_bytes)
+{
+	struct mm_struct *mm = (void *)addr;
+	struct mm_rss_stat_event *e;
+
 	e = kml_reserve(&events, sizeof(*e), TABLE_MM_RSS_STAT);
 	if (!e)
-		return 0; /* counted as lost by kml_reserve */
+		return; /* counted as lost by kml_reserve */
 	e->ts_uptime_us = kml_now_us();
-	/* The verifier allows no arithmetic on a trusted pointer: copy the
-	 * argument out of the context as a plain number. */
-	bpf_probe_read_kernel(&addr, sizeof(addr), &ctx[0]);
 	e->mm_id = mix(addr ^ mm_id_key);
 	e->file_pages = read_counter(mm, MM_RSS_FILE);
 	e->anon_pages = read_counter(mm, MM_RSS_ANON);
 	e->swap_pages = read_counter(mm, MM_RSS_SWAP);
 	e->shmem_pages = read_counter(mm, MM_RSS_SHMEM);
-	e->pid = task->pid;
-	e->tgid = task->tgid;
+	/* The changed counter as the kernel computed it for the event. */
+	__u64 pages = size_bytes > 0 ? (__u64)size_bytes >> page_shift : 0;
+	switch (member) {
+	case MM_RSS_FILE:
+		e->file_pages = pages;
+		break;
+	case MM_RSS_ANON:
+		e->anon_pages = pages;
+		break;
+	case MM_RSS_SWAP:
+		e->swap_pages = pages;
+		break;
+	case MM_RSS_SHMEM:
+		e->shmem_pages = pages;
+		break;
+	}
+	e->pid = BPF_CORE_READ(task, pid);
+	e->tgid = BPF_CORE_READ(task, tgid);
 	e->member = member >= 0 && member < NR_COUNTERS ? member : MM_RSS_UNKNOWN;
 	e->_pad = 0;
-	kml_submit(&events, e);
+	kml_submit(&events, e, TABLE_MM_RSS_STAT);
+}
+
+static __always_inline struct half *this_cpu_half(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&halves, &zero);
+}
+
+SEC("tp_btf/rss_stat")
+int BPF_PROG(handle_rss_stat_raw, struct mm_struct *mm, int member)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct half *h = this_cpu_half();
+	__u64 now = bpf_ktime_get_ns();
+	__u64 addr = 0;
+
+	if (!h || !mm || !kml_wanted(task))
+		return 0;
+	/* The verifier allows no arithmetic on a trusted pointer: copy the
+	 * argument out of the context as a plain number. */
+	bpf_probe_read_kernel(&addr, sizeof(addr), &ctx[0]);
+	if (h->classic_ns && now - h->classic_ns < KML_PAIR_NS && h->member == member) {
+		h->classic_ns = 0;
+		emit(task, addr, member, h->size);
+		return 0;
+	}
+	h->raw_ns = now;
+	h->mm = addr;
+	h->member = member;
+	return 0;
+}
+
+SEC("tp/kmem/rss_stat")
+int handle_rss_stat(struct trace_event_raw_rss_stat *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct half *h = this_cpu_half();
+	__u64 now = bpf_ktime_get_ns();
+	int member = ctx->member;
+	__s64 size = ctx->size;
+
+	if (!h || !kml_wanted(task))
+		return 0;
+	if (h->raw_ns && now - h->raw_ns < KML_PAIR_NS && h->member == member) {
+		h->raw_ns = 0;
+		emit(task, h->mm, member, size);
+		return 0;
+	}
+	h->classic_ns = now;
+	h->size = size;
+	h->member = member;
+	h->curr = ctx->curr;
 	return 0;
 }

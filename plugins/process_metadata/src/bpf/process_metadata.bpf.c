@@ -83,7 +83,7 @@ static __always_inline void emit(struct task_struct *task)
 	e->source = PROCESS_METADATA_NEW;
 	BPF_CORE_READ_STR_INTO(&e->name, task, comm);
 	read_cmdline(e, BPF_CORE_READ(task, mm));
-	kml_submit(&metadata_ring, e);
+	kml_submit(&metadata_ring, e, TABLE_PROCESS_METADATA);
 }
 
 SEC("tp_btf/sched_process_fork")

@@ -36,7 +36,7 @@ static __always_inline void emit(struct task_struct *task, __u32 cap_type)
 	e->cap_type = cap_type;
 	/* On failure the helper leaves an empty string; the buffer stays zero. */
 	BPF_CORE_READ_STR_INTO(&e->name, task, comm);
-	kml_submit(&process_ring, e);
+	kml_submit(&process_ring, e, TABLE_PROCESS_TRACE);
 }
 
 SEC("tp_btf/sched_process_fork")

@@ -88,7 +88,7 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 				e->pid = prev->pid;
 				e->tgid = tgid;
 				e->_pad = 0;
-				kml_submit(&runtime_ring, e);
+				kml_submit(&runtime_ring, e, TABLE_RUNTIME);
 			}
 		}
 	}
@@ -114,7 +114,7 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 				e->pid = next_pid;
 				e->tgid = tgid;
 				e->_pad = 0;
-				kml_submit(&queued_ring, e);
+				kml_submit(&queued_ring, e, TABLE_QUEUED);
 			}
 		}
 	}

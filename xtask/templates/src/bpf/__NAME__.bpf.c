@@ -8,9 +8,11 @@
  *
  * Hooks that work everywhere: tp_btf/<tracepoint> (typed args, BTF),
  * raw_tp/<tracepoint>, tp/<category>/<name> (needs tracefs). fentry/kprobe
- * are not available on every machine: load them only as an option
- * (bpf_program__set_autoload(false) by default), since one program that
- * fails to load fails the whole skeleton. */
+ * are not available on every machine: decide before load, in a
+ * `before_load` hook (`hooks: custom` in src/lib.rs), with the feature
+ * checks it is given, and turn the program off (`set_autoload(false)`)
+ * where it cannot load: one program that fails to load fails the whole
+ * skeleton. */
 #include "kml.bpf.h"
 #include "__NAME__.h"
 
@@ -20,24 +22,25 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
  * count lost records per table. */
 #define TABLE_EVENTS 0
 
-/* One ring buffer per table, named in `RINGS` in src/lib.rs, in table
- * order. The SDK sets its size before load. */
+/* One ring buffer per table, named next to its table in src/lib.rs. The
+ * SDK sets its size before load. */
 KML_RING(events);
 
 /* Keep the record type in BTF so the skeleton generates it. */
 struct __NAME___event __NAME___event_btf = {};
 
 /* HOOK: change the section and the arguments to attach elsewhere. For a
- * tp_btf program the arguments are those of the tracepoint's TP_PROTO
- * (see include/trace/events/ in the kernel, or `bpftool btf dump`). */
+ * tp_btf program the arguments are those of the tracepoint's TP_PROTO:
+ * vmlinux.h has them as `typedef void (*btf_trace_<name>)(void *, ...)`
+ * (grep 'btf_trace_sched_switch)' in the vmlinux.h kernmlops-plugin-build
+ * carries, or `bpftool btf dump file /sys/kernel/btf/vmlinux format c`);
+ * the first `void *` is the context, the rest are the arguments. */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
 {
-	__u32 tgid = BPF_CORE_READ(next, tgid);
-
-	/* Honour the host's --tgid/--pid/--cgroup filters. To leave out the
-	 * collector's own threads too, add `|| tgid == kml_self_tgid`. */
+	/* The host's --tgid/--pid/--cgroup filters, and the collector itself
+	 * left out unless --include-self. */
 	if (!kml_wanted(next))
 		return 0;
 
@@ -46,12 +49,13 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 		return 0; /* counted as lost by kml_reserve */
 
 	/* COLUMNS: set every field of the record (the ring buffer is not
-	 * zeroed); a new field goes in __NAME__.h and in decl() in src/lib.rs. */
+	 * zeroed); a new field goes in __NAME__.h and in the table's columns
+	 * in src/lib.rs. */
 	e->ts_uptime_us = kml_now_us();
 	e->cpu = bpf_get_smp_processor_id();
 	e->pid = BPF_CORE_READ(next, pid);
-	e->tgid = tgid;
+	e->tgid = BPF_CORE_READ(next, tgid);
 	e->_pad = 0;
-	kml_submit(&events, e);
+	kml_submit(&events, e, TABLE_EVENTS);
 	return 0;
 }

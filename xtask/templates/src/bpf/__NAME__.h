@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Records of the __NAME__ probe, shared by kernel and user side.
  *
- * The Rust side gets this struct from the skeleton (`types::__NAME___event`)
- * and declares its columns in src/lib.rs; never copy it by hand.
+ * The Rust side gets this struct from the skeleton
+ * (`skel::types::__NAME___event`) and declares its columns in src/lib.rs;
+ * never copy it by hand.
  *
- * To add a column: add a field here, fill it in __NAME__.bpf.c, declare it
- * with `column!` in src/lib.rs. Keep fields in descending size (u64 first)
+ * To add a column: add a field here, fill it in __NAME__.bpf.c, add its
+ * line to the table in src/lib.rs. Keep fields in descending size (u64 first)
  * and pad explicitly to a multiple of 8 bytes, so the layout is the same in
  * BPF and in Rust and no byte is left uninitialised. */
 #ifndef __NAME_UPPER___H

@@ -1,31 +1,34 @@
-//! Test helpers for plugin crates: check a probe's declaration against the
-//! specification the host enforces at load (`kernmlops_plugin_api::spec`),
-//! and run the probe for real on the running kernel, the way the host does.
+//! Tests every plugin crate shares, as a dev-dependency (never compiled
+//! into a plugin's `.so`): the probe's declaration against the rules the
+//! host enforces at load (`kernmlops_plugin_api::spec`), its settings'
+//! defaults, and a real load-attach-drain on the running kernel as root.
 //!
 //! ```ignore
-//! #[test]
-//! fn declaration_meets_the_spec() {
-//!     testing::check_declaration::<BpfProbe<MyProbe>>();
-//! }
-//!
-//! #[test]
-//! fn root_collects_rows() {
-//!     if !testing::require_root("root_collects_rows") {
-//!         return;
-//!     }
-//!     let mut run = testing::Running::<BpfProbe<MyProbe>>::start("{}");
-//!     assert!(run.drain_until(Duration::from_secs(5), |r| r.rows("my_table") > 0));
-//! }
+//! // tests/quanta_runtime.rs
+//! kernmlops_plugin_testing::probe_tests!(BpfProbe<QuantaRuntime>);
+//! ```
+//! generates `declaration_meets_the_spec`, `settings_defaults_parse_back`
+//! and `root_loads_attaches_and_drains`. Plugins add their own tests with
+//! [`Running`]:
+//! ```ignore
+//! let mut run = Running::<BpfProbe<MyProbe>>::start("{}");
+//! assert!(run.drain_until(Duration::from_secs(5), |r| r.rows("my_table") > 0));
 //! ```
 
 use std::time::{Duration, Instant};
 
 use kernmlops_plugin_api::{spec, ColumnKind, TIMESTAMP_COLUMN};
+use kernmlops_plugin_sdk::{
+    settings::{self, Settings},
+    Batch, BenchmarkImpl, ProbeImpl, StartArgs, TableDecl,
+};
 
-use crate::{Batch, BenchmarkImpl, ProbeImpl, StartArgs, TableDecl};
+/// The clock of `ts_uptime_us`, for tests that compare timestamps.
+pub use kernmlops_sys::clock::uptime_us;
 
 /// Panics, naming the rule, unless `P`'s declaration would load in the host:
-/// the probe's name matches `P::NAME`, and every table passes the spec.
+/// the probe's name matches `P::NAME`, every table passes the spec, and
+/// timestamps are in microseconds.
 pub fn check_declaration<P: ProbeImpl>() {
     let decl = P::decl();
     assert_eq!(
@@ -52,39 +55,41 @@ pub fn check_declaration<P: ProbeImpl>() {
     }
 }
 
-/// Panics unless `P::CONFIG_DEFAULTS` parses as TOML into settings equal to
-/// `C::default()`: the defaults users see (`kernmlops config defaults`) are
-/// the ones the probe uses.
-pub fn check_config_defaults<P, C>()
-where
-    P: ProbeImpl,
-    C: serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
-{
-    check_defaults_text::<C>(P::NAME, P::CONFIG_DEFAULTS);
+/// Panics unless the defaults users see (`kernmlops config defaults`) parse
+/// back, through the host's TOML-to-JSON path, into the settings'
+/// `Default`, and that default passes the settings' own rules.
+pub fn check_settings_defaults<S: Settings + PartialEq + std::fmt::Debug>(name: &str) {
+    let text = settings::defaults_toml::<S>();
+    let table: toml::Table = toml::from_str(&text)
+        .unwrap_or_else(|e| panic!("{name}: the defaults are not TOML: {e}\n{text}"));
+    let json = serde_json::to_string(&table).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let parsed = settings::parse::<S>(name, &json)
+        .unwrap_or_else(|e| panic!("{name}: the defaults do not parse back: {e}\n{text}"));
+    assert_eq!(
+        parsed,
+        S::default(),
+        "{name}: the shown defaults differ from Default"
+    );
 }
 
-/// [`check_config_defaults`] for a benchmark.
+/// Panics unless `B::config_defaults()` parses as TOML into settings equal
+/// to `C::default()`.
 pub fn check_benchmark_config_defaults<B, C>()
 where
     B: BenchmarkImpl,
     C: serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
 {
-    check_defaults_text::<C>(B::NAME, B::CONFIG_DEFAULTS);
-}
-
-fn check_defaults_text<C>(name: &str, text: &str)
-where
-    C: serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
-{
-    let table: toml::Table =
-        toml::from_str(text).unwrap_or_else(|e| panic!("{name}: CONFIG_DEFAULTS is not TOML: {e}"));
-    let json = serde_json::to_value(&table).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let text = B::config_defaults();
+    let table: toml::Table = toml::from_str(&text)
+        .unwrap_or_else(|e| panic!("{}: the defaults are not TOML: {e}", B::NAME));
+    let json = serde_json::to_value(&table).unwrap_or_else(|e| panic!("{}: {e}", B::NAME));
     let parsed: C = serde_json::from_value(json)
-        .unwrap_or_else(|e| panic!("{name}: CONFIG_DEFAULTS does not fit the settings: {e}"));
+        .unwrap_or_else(|e| panic!("{}: the defaults do not fit the settings: {e}", B::NAME));
     assert_eq!(
         parsed,
         C::default(),
-        "{name}: CONFIG_DEFAULTS differs from the settings' Default"
+        "{}: the shown defaults differ from Default",
+        B::NAME
     );
 }
 
@@ -104,8 +109,9 @@ pub fn require_root(test: &str) -> bool {
     false
 }
 
-/// Start arguments as the host passes them, with the probe's settings as a
-/// JSON object and no filter.
+/// Start arguments as the host passes them, with the component's settings
+/// as a JSON object, no filter, and the test process itself recorded (a
+/// test usually makes the activity it checks).
 pub fn start_args(config_json: &str) -> StartArgs {
     StartArgs {
         config_json: config_json.into(),
@@ -114,22 +120,11 @@ pub fn start_args(config_json: &str) -> StartArgs {
         filter_pid: 0,
         filter_cgroup_id: 0,
         self_tgid: std::process::id(),
-        include_self: false,
+        include_self: true,
         filter_cgroup_descendants: false,
         output_dir: "".into(),
         state_dir: "".into(),
     }
-}
-
-/// CLOCK_BOOTTIME now, in microseconds: the clock of `ts_uptime_us`.
-pub fn uptime_us() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
 }
 
 /// A started probe with one batch per table it fills.
@@ -147,7 +142,14 @@ impl<P: ProbeImpl> Running<P> {
 
     /// Starts `P` with these arguments, panicking with its error.
     pub fn start_with(args: &StartArgs) -> Self {
-        let probe = P::start(args).unwrap_or_else(|e| panic!("starting {}: {e}", P::NAME));
+        Self::try_start_with(args).unwrap_or_else(|e| panic!("starting {}: {e}", P::NAME))
+    }
+
+    /// Starts `P` with these arguments, returning its error.
+    pub fn try_start_with(args: &StartArgs) -> Result<Self, kernmlops_plugin_sdk::Error> {
+        let section = format!("[probes.{}]", P::NAME);
+        let settings = settings::parse::<P::Settings>(&section, &args.config_json)?;
+        let probe = P::start(args, settings)?;
         let tables = probe.tables();
         for t in &tables {
             if let Err(e) = spec::validate_table(t) {
@@ -155,11 +157,11 @@ impl<P: ProbeImpl> Running<P> {
             }
         }
         let batches = tables.iter().map(|_| Batch::default()).collect();
-        Self {
+        Ok(Self {
             probe,
             tables,
             batches,
-        }
+        })
     }
 
     /// Drains every 100 ms until `done` holds or `timeout` passes; returns
@@ -173,17 +175,28 @@ impl<P: ProbeImpl> Running<P> {
             if Instant::now() >= deadline {
                 return false;
             }
-            self.probe
-                .drain(Duration::from_millis(100), &mut self.batches)
-                .unwrap_or_else(|e| panic!("draining {}: {e}", P::NAME));
-            for (t, b) in self.tables.iter().zip(&self.batches) {
-                assert_eq!(
-                    b.data.len() as u64,
-                    b.records * u64::from(t.record_size),
-                    "table {}: a batch must hold whole records",
-                    t.name
-                );
-            }
+            self.drain_once(Duration::from_millis(100));
+        }
+    }
+
+    /// One drain, checking that every batch holds whole records and none
+    /// was malformed.
+    pub fn drain_once(&mut self, timeout: Duration) {
+        self.probe
+            .drain(timeout, &mut self.batches)
+            .unwrap_or_else(|e| panic!("draining {}: {e}", P::NAME));
+        for (t, b) in self.tables.iter().zip(&self.batches) {
+            assert_eq!(
+                b.data.len() as u64,
+                b.records * u64::from(t.record_size),
+                "table {}: a batch must hold whole records",
+                t.name
+            );
+            assert_eq!(
+                b.malformed_total, 0,
+                "table {}: records of the wrong size",
+                t.name
+            );
         }
     }
 
@@ -209,6 +222,11 @@ impl<P: ProbeImpl> Running<P> {
         self.batches[self.index(table)].records
     }
 
+    /// Rows collected so far in every table.
+    pub fn total_rows(&self) -> u64 {
+        self.batches.iter().map(|b| b.records).sum()
+    }
+
     /// Lost events reported for `table`.
     pub fn lost(&self, table: &str) -> u64 {
         self.batches[self.index(table)].lost_total
@@ -231,6 +249,7 @@ impl<P: ProbeImpl> Running<P> {
                     | ColumnKind::U32
                     | ColumnKind::U64
                     | ColumnKind::BOOL
+                    | ColumnKind::LABEL
             ),
             "column {column} is not unsigned"
         );
@@ -278,4 +297,76 @@ impl<P: ProbeImpl> Running<P> {
             );
         }
     }
+}
+
+/// Starts the probe as the host would, drains for up to two seconds while
+/// making some activity (processes, files, sleeps), stops it and checks the
+/// batches: whole records, none malformed, recent timestamps. Returns the
+/// rows per table.
+pub fn load_attach_drain<P: ProbeImpl>() -> Vec<(String, u64)> {
+    let mut run = Running::<P>::start("{}");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        // Some activity most probes see: a process, a file, a few switches.
+        let _ = std::process::Command::new("true").status();
+        let _ = std::fs::read_to_string("/proc/self/status");
+        run.drain_once(Duration::from_millis(100));
+    }
+    run.stop();
+    for t in &run.tables {
+        if t.columns
+            .iter()
+            .any(|c| c.name.as_str() == TIMESTAMP_COLUMN)
+        {
+            run.assert_recent_timestamps(t.name.as_str());
+        }
+    }
+    run.tables
+        .iter()
+        .map(|t| (t.name.to_string(), run.rows(t.name.as_str())))
+        .collect()
+}
+
+/// The tests every probe crate shares: `probe_tests!(ProbeType);` in a
+/// test file, or `probe_tests!(ProbeType, rows_in = "table")` to also
+/// require rows in that table after two seconds of ordinary activity.
+#[macro_export]
+macro_rules! probe_tests {
+    ($probe:ty $(, rows_in = $table:expr)? $(,)?) => {
+        #[test]
+        fn declaration_meets_the_spec() {
+            $crate::check_declaration::<$probe>();
+        }
+
+        #[test]
+        fn settings_defaults_parse_back() {
+            $crate::check_settings_defaults::<
+                <$probe as $crate::__private::ProbeImpl>::Settings,
+            >(<$probe as $crate::__private::ProbeImpl>::NAME);
+        }
+
+        #[test]
+        fn root_loads_attaches_and_drains() {
+            if !$crate::require_root("root_loads_attaches_and_drains") {
+                return;
+            }
+            let rows = $crate::load_attach_drain::<$probe>();
+            $(
+                let table: &str = $table;
+                let n = rows
+                    .iter()
+                    .find(|(t, _)| t == table)
+                    .map(|(_, n)| *n)
+                    .unwrap_or_else(|| panic!("no table {table} in {rows:?}"));
+                assert!(n > 0, "no rows in {table} after two seconds: {rows:?}");
+            )?
+            let _ = rows;
+        }
+    };
+}
+
+/// Not public API: used by [`probe_tests!`].
+#[doc(hidden)]
+pub mod __private {
+    pub use kernmlops_plugin_sdk::ProbeImpl;
 }

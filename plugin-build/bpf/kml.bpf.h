@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Helpers shared by every kernmlops BPF program.
+ *
+ * - One clock: CLOCK_BOOTTIME in microseconds (kml_now_us), as in user space.
+ * - Lost events are counted per table in `kml_lost`, which the plugin SDK
+ *   reads and reports; a record is never dropped silently.
+ * - Ring buffer wake-ups are batched: the consumer is woken only once a
+ *   quarter of a table's ring is waiting (`kml_wakeup_bytes[table]`, set
+ *   per ring by the SDK), otherwise it drains on its own timer. Waking per
+ *   event would make sched_switch events that wake it again.
+ * - The collector's own process is left out in the kernel (kml_wanted),
+ *   unless the run asks to keep it (--include-self).
+ * - Tunables are `const volatile` and set by the SDK before load.
+ */
+#ifndef KML_BPF_H
+#define KML_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#define KML_MAX_TABLES 8
+
+/* Set by the SDK from StartArgs before load. */
+const volatile __u32 kml_filter_tgid = 0;      /* 0: every process */
+const volatile __u32 kml_filter_pid = 0;       /* 0: every thread */
+const volatile __u64 kml_filter_cgroup_id = 0; /* 0: every cgroup (v2 id) */
+const volatile __u32 kml_filter_cgroup_descendants = 0; /* and cgroups below */
+const volatile __u32 kml_self_tgid = 0; /* the collector, left out; 0: kept */
+/* Per table: wake the consumer once this many bytes wait in its ring. */
+const volatile __u64 kml_wakeup_bytes[KML_MAX_TABLES] = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KML_MAX_TABLES);
+	__type(key, __u32);
+	__type(value, __u64);
+} kml_lost SEC(".maps");
+
+/* Declares a ring buffer map; its size is set by the SDK before load. */
+#define KML_RING(name)                                  \
+	struct {                                        \
+		__uint(type, BPF_MAP_TYPE_RINGBUF);     \
+		__uint(max_entries, 4 * 1024 * 1024);   \
+	} name SEC(".maps")
+
+static __always_inline __u64 kml_now_us(void)
+{
+	return bpf_ktime_get_boot_ns() / 1000;
+}
+
+/* Deepest cgroup level searched for --cgroup's descendants. */
+#define KML_MAX_CGROUP_DEPTH 32
+
+/* Whether the task's cgroup v2 is the --cgroup one or, with descendants,
+ * below it: cgroup->ancestors[] holds every ancestor by level. */
+static __always_inline bool kml_in_cgroup(struct task_struct *task)
+{
+	struct cgroup *cg = BPF_CORE_READ(task, cgroups, dfl_cgrp);
+
+	if (BPF_CORE_READ(cg, kn, id) == kml_filter_cgroup_id)
+		return true;
+	if (!kml_filter_cgroup_descendants)
+		return false;
+	int level = BPF_CORE_READ(cg, level);
+	for (int i = 0; i < KML_MAX_CGROUP_DEPTH; i++) {
+		struct cgroup *up = NULL;
+
+		if (i >= level)
+			break;
+		bpf_core_read(&up, sizeof(up), &cg->ancestors[i]);
+		if (up && BPF_CORE_READ(up, kn, id) == kml_filter_cgroup_id)
+			return true;
+	}
+	return false;
+}
+
+/* True when events of this task pass the host's --tgid, --pid and --cgroup
+ * filters and the task is not the collector itself. The checks are in the
+ * kernel, so filtered-out events cost no ring space. */
+static __always_inline bool kml_wanted(struct task_struct *task)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+
+	if (kml_self_tgid && tgid == kml_self_tgid)
+		return false;
+	if (kml_filter_tgid && tgid != kml_filter_tgid)
+		return false;
+	if (kml_filter_pid && BPF_CORE_READ(task, pid) != kml_filter_pid)
+		return false;
+	if (kml_filter_cgroup_id && !kml_in_cgroup(task))
+		return false;
+	return true;
+}
+
+/* Reserves a record for `table` (its index in the plugin's declaration),
+ * counting a failure as a lost event. */
+static __always_inline void *kml_reserve(void *ring, __u64 size, __u32 table)
+{
+	void *rec = bpf_ringbuf_reserve(ring, size, 0);
+	if (!rec) {
+		__u64 *lost = bpf_map_lookup_elem(&kml_lost, &table);
+		if (lost)
+			*lost += 1;
+	}
+	return rec;
+}
+
+/* Submits a record of `table`, waking the consumer only past its ring's
+ * fill threshold. */
+static __always_inline void kml_submit(void *ring, void *rec, __u32 table)
+{
+	__u64 avail = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
+	__u64 threshold = table < KML_MAX_TABLES ? kml_wakeup_bytes[table] : 0;
+
+	bpf_ringbuf_submit(rec, avail >= threshold ? BPF_RB_FORCE_WAKEUP
+						   : BPF_RB_NO_WAKEUP);
+}
+
+#endif /* KML_BPF_H */
