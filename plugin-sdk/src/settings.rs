@@ -20,9 +20,7 @@
 //! }
 //! ```
 
-use std::{fmt, time::Duration};
-
-use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize, Serializer};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::{Error, Result};
 
@@ -100,60 +98,9 @@ pub fn parse<S: Settings>(section: &str, json: &str) -> Result<S> {
     Ok(settings)
 }
 
-/// A duration in settings, written as text (`"1s"`, `"500ms"`, `"2m"`):
-/// parsed and printed by `kernmlops_sys::duration`, the one parser the host
-/// uses too.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct HumanDuration(pub Duration);
-
-impl HumanDuration {
-    pub const fn from_secs(s: u64) -> Self {
-        Self(Duration::from_secs(s))
-    }
-
-    pub const fn from_millis(ms: u64) -> Self {
-        Self(Duration::from_millis(ms))
-    }
-
-    pub fn get(self) -> Duration {
-        self.0
-    }
-}
-
-impl fmt::Debug for HumanDuration {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&kernmlops_sys::duration::format_duration(self.0))
-    }
-}
-
-impl fmt::Display for HumanDuration {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&kernmlops_sys::duration::format_duration(self.0))
-    }
-}
-
-impl std::str::FromStr for HumanDuration {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        kernmlops_sys::duration::parse_duration(s)
-            .map(Self)
-            .map_err(|e| e.to_string())
-    }
-}
-
-impl Serialize for HumanDuration {
-    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-impl<'de> Deserialize<'de> for HumanDuration {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
-}
+/// A duration in settings, written as text (`"1s"`, `"500ms"`, `"2m"`),
+/// parsed in one place for host and plugins alike.
+pub use kernmlops_sys::duration::HumanDuration;
 
 /// Declares a settings struct: fields with doc comments and defaults, and
 /// optionally a `validate(s) { ... }` block returning `Result<(), String>`.
@@ -218,6 +165,8 @@ macro_rules! __settings_with_serde {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     crate::settings! {

@@ -322,3 +322,58 @@ mod tests {
         }
     }
 }
+
+/// A duration written as text in settings (`"1s"`, `"500ms"`, `"2m"`):
+/// parsed by [`parse_duration`] and shown by [`format_duration`], with serde
+/// support behind the `serde` feature. Host and plugins use this one type.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct HumanDuration(pub Duration);
+
+impl HumanDuration {
+    pub const fn from_secs(s: u64) -> Self {
+        Self(Duration::from_secs(s))
+    }
+
+    pub const fn from_millis(ms: u64) -> Self {
+        Self(Duration::from_millis(ms))
+    }
+
+    pub const fn get(self) -> Duration {
+        self.0
+    }
+}
+
+impl fmt::Debug for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_duration(self.0))
+    }
+}
+
+impl fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_duration(self.0))
+    }
+}
+
+impl std::str::FromStr for HumanDuration {
+    type Err = DurationError;
+
+    fn from_str(s: &str) -> Result<Self, DurationError> {
+        parse_duration(s).map(Self)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for HumanDuration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(self.0))
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for HumanDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
