@@ -342,6 +342,25 @@ pub trait Probe: Send {
     /// records them; `--strict` makes them errors.
     #[sabi(last_prefix_field)]
     fn notes(&self) -> RVec<RString>;
+
+    /// The kernel's run-time statistics of the probe's BPF programs (empty
+    /// for probes without BPF). The counts grow only while the kernel's BPF
+    /// statistics are enabled, which the host does for the run.
+    fn bpf_stats(&self) -> RVec<BpfProgramStats>;
+}
+
+/// The kernel's run-time statistics of one BPF program.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub struct BpfProgramStats {
+    /// The program's name in its object (`handle_sched_switch`).
+    pub name: RString,
+    /// The kernel's id of the loaded program.
+    pub id: u32,
+    /// Times the program ran.
+    pub run_cnt: u64,
+    /// Total time it ran, in nanoseconds.
+    pub run_time_ns: u64,
 }
 
 /// A boxed, ABI-stable [`Probe`].

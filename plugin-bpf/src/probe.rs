@@ -15,8 +15,11 @@ use std::{
     time::Duration,
 };
 
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
 use kernmlops_plugin_sdk::{
-    api::ErrorKind, Batch, Error, ProbeDecl, ProbeImpl, Result, StartArgs, TableDecl,
+    api::{BpfProgramStats, ErrorKind},
+    Batch, Error, ProbeDecl, ProbeImpl, Result, StartArgs, TableDecl,
 };
 use libbpf_rs::{
     skel::{OpenSkel, Skel, SkelBuilder},
@@ -410,6 +413,42 @@ impl<P: BpfHooks> ProbeImpl for BpfProbe<P> {
     fn notes(&self) -> Vec<String> {
         self.notes.clone()
     }
+
+    fn bpf_stats(&self) -> Vec<BpfProgramStats> {
+        let Some(skel) = self.skel.as_ref() else {
+            return Vec::new();
+        };
+        skel.object()
+            .progs()
+            .filter(|p| p.autoload())
+            .filter_map(|p| {
+                let info = program_info(p.as_fd())?;
+                Some(BpfProgramStats {
+                    name: p.name().to_string_lossy().into_owned().into(),
+                    id: info.id,
+                    run_cnt: info.run_cnt,
+                    run_time_ns: info.run_time_ns,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The kernel's `bpf_prog_info` of a loaded program.
+fn program_info(fd: BorrowedFd<'_>) -> Option<libbpf_rs::libbpf_sys::bpf_prog_info> {
+    // SAFETY: bpf_prog_info is plain old data; zero is a valid value.
+    let mut info: libbpf_rs::libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = u32::try_from(std::mem::size_of_val(&info)).ok()?;
+    // SAFETY: `info` is writable for `len` bytes and `fd` is a program fd;
+    // the kernel fills at most `len` bytes.
+    let rc = unsafe {
+        libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
+            fd.as_raw_fd(),
+            &mut info,
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(info)
 }
 
 impl<P: BpfHooks> Drop for BpfProbe<P> {

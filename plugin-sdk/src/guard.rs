@@ -12,7 +12,7 @@ use abi_stable::{
     std_types::{RResult, RStr, RString, RVec},
 };
 use kernmlops_plugin_api::{
-    Batch, Benchmark, BenchmarkBox, BenchmarkDecl, BenchmarkStatus, Benchmark_TO, ErrorKind, Graph,
+    Batch, Benchmark, BenchmarkBox, BpfProgramStats, BenchmarkDecl, BenchmarkStatus, Benchmark_TO, ErrorKind, Graph,
     GraphBox, GraphDecl, Graph_TO, PluginError, PluginInfo, PluginResult, Probe, ProbeBox,
     Probe_TO, StartArgs, TableDecl, DATA_CONTRACT_VERSION,
 };
@@ -202,6 +202,13 @@ impl<P: ProbeImpl> Probe for Guarded<P> {
         catch_unwind(AssertUnwindSafe(|| self.inner.notes()))
             .map(|n| n.into_iter().map(RString::from).collect())
             .unwrap_or_else(|_| RVec::from(vec![RString::from("listing notes panicked")]))
+    }
+
+    fn bpf_stats(&self) -> RVec<BpfProgramStats> {
+        // A panic here leaves no statistics; the host reports them missing.
+        catch_unwind(AssertUnwindSafe(|| self.inner.bpf_stats()))
+            .map(RVec::from)
+            .unwrap_or_default()
     }
 }
 

@@ -125,6 +125,11 @@ pub trait ProbeImpl: Sized + Send + 'static {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// The kernel's run-time statistics of the probe's BPF programs.
+    fn bpf_stats(&self) -> Vec<api::BpfProgramStats> {
+        Vec::new()
+    }
 }
 
 /// A workload benchmark written in plain Rust. [`export_plugin!`] turns it

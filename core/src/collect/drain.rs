@@ -7,20 +7,24 @@ use std::{
     path::Path,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
-        Arc,
+        Arc, Mutex,
     },
     thread,
     time::Duration,
 };
 
 use abi_stable::std_types::{RResult, RVec};
-use kernmlops_plugin_api::{Batch, ProbeBox, TableDecl};
+use kernmlops_plugin_api::{Batch, BpfProgramStats, ProbeBox, TableDecl};
 
 use crate::{
     decode::TableDecoder,
     sink::{FlushPolicy, IpcSink},
     validate::{validate_table, ValidationError},
 };
+
+/// The kernel's run-time statistics of a probe's BPF programs, taken by its
+/// drain thread just before the probe is dropped.
+pub type ProbeStats = Arc<Mutex<Vec<BpfProgramStats>>>;
 
 /// Rows and losses of one table, updated live by its probe's thread.
 #[derive(Debug, Default)]
@@ -37,6 +41,7 @@ pub(super) struct RunningProbe {
     pub plugin: String,
     pub tables: Vec<String>,
     pub counters: Vec<Arc<TableCounters>>,
+    pub stats: ProbeStats,
     pub handle: thread::JoinHandle<Result<(), String>>,
 }
 
@@ -94,16 +99,28 @@ pub(super) fn spawn(
     }
     let counters: Vec<Arc<TableCounters>> = sinks.iter().map(|_| Arc::default()).collect();
     let thread_counters = counters.clone();
+    let stats = ProbeStats::default();
+    let thread_stats = stats.clone();
     let drain_ms = u32::try_from(setup.drain_interval.as_millis()).unwrap_or(u32::MAX);
     let handle = thread::Builder::new()
         .name(format!("kml-{name}"))
-        .spawn(move || drain_loop(probe, sinks, &thread_counters, drain_ms, &stop))
+        .spawn(move || {
+            drain_loop(
+                probe,
+                sinks,
+                &thread_counters,
+                drain_ms,
+                &stop,
+                &thread_stats,
+            )
+        })
         .map_err(|e| format!("starting its thread: {e}"))?;
     Ok(RunningProbe {
         name: name.to_owned(),
         plugin: plugin.to_owned(),
         tables: tables.iter().map(|t| t.name.to_string()).collect(),
         counters,
+        stats,
         handle,
     })
 }
@@ -117,6 +134,7 @@ pub fn drain_loop(
     counters: &[Arc<TableCounters>],
     drain_ms: u32,
     stop: &AtomicBool,
+    stats: &ProbeStats,
 ) -> Result<(), String> {
     let mut batches: RVec<Batch> = sinks.iter().map(|_| Batch::default()).collect();
     let mut error: Option<String> = None;
@@ -149,6 +167,9 @@ pub fn drain_loop(
         if stopping || error.is_some() {
             break;
         }
+    }
+    if let Ok(mut s) = stats.lock() {
+        *s = probe.bpf_stats().into_vec();
     }
     drop(probe);
     for sink in sinks {
