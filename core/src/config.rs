@@ -58,7 +58,7 @@ impl Default for Config {
                 output: "data".into(),
                 plugin_dir: "plugins".into(),
                 duration: "0s".into(),
-                ring_size: "16MiB".into(),
+                ring_size: "auto".into(),
                 drain_interval: "100ms".into(),
                 flush_interval: "1s".into(),
                 flush_rows: 1 << 20,
@@ -297,9 +297,13 @@ impl Config {
 pub use kernmlops_sys::duration::parse_duration;
 
 /// Parses a ring size (`16MiB`, `4M`, `65536`) into a power-of-two byte
-/// count between 4 KiB and 1 GiB.
+/// count between 4 KiB and 1 GiB; `auto` is 0: each table's ring is sized
+/// from the rate its probe declares (64 KiB to 16 MiB).
 pub fn ring_bytes(s: &str) -> Result<u64, String> {
     let s = s.trim();
+    if s == "auto" {
+        return Ok(0);
+    }
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let value: u64 = num
@@ -472,6 +476,7 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("ten").is_err() && parse_duration("5y").is_err());
         assert_eq!(ring_bytes("16MiB"), Ok(16 << 20));
+        assert_eq!(ring_bytes("auto"), Ok(0));
         assert!(ring_bytes("1000").is_err() && ring_bytes("2GiB").is_err());
     }
 }

@@ -56,19 +56,80 @@ pub fn collection_id_column(id: &str, rows: usize) -> ArrayRef {
     }
 }
 
+/// A column's field metadata: its unit (when it has one) and description.
+pub fn column_metadata(unit: &str, description: &str) -> HashMap<String, String> {
+    let mut meta = HashMap::new();
+    if !unit.is_empty() {
+        meta.insert("unit".to_owned(), unit.to_owned());
+    }
+    if !description.is_empty() {
+        meta.insert("description".to_owned(), description.to_owned());
+    }
+    meta
+}
+
+/// One column of a table the host builds itself (`system_info`,
+/// `performance_indicator`, `collector_overhead`): name, unit, description
+/// and values.
+pub struct HostColumn {
+    pub name: String,
+    pub unit: &'static str,
+    pub description: String,
+    pub values: ArrayRef,
+}
+
+impl HostColumn {
+    pub fn new(
+        name: impl Into<String>,
+        unit: &'static str,
+        description: impl Into<String>,
+        values: ArrayRef,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            unit,
+            description: description.into(),
+            values,
+        }
+    }
+}
+
+/// A table the host builds itself, laid out like declared ones:
+/// `collection_id` first, then the columns, each with its unit and
+/// description, and the table's name and description in the schema.
+pub fn host_table(
+    table: &str,
+    description: &str,
+    collection_id: &str,
+    columns: Vec<HostColumn>,
+) -> Result<RecordBatch, ArrowError> {
+    let rows = columns.first().map_or(0, |c| c.values.len());
+    let mut fields = vec![collection_id_field()];
+    let mut arrays = vec![collection_id_column(collection_id, rows)];
+    for c in columns {
+        fields.push(
+            Field::new(
+                &c.name,
+                c.values.data_type().clone(),
+                c.values.null_count() > 0,
+            )
+            .with_metadata(column_metadata(c.unit, &c.description)),
+        );
+        arrays.push(c.values);
+    }
+    let mut meta = HashMap::new();
+    meta.insert("table".to_owned(), table.to_owned());
+    meta.insert("description".to_owned(), description.to_owned());
+    RecordBatch::try_new(Arc::new(Schema::new(fields).with_metadata(meta)), arrays)
+}
+
 /// The Arrow schema of a declared table: `collection_id`, then the declared
 /// columns in order, with each column's unit and description as metadata.
 pub fn schema_for(decl: &TableDecl) -> SchemaRef {
     let mut fields = vec![collection_id_field()];
     for c in decl.columns.iter() {
         let dt = arrow_type(c.kind).unwrap_or(DataType::Null);
-        let mut meta = HashMap::new();
-        if !c.unit.is_empty() {
-            meta.insert("unit".to_owned(), c.unit.to_string());
-        }
-        if !c.description.is_empty() {
-            meta.insert("description".to_owned(), c.description.to_string());
-        }
+        let meta = column_metadata(&c.unit, &c.description);
         fields
             .push(Field::new(c.name.as_str(), dt, c.kind == ColumnKind::LABEL).with_metadata(meta));
     }

@@ -12,10 +12,10 @@ use arrow_array::{
     ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
     UInt64Array,
 };
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::DataType;
 use serde_json::{Map, Value};
 
-use crate::decode;
+use crate::decode::{self, HostColumn};
 
 /// The table the figures go to.
 pub const TABLE: &str = "performance_indicator";
@@ -248,75 +248,55 @@ impl RunFigures {
 
     /// The one-row `performance_indicator` table.
     pub fn to_batch(&self, collection_id: &str) -> Result<RecordBatch, arrow_schema::ArrowError> {
-        let mut fields: Vec<Field> = Vec::new();
-        let mut columns: Vec<ArrayRef> = Vec::new();
-        let mut push = |name: &str, unit: &str, desc: &str, array: ArrayRef| {
-            let mut meta = std::collections::HashMap::new();
-            if !unit.is_empty() {
-                meta.insert("unit".to_owned(), unit.to_owned());
-            }
-            meta.insert("description".to_owned(), desc.to_owned());
-            fields.push(
-                Field::new(name, array.data_type().clone(), array.null_count() > 0)
-                    .with_metadata(meta),
-            );
-            columns.push(array);
-        };
-        push(
-            "ts_uptime_us",
-            "us",
-            "when the benchmark ended (CLOCK_BOOTTIME)",
-            Arc::new(UInt64Array::from(vec![self.end_uptime_us])),
-        );
         let i = &self.indicator;
-        push(
-            "name",
-            "",
-            "the benchmark",
-            Arc::new(StringArray::from(vec![i.name.as_str()])),
-        );
-        push(
-            "component",
-            "",
-            "what the benchmark measured",
-            Arc::new(StringArray::from(vec![i.component.as_str()])),
-        );
-        push(
-            "overall_score",
-            "",
-            "the benchmark's overall score, if it gives one",
-            Arc::new(Float64Array::from(vec![i.overall_score])),
-        );
-        push(
-            "exit_code",
-            "",
-            "the benchmark's exit code (null when the host stopped it)",
-            Arc::new(Int32Array::from(vec![self.exit_code])),
-        );
-        push(
-            "wall_time_s",
-            "s",
-            "from launch to the benchmark's end",
-            Arc::new(Float64Array::from(vec![self.wall_time_s])),
-        );
+        let mut columns = vec![
+            HostColumn::new(
+                "ts_uptime_us",
+                "us",
+                "when the benchmark ended (CLOCK_BOOTTIME)",
+                Arc::new(UInt64Array::from(vec![self.end_uptime_us])) as ArrayRef,
+            ),
+            HostColumn::new(
+                "name",
+                "",
+                "the benchmark",
+                Arc::new(StringArray::from(vec![i.name.as_str()])),
+            ),
+            HostColumn::new(
+                "component",
+                "",
+                "what the benchmark measured",
+                Arc::new(StringArray::from(vec![i.component.as_str()])),
+            ),
+            HostColumn::new(
+                "overall_score",
+                "",
+                "the benchmark's overall score, if it gives one",
+                Arc::new(Float64Array::from(vec![i.overall_score])),
+            ),
+            HostColumn::new(
+                "exit_code",
+                "",
+                "the benchmark's exit code (null when the host stopped it)",
+                Arc::new(Int32Array::from(vec![self.exit_code])),
+            ),
+            HostColumn::new(
+                "wall_time_s",
+                "s",
+                "from launch to the benchmark's end",
+                Arc::new(Float64Array::from(vec![self.wall_time_s])),
+            ),
+        ];
         for ((name, unit, desc), value) in RUSAGE_FIELDS.iter().zip(self.rusage.0) {
-            if name.ends_with("time") {
-                push(name, unit, desc, Arc::new(Float64Array::from(vec![value])));
+            let values: ArrayRef = if name.ends_with("time") {
+                Arc::new(Float64Array::from(vec![value]))
             } else {
-                push(
-                    name,
-                    unit,
-                    desc,
-                    Arc::new(Int64Array::from(vec![value as i64])),
-                );
-            }
+                Arc::new(Int64Array::from(vec![value as i64]))
+            };
+            columns.push(HostColumn::new(*name, unit, *desc, values));
         }
-        let mut taken: std::collections::BTreeSet<String> = ["ts_uptime_us", "name", "component"]
-            .into_iter()
-            .chain(["overall_score", "exit_code", "wall_time_s"])
-            .chain(RUSAGE_FIELDS.iter().map(|f| f.0))
-            .map(str::to_owned)
-            .collect();
+        let mut taken: std::collections::BTreeSet<String> =
+            columns.iter().map(|c| c.name.clone()).collect();
         for (prefix, map, what) in [
             ("param_", &i.parameters, "benchmark setting"),
             ("result_", &i.result, "benchmark result"),
@@ -326,12 +306,20 @@ impl RunFigures {
                 while !taken.insert(name.clone()) {
                     name.push('_');
                 }
-                push(&name, "", &format!("{what} {key:?}"), json_array(value));
+                columns.push(HostColumn::new(
+                    name,
+                    "",
+                    format!("{what} {key:?}"),
+                    json_array(value),
+                ));
             }
         }
-        fields.push(decode::collection_id_field());
-        columns.push(decode::collection_id_column(collection_id, 1));
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        decode::host_table(
+            TABLE,
+            "The benchmark's own result and the resources its processes used",
+            collection_id,
+            columns,
+        )
     }
 }
 

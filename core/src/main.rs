@@ -159,7 +159,9 @@ struct RunArgs {
     /// yet, instead of a new sub-folder of --output (used by experiments).
     #[arg(long, value_name = "DIR", conflicts_with = "output")]
     collection_dir: Option<PathBuf>,
-    /// Size of each probe ring buffer, e.g. 16MiB.
+    /// Size of each probe ring buffer, e.g. 16MiB, or `auto` (each table's
+    /// ring sized from its probe's declared event rate) [default:
+    /// collect.ring_size, auto].
     #[arg(long)]
     ring_size: Option<String>,
     /// Longest time collected rows stay in memory before reaching disk.
@@ -184,10 +186,19 @@ struct RunArgs {
     /// With --benchmark: run it without probes, as a baseline.
     #[arg(long, requires = "benchmark", conflicts_with = "plugins")]
     baseline: bool,
-    /// Record only tasks in this cgroup v2 folder (e.g.
-    /// /sys/fs/cgroup/system.slice/redis.service), filtered in the kernel.
+    /// Record only tasks in this cgroup v2 folder and the cgroups below it
+    /// (e.g. /sys/fs/cgroup/system.slice/redis.service), filtered in the
+    /// kernel.
     #[arg(long, value_name = "PATH")]
     cgroup: Option<PathBuf>,
+    /// With --cgroup: only tasks directly in that cgroup, not in the
+    /// cgroups below it.
+    #[arg(long, requires = "cgroup")]
+    cgroup_exact: bool,
+    /// Record the collector's own process too (by default every probe
+    /// leaves it out in the kernel, so it is not in its own data).
+    #[arg(long)]
+    include_self: bool,
 }
 
 fn main() -> ExitCode {
@@ -394,6 +405,7 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         "tgid": args.tgid,
         "pid": args.pid,
         "cgroup": args.cgroup.as_ref().map(|p| p.display().to_string()),
+        "cgroup_descendants": args.cgroup.is_some() && !args.cgroup_exact,
     });
     let opts = RunOptions {
         probes,
@@ -417,9 +429,9 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
                 Some(path) => cgroup_id(path)?,
                 None => 0,
             },
-            cgroup_descendants: false,
+            cgroup_descendants: !args.cgroup_exact,
         },
-        include_self: false,
+        include_self: args.include_self,
         probe_config: Config::settings_json(&settings),
         benchmark: args.benchmark.clone(),
         benchmark_config: Config::settings_json(&bench_settings),
@@ -454,6 +466,9 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         "  manifest: {}",
         summary.dir.join("manifest.json").display()
     );
+    if let Some(cost) = &summary.overhead {
+        println!("  {}", cost.summary());
+    }
     if args.graphs {
         graphs(cfg, plugin_flag, &summary.dir)?;
     }

@@ -169,6 +169,14 @@ pub struct Manifest {
     pub run_class: RunClass,
     #[serde(default)]
     pub benchmark: Option<BenchmarkEntry>,
+    /// Whether the collector's own process was recorded (`--include-self`);
+    /// by default probes leave it out in the kernel.
+    #[serde(default)]
+    pub include_self: bool,
+    /// What collecting cost (BPF programs' kernel time, the host's CPU and
+    /// memory), once the run has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector_overhead: Option<crate::collect::CollectorOverhead>,
 }
 
 impl Manifest {

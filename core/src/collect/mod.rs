@@ -16,6 +16,7 @@
 mod bench;
 mod check;
 mod drain;
+mod overhead;
 mod record;
 mod repair;
 mod status;
@@ -35,6 +36,7 @@ use kernmlops_plugin_api::{ProbeDecl, StartArgs};
 
 pub use check::{check, CheckResult};
 pub use drain::{drain_loop, run_tables, TableCounters};
+pub use overhead::{CollectorOverhead, ProbeCost, ProgramCost};
 pub use repair::repair_collection;
 
 use self::{
@@ -123,6 +125,8 @@ pub struct Summary {
     pub tables: BTreeMap<String, TableEntry>,
     pub errors: Vec<String>,
     pub attach_ms: f64,
+    /// What collecting cost.
+    pub overhead: Option<CollectorOverhead>,
 }
 
 /// A new collection id: UTC start time and a short random suffix.
@@ -188,6 +192,8 @@ pub fn run(
     if let Some(b) = bench.as_mut() {
         b.setup(&mut record)?;
     }
+    // Before the probes load, so their programs' statistics cover the run.
+    let meter = overhead::CostMeter::start();
     let attach_start = Instant::now();
     let setup = SinkSetup {
         dir: &dir,
@@ -222,6 +228,7 @@ pub fn run(
 
     let running_probes = running.len();
     let mut failed = false;
+    let mut probe_stats = Vec::new();
     for r in running {
         let outcome = r
             .handle
@@ -230,6 +237,8 @@ pub fn run(
         failed |= record.probe_ended(&r.name, &r.plugin, &outcome);
         // The threads are joined: the counts are final.
         record.record_tables(&r.name, &r.tables, &r.counters);
+        let stats = r.stats.lock().map(|s| s.clone()).unwrap_or_default();
+        probe_stats.push((r.name.clone(), stats));
         for (t, c) in r.tables.iter().zip(&r.counters) {
             let malformed = c.malformed.load(Ordering::Relaxed);
             if malformed > 0 {
@@ -241,6 +250,10 @@ pub fn run(
             }
         }
     }
+    let rows = record.man.tables.values().map(|t| t.rows).sum();
+    let cost = meter.finish(&probe_stats, rows);
+    write_overhead(&mut record, &cost, &collection_id);
+    record.man.collector_overhead = Some(cost);
     write_system_info(&mut record, &sys, &collection_id)?;
     record.complete(failed, running_probes)?;
     Ok(Summary {
@@ -250,6 +263,7 @@ pub fn run(
         tables: record.man.tables.clone(),
         errors: record.man.errors.clone(),
         attach_ms,
+        overhead: record.man.collector_overhead.clone(),
     })
 }
 
@@ -373,6 +387,25 @@ fn wait_for_end(
     };
     status.clear();
     Ok(stopped_by)
+}
+
+/// Writes the `collector_overhead` table; a failure is recorded as an
+/// error of the run.
+fn write_overhead(record: &mut RunRecord, cost: &CollectorOverhead, collection_id: &str) {
+    let path = record.dir.join(format!("{}.arrow", overhead::TABLE));
+    let written = cost
+        .to_batch(collection_id, clock::uptime_us())
+        .map_err(|e| e.to_string())
+        .and_then(|b| {
+            let rows = b.num_rows() as u64;
+            sink::write_table(&path, &b)
+                .map(|()| rows)
+                .map_err(|e| e.to_string())
+        });
+    match written {
+        Ok(rows) => record.host_table(overhead::TABLE, rows),
+        Err(e) => record.error(format!("writing {}: {e}", path.display())),
+    }
 }
 
 /// Writes the one-row `system_info` table.

@@ -70,6 +70,8 @@ impl RunRecord {
                 plugin: plugin.to_owned(),
                 ..BenchmarkEntry::default()
             }),
+            include_self: opts.include_self,
+            collector_overhead: None,
         };
         Self { dir, man }
     }
