@@ -85,6 +85,7 @@ results.arrow and graphs/. A global --config FILE is merged under the file's
     /// confidence interval of each result per variable combination.
     #[command(after_help = "Examples:
   kernmlops experiment results experiments/sweep
+  kernmlops experiment results experiments/sweep --figures read_iops,write_iops --no-graphs
 
 In Python: polars.read_parquet(\"experiments/sweep/results.parquet\").
 Works while runs are still going: it reads what has finished.")]
@@ -94,6 +95,10 @@ Works while runs are still going: it reads what has finished.")]
         /// Do not render graphs.
         #[arg(long)]
         no_graphs: bool,
+        /// Print only these figures, comma-separated (`@result` keys,
+        /// `overall_score`, `wall_time_s`) [default: all numeric ones].
+        #[arg(long, value_delimiter = ',', value_name = "KEY,...")]
+        figures: Vec<String>,
     },
     /// Perform exactly one planned run of an experiment folder (used by
     /// cluster executors; `resume` is what users want).
@@ -198,15 +203,16 @@ pub fn main(args: ExperimentArgs, env: &Env) -> Result<ExitCode> {
         ExperimentCommand::Run(a) => run(a, env),
         ExperimentCommand::Resume(a) => resume(a, env),
         ExperimentCommand::Status { dir, json } => status(&ExpDir::new(dir), json),
-        ExperimentCommand::Results { dir, no_graphs } => {
+        ExperimentCommand::Results {
+            dir,
+            no_graphs,
+            figures,
+        } => {
             let dir = ExpDir::new(dir);
             let record = Record::read(&dir)?;
             let plugin_dir = resolve_plugin_dir(env, Some(&record))?;
-            report(
-                &dir,
-                &record,
-                (!no_graphs).then_some((env, plugin_dir.as_path())),
-            )?;
+            let draw = (!no_graphs).then_some((env, plugin_dir.as_path()));
+            report(&dir, &record, draw, &figures)?;
             Ok(ExitCode::SUCCESS)
         }
         ExperimentCommand::Exec {
@@ -365,6 +371,9 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
     };
     let plugin_dir = resolve_plugin_dir(env, None)?;
     let registry = env.registry(&plugin_dir)?;
+    for (path, e) in &registry.failures {
+        eprintln!("warning: plugin {} refused: {e}", path.display());
+    }
     registry
         .find_benchmark(&spec.benchmark)
         .map_err(|m| invalid(&spec, "benchmark", m))?;
@@ -677,17 +686,20 @@ fn drive(
     let mut progress = Progress::new(&record.variables);
     let mut executor = LocalExecutor;
     let observed = state::observe(dir, &record, &[]);
+    // Runs still going in another process (a `kernmlops run` finishing
+    // after its experiment was killed) are waited for, then redone if they
+    // were cut off.
     let todo: Vec<PlannedRun> = record
         .runs
         .iter()
         .zip(&observed)
-        .filter(|(_, o)| o.needs_run(common.retry_failed))
+        .filter(|(_, o)| o.needs_run(common.retry_failed) || o.state == RunState::Running)
         .map(|(r, _)| r.clone())
         .collect();
     let already = record.runs.len() - todo.len();
     if already > 0 {
         eprintln!(
-            "{already} of {} runs need nothing more (done, failed with data kept, or running elsewhere); {} to do",
+            "{already} of {} runs need nothing more (done, or failed with their data kept); {} to do",
             record.runs.len(),
             todo.len()
         );
@@ -705,7 +717,7 @@ fn drive(
             }
         }
     }
-    let mut ran = execute(&mut executor, &ctx, &todo, &mut progress)?;
+    execute(&mut executor, &ctx, &todo, &mut progress)?;
 
     // Adaptive repeats: one more run for each combination whose interval
     // is still too wide, round after round.
@@ -758,14 +770,13 @@ fn drive(
             record.runs.extend(extra.iter().cloned());
             record.updated_utc = clock::rfc3339(clock::unix_us());
             record.write(dir)?;
-            ran += execute(&mut executor, &ctx, &extra, &mut progress)?;
+            execute(&mut executor, &ctx, &extra, &mut progress)?;
         }
     }
     progress.finish();
     let stopped = stop.load(Ordering::Relaxed);
     let draw = (!common.no_graphs).then_some((env, plugin_dir));
-    let code = report(dir, &record, draw)?;
-    let _ = ran;
+    let code = report(dir, &record, draw, &[])?;
     if stopped {
         eprintln!(
             "stopped by a signal; carry on with `kernmlops experiment resume {}`",
@@ -776,30 +787,33 @@ fn drive(
     Ok(code)
 }
 
-/// Runs `runs` with `executor`; how many were attempted.
+/// Runs `runs` with `executor`.
 fn execute(
     executor: &mut dyn Executor,
     ctx: &RunContext,
     runs: &[PlannedRun],
     observer: &mut dyn RunObserver,
-) -> Result<usize> {
+) -> Result<()> {
     if runs.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
     match executor.execute(ctx, runs, observer)? {
-        Dispatch::Completed(outcomes) => {
-            Ok(outcomes.iter().filter(|o| o.skipped.is_none()).count())
-        }
+        Dispatch::Completed(_) => {}
         Dispatch::Submitted { id, runs } => {
             observer.note(&format!("submitted {runs} runs as {id}"));
-            Ok(0)
         }
     }
+    Ok(())
 }
 
 /// Writes the results (and graphs), prints the summary; failure when runs
 /// are missing or failed.
-fn report(dir: &ExpDir, record: &Record, draw: Option<(&Env, &Path)>) -> Result<ExitCode> {
+fn report(
+    dir: &ExpDir,
+    record: &Record,
+    draw: Option<(&Env, &Path)>,
+    only: &[String],
+) -> Result<ExitCode> {
     let observed = state::observe(dir, record, &[]);
     let results = Results::collect(dir, record, &observed);
     results.write(dir)?;
@@ -838,7 +852,23 @@ fn report(dir: &ExpDir, record: &Record, draw: Option<(&Env, &Path)>) -> Result<
             dir.runs().display()
         );
     }
-    let summaries = results::summarize(record, &results);
+    let mut summaries = results::summarize(record, &results);
+    if !only.is_empty() {
+        let known: Vec<String> = results::figure_columns(&results)
+            .iter()
+            .map(|c| c.name.trim_start_matches("result_").to_owned())
+            .collect();
+        if let Some(bad) = only.iter().find(|f| !known.contains(f)) {
+            return Err(ExperimentError::Usage(format!(
+                "--figures {bad}: no such numeric figure (known: {})",
+                known.join(", ")
+            )));
+        }
+        for s in &mut summaries {
+            s.figures
+                .retain(|(c, _)| only.iter().any(|f| f == c.trim_start_matches("result_")));
+        }
+    }
     if !summaries.is_empty() {
         println!();
         print!("{}", results::render(&summaries));

@@ -23,8 +23,16 @@ pub fn render(registry: &Registry, dir: &ExpDir) -> Result<Vec<PathBuf>> {
         .iter()
         .find(|p| p.graphs.iter().any(|g| g.name.as_str() == GRAPH))
     else {
+        let refused = if registry.failures.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} plugin(s) there were refused, see `kernmlops plugins`",
+                registry.failures.len()
+            )
+        };
         return Err(ExperimentError::Plugins(format!(
-            "no plugin in {} offers the {GRAPH} graph (build the graphs plugin with `cargo xtask build-plugins`)",
+            "no plugin in {} offers the {GRAPH} graph (build the graphs plugin with `cargo xtask build-plugins`){refused}",
             registry.dir.display()
         )));
     };

@@ -33,7 +33,8 @@ pub struct Progress {
     durations: Vec<f64>,
     failed: usize,
     done: usize,
-    current: Option<(usize, usize, String, Instant)>,
+    total: usize,
+    current: Option<(String, Instant)>,
     last_draw: Option<Instant>,
 }
 
@@ -48,6 +49,7 @@ impl Progress {
             durations: Vec::new(),
             failed: 0,
             done: 0,
+            total: 0,
             current: None,
             last_draw: None,
         }
@@ -69,7 +71,7 @@ impl Progress {
         let in_current = self
             .current
             .as_ref()
-            .map_or(0.0, |c| c.3.elapsed().as_secs_f64().min(mean));
+            .map_or(0.0, |c| c.1.elapsed().as_secs_f64().min(mean));
         Some(Duration::from_secs_f64((left - in_current).max(0.0)))
     }
 
@@ -77,9 +79,9 @@ impl Progress {
         let what = self
             .current
             .as_ref()
-            .map_or(String::new(), |c| format!(" {}", c.2));
+            .map_or(String::new(), |c| format!(" | running {}", c.0));
         format!(
-            "[{}/{total}]{what} | {} elapsed, {} left | {} failed",
+            "{}/{total} done{what} | {} elapsed, {} left | {} failed",
             self.done,
             clock(self.start.elapsed()),
             self.remaining(total)
@@ -89,10 +91,10 @@ impl Progress {
     }
 
     fn draw(&mut self) {
-        let Some(total) = self.current.as_ref().map(|c| c.1) else {
+        if self.total == 0 {
             return;
-        };
-        let mut line = self.status(total);
+        }
+        let mut line = self.status(self.total);
         let width = terminal_width();
         if line.chars().count() >= width {
             line = line.chars().take(width.saturating_sub(1)).collect();
@@ -122,6 +124,7 @@ impl Progress {
             let _ = write!(std::io::stderr(), "\r\x1b[2K");
         }
         self.current = None;
+        self.total = 0;
     }
 }
 
@@ -145,7 +148,8 @@ impl RunObserver for Progress {
         } else {
             format!("{what} #{}", run.repeat)
         };
-        self.current = Some((index, total, what.clone(), Instant::now()));
+        self.total = total;
+        self.current = Some((what.clone(), Instant::now()));
         if self.tty {
             self.draw();
         } else {
@@ -164,7 +168,7 @@ impl RunObserver for Progress {
     }
 
     fn finished(&mut self, index: usize, total: usize, run: &PlannedRun, outcome: &RunOutcome) {
-        let what = self.current.as_ref().map_or(String::new(), |c| c.2.clone());
+        let what = self.current.take().map_or(String::new(), |c| c.0);
         self.done += 1;
         if let Some(s) = outcome.seconds {
             self.durations.push(s);

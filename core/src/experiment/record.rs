@@ -294,11 +294,29 @@ pub fn hostname() -> String {
         .unwrap_or_default()
 }
 
-/// An exclusive `flock` on a file, released when dropped (or when the
-/// process dies, however it dies).
+/// An exclusive lock on a whole file (an open-file-description lock,
+/// `F_OFD_SETLK`), released when dropped or when the process dies, however
+/// it dies. Unlike `flock`, whether it is held can be asked without taking
+/// it, so `experiment status` never gets in an executor's way.
 #[derive(Debug)]
 pub struct Lock {
     _file: File,
+}
+
+/// `F_OFD_SETLK` / `F_OFD_GETLK` on the whole of `file`.
+fn ofd_lock(file: &File, cmd: libc::c_int, kind: libc::c_int) -> std::io::Result<libc::flock> {
+    // SAFETY: flock is plain old data; zeroed is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: fcntl on a descriptor `file` owns, with a valid, writable
+    // struct flock (l_pid must be 0 for OFD locks: zeroed above).
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), cmd, &mut fl) };
+    if rc == 0 {
+        Ok(fl)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 impl Lock {
@@ -312,20 +330,9 @@ impl Lock {
             .truncate(false)
             .open(path)
             .map_err(ExperimentError::io(path))?;
-        // SAFETY: flock on a descriptor this function owns; no memory is
-        // involved.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = holder.trim();
-                return Ok(Err(if holder.is_empty() {
-                    "unknown process".into()
-                } else {
-                    holder.to_owned()
-                }));
+        if let Err(err) = ofd_lock(&file, libc::F_OFD_SETLK, libc::F_WRLCK) {
+            if matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) {
+                return Ok(Err(holder(&mut file)));
             }
             return Err(ExperimentError::io(path)(err));
         }
@@ -336,13 +343,24 @@ impl Lock {
         Ok(Ok(Self { _file: file }))
     }
 
-    /// Whether someone holds the lock at `path` now (a missing file is not
-    /// held).
-    pub fn is_held(path: &Path) -> bool {
-        if !path.exists() {
-            return false;
-        }
-        matches!(Self::try_take(path), Ok(Err(_)))
+    /// Who holds the lock at `path` now, if anyone, without taking it (a
+    /// missing file is not held, and is not created).
+    pub fn holder(path: &Path) -> Option<String> {
+        let mut file = File::open(path).ok()?;
+        let fl = ofd_lock(&file, libc::F_OFD_GETLK, libc::F_WRLCK).ok()?;
+        (i32::from(fl.l_type) != libc::F_UNLCK).then(|| holder(&mut file))
+    }
+}
+
+/// What the holder of a lock wrote into its file.
+fn holder(file: &mut File) -> String {
+    let mut text = String::new();
+    let _ = file.read_to_string(&mut text);
+    let text = text.trim();
+    if text.is_empty() {
+        "unknown process".into()
+    } else {
+        text.to_owned()
     }
 }
 
@@ -390,19 +408,21 @@ mod tests {
     fn locks_exclude_and_release_on_drop() {
         let d = temp("locks");
         let path = d.join("x.lock");
-        assert!(!Lock::is_held(&path));
         let held = Lock::try_take(&path).expect("io").expect("free");
-        // flock is per open file description: a second open conflicts even
-        // within one process.
+        // The lock is per open file description: a second open conflicts
+        // even within one process.
         let other = Lock::try_take(&path).expect("io");
         let holder = other.expect_err("held");
         assert!(
             holder.contains(&format!("pid {}", std::process::id())),
             "{holder}"
         );
-        assert!(Lock::is_held(&path));
+        assert_eq!(Lock::holder(&path), Some(holder));
         drop(held);
-        assert!(!Lock::is_held(&path));
+        assert_eq!(Lock::holder(&path), None);
+        // Asking does not create the file.
+        assert_eq!(Lock::holder(&d.join("none.lock")), None);
+        assert!(!d.join("none.lock").exists());
         let _ = std::fs::remove_dir_all(&d);
     }
 

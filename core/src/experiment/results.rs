@@ -530,7 +530,12 @@ pub fn number(x: f64) -> String {
     }
     let digits = a.log10().floor() as i32;
     let decimals = (5 - digits).clamp(0, 6) as usize;
-    format!("{x:.decimals$}")
+    let text = format!("{x:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
+    }
 }
 
 /// The summary as `experiment results` prints it.
@@ -769,6 +774,8 @@ mod tests {
     #[test]
     fn numbers_keep_six_digits() {
         assert_eq!(number(8568.912), "8568.91");
+        assert_eq!(number(8568.9), "8568.9");
+        assert_eq!(number(2.0), "2");
         assert_eq!(number(0.012345678), "0.012346");
         assert_eq!(number(35098482.0), "35098482");
         assert_eq!(number(2.5e10), "2.5000e10");

@@ -145,10 +145,7 @@ fn failure(m: &Json) -> Option<String> {
 /// Who is carrying out a run now, if anyone: the holder of its lock, or a
 /// live `kernmlops run` process recorded in its pid file.
 pub fn live(dir: &ExpDir, run_id: &str) -> Option<String> {
-    if let Ok(Err(holder)) = Lock::try_take(&dir.run_lock(run_id)).map(|r| r.map(drop)) {
-        return Some(holder);
-    }
-    run_process(dir, run_id)
+    Lock::holder(&dir.run_lock(run_id)).or_else(|| run_process(dir, run_id))
 }
 
 /// The `kernmlops run` process of a run, from its pid file, if it still
