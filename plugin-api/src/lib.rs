@@ -417,6 +417,182 @@ pub trait Benchmark: Send {
 /// A boxed, ABI-stable [`Benchmark`].
 pub type BenchmarkBox = Benchmark_TO<'static, RBox<()>>;
 
+impl PowerScope {
+    /// Every scope this crate knows, for messages and label columns, in
+    /// the order of their values.
+    pub const KNOWN: &'static [Self] = &[
+        Self::PACKAGE,
+        Self::CORE,
+        Self::UNCORE,
+        Self::DRAM,
+        Self::PLATFORM,
+        Self::DEVICE,
+    ];
+
+    /// Lowercase name, `None` for a scope this crate does not know.
+    pub fn name(self) -> Option<&'static str> {
+        Some(match self {
+            Self::PACKAGE => "package",
+            Self::CORE => "core",
+            Self::UNCORE => "uncore",
+            Self::DRAM => "dram",
+            Self::PLATFORM => "platform",
+            Self::DEVICE => "device",
+            _ => return None,
+        })
+    }
+}
+
+/// One zone of a running power source: a counter or sensor, what it
+/// covers, and whether it is measured or modelled. A source's zones are
+/// fixed once it has started.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct PowerZone {
+    /// Unique within the source, lowercase: `package-0`, `dram-1`, `psys`.
+    pub name: RString,
+    /// What the zone covers. An unknown value is refused by the host.
+    pub scope: PowerScope,
+    /// The CPU socket (physical package id) the zone belongs to; -1 when
+    /// it covers several sockets, or none.
+    pub socket: i32,
+    /// True for a meter's reading; false for a model's estimate, which the
+    /// host never reports as measured.
+    pub measured: bool,
+    /// How often the zone's value changes, in microseconds. The host's
+    /// slots are never shorter.
+    pub update_interval_us: u64,
+    /// The zone of the same source that contains this one (`core` inside
+    /// `package-0`), empty when none: its energy is part of the parent's,
+    /// and the two are never added.
+    pub parent: RString,
+    /// One line saying what the zone measures or models.
+    pub description: RString,
+}
+
+/// One zone's reading, in the order of [`PowerSource::zones`].
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Default, PartialEq, Eq)]
+pub struct PowerReading {
+    /// When the zone was read (`CLOCK_BOOTTIME` microseconds).
+    pub ts_uptime_us: u64,
+    /// Energy since the source started, in microjoules, corrected for the
+    /// counter's wrap-around: 0 at the first reading, never decreasing.
+    pub energy_uj: u64,
+    /// Empty when the zone was read; otherwise why it could not be (the
+    /// file vanished, permission was lost, the counter went backwards). A
+    /// zone that failed stays failed.
+    pub error: RString,
+}
+
+/// A running power source, created by [`PluginMod::new_power_source`].
+/// Sources are passive: the host calls `read` at each slot boundary.
+#[sabi_trait]
+pub trait PowerSource: Send {
+    /// The zones, in the order of `read`'s readings; fixed once started.
+    fn zones(&self) -> RVec<PowerZone>;
+
+    /// Reads every zone: `readings` is cleared and gets one reading per
+    /// zone. An error here fails every zone of the source.
+    fn read(&mut self, readings: &mut RVec<PowerReading>) -> PluginResult<()>;
+
+    /// What the source skipped because this machine lacks it, one
+    /// sentence each.
+    fn notes(&self) -> RVec<RString>;
+
+    /// For a source with modelled zones: the model and its coefficients as
+    /// a JSON object, recorded in the manifest; empty for a meter.
+    #[sabi(last_prefix_field)]
+    fn model(&self) -> RString;
+}
+
+/// A boxed, ABI-stable [`PowerSource`].
+pub type PowerSourceBox = PowerSource_TO<'static, RBox<()>>;
+
+/// Longest zone name, in bytes (the `zone` column of the `energy` table
+/// holds it whole).
+pub const MAX_ZONE_NAME: usize = 47;
+
+/// The known scopes as a phrase, for messages.
+fn known_scopes() -> String {
+    PowerScope::KNOWN
+        .iter()
+        .filter_map(|s| s.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Checks a power source's declaration as the host does when it lists
+/// sources: a snake_case name, a known scope, an update interval. Plugin
+/// crates check themselves against the same rule in their tests.
+pub fn validate_power_source(decl: &PowerSourceDecl) -> Result<(), String> {
+    if let Some(problem) = kernmlops_sys::names::snake_case_problem(&decl.name) {
+        return Err(format!(
+            "power source name {:?} {problem}",
+            decl.name.as_str()
+        ));
+    }
+    if decl.scope.name().is_none() {
+        return Err(format!(
+            "power source {} declares unknown scope {} (known: {})",
+            decl.name,
+            decl.scope.0,
+            known_scopes()
+        ));
+    }
+    if decl.update_interval_us == 0 {
+        return Err(format!(
+            "power source {} declares an update interval of 0",
+            decl.name
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the zones of a started power source as the host does before
+/// using it: at least one zone; names unique, lowercase (letters, digits,
+/// `-`, `_`, `.`), at most [`MAX_ZONE_NAME`] bytes; known scopes; an
+/// update interval; a parent that is another zone of the source.
+pub fn validate_power_zones(zones: &[PowerZone]) -> Result<(), String> {
+    if zones.is_empty() {
+        return Err("it has no zone".into());
+    }
+    for (i, z) in zones.iter().enumerate() {
+        let name = z.name.as_str();
+        let good = !name.is_empty()
+            && name.len() <= MAX_ZONE_NAME
+            && name
+                .chars()
+                .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '-' | '_' | '.'));
+        if !good {
+            return Err(format!(
+                "zone name {name:?} must be 1 to {MAX_ZONE_NAME} lowercase letters, digits, '-', '_' or '.'"
+            ));
+        }
+        if zones[..i].iter().any(|o| o.name == z.name) {
+            return Err(format!("zone {name} is declared twice"));
+        }
+        if z.scope.name().is_none() {
+            return Err(format!(
+                "zone {name} declares unknown scope {} (known: {})",
+                z.scope.0,
+                known_scopes()
+            ));
+        }
+        if z.update_interval_us == 0 {
+            return Err(format!("zone {name} declares an update interval of 0"));
+        }
+        if !z.parent.is_empty() && (z.parent == z.name || !zones.iter().any(|o| o.name == z.parent))
+        {
+            return Err(format!(
+                "zone {name} names parent {:?}, which is not another zone of the source",
+                z.parent.as_str()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The root module every plugin exports (one per `.so`).
 #[repr(C)]
 #[derive(StableAbi)]
@@ -448,6 +624,13 @@ pub struct PluginMod {
     /// starting it, so a bad value is reported before anything runs. Errors
     /// are of kind `CONFIG` and name the key.
     pub check_config: extern "C" fn(name: RStr<'_>, config_json: RStr<'_>) -> PluginResult<()>,
+    /// Creates one of the power sources of `power_sources` with its
+    /// settings (the JSON object of its `[power.settings.<name>]`). The
+    /// host reads it at each slot boundary and writes the `energy` table
+    /// itself: a power source fills no table of its own and never runs as a
+    /// probe.
+    pub new_power_source:
+        extern "C" fn(name: RStr<'_>, args: &StartArgs) -> PluginResult<PowerSourceBox>,
 }
 
 impl RootModule for PluginMod_Ref {
@@ -459,3 +642,75 @@ impl RootModule for PluginMod_Ref {
 
 /// Re-exported so plugins and the host name one `abi_stable`.
 pub use abi_stable;
+
+#[cfg(test)]
+mod power_tests {
+    use super::*;
+
+    fn zone(name: &str, scope: PowerScope, parent: &str) -> PowerZone {
+        PowerZone {
+            name: name.into(),
+            scope,
+            socket: 0,
+            measured: true,
+            update_interval_us: 1000,
+            parent: parent.into(),
+            description: "".into(),
+        }
+    }
+
+    #[test]
+    fn zones_are_checked_rule_by_rule() {
+        let ok = [
+            zone("package-0", PowerScope::PACKAGE, ""),
+            zone("core-0", PowerScope::CORE, "package-0"),
+        ];
+        assert_eq!(validate_power_zones(&ok), Ok(()));
+        for (zones, needle) in [
+            (vec![], "no zone"),
+            (vec![zone("Package", PowerScope::PACKAGE, "")], "lowercase"),
+            (vec![zone(&"x".repeat(48), PowerScope::PACKAGE, "")], "47"),
+            (
+                vec![
+                    zone("a", PowerScope::PACKAGE, ""),
+                    zone("a", PowerScope::DRAM, ""),
+                ],
+                "twice",
+            ),
+            (
+                vec![zone("board", PowerScope(42), "")],
+                "zone board declares unknown scope 42 (known: package, core, uncore, dram, platform, device)",
+            ),
+            (vec![zone("core", PowerScope::CORE, "package")], "parent"),
+            (vec![zone("core", PowerScope::CORE, "core")], "parent"),
+        ] {
+            let e = validate_power_zones(&zones).expect_err(needle);
+            assert!(e.contains(needle), "{e:?} should mention {needle:?}");
+        }
+        let mut slow = zone("a", PowerScope::PACKAGE, "");
+        slow.update_interval_us = 0;
+        assert!(validate_power_zones(&[slow]).is_err());
+    }
+
+    #[test]
+    fn declarations_need_a_name_a_known_scope_and_an_interval() {
+        let decl = |name: &str, scope: PowerScope, us: u64| PowerSourceDecl {
+            name: name.into(),
+            description: "".into(),
+            scope,
+            update_interval_us: us,
+            tables: RVec::new(),
+        };
+        assert_eq!(
+            validate_power_source(&decl("rapl", PowerScope::PACKAGE, 1000)),
+            Ok(())
+        );
+        assert!(validate_power_source(&decl("Rapl", PowerScope::PACKAGE, 1000)).is_err());
+        assert!(validate_power_source(&decl("rapl", PowerScope(0), 1000))
+            .expect_err("scope")
+            .contains("unknown scope 0"));
+        assert!(validate_power_source(&decl("rapl", PowerScope::PACKAGE, 0)).is_err());
+        assert_eq!(PowerScope::KNOWN.len(), 6);
+        assert!(PowerScope::KNOWN.iter().all(|s| s.name().is_some()));
+    }
+}

@@ -337,3 +337,135 @@ impl<G: GraphImpl> Graph for GuardedGraph<G> {
         })
     }
 }
+
+/// `[power.settings.<name>]`, the section a power source's settings errors
+/// name.
+fn power_section<S: crate::power::PowerSourceImpl>() -> String {
+    crate::power::settings_section(S::NAME)
+}
+
+pub fn power_source_decl<S: crate::power::PowerSourceImpl>() -> kernmlops_plugin_api::PowerSourceDecl
+{
+    kernmlops_plugin_api::PowerSourceDecl {
+        name: S::NAME.into(),
+        description: S::DESCRIPTION.into(),
+        scope: S::SCOPE,
+        update_interval_us: u64::try_from(S::UPDATE_INTERVAL.as_micros()).unwrap_or(u64::MAX),
+        tables: RVec::new(),
+    }
+}
+
+pub fn check_power_source_config<S: crate::power::PowerSourceImpl>(
+    config_json: &str,
+) -> PluginResult<()> {
+    guarded("checking the settings", || {
+        settings::parse::<S::Settings>(&power_section::<S>(), config_json).map(|_| ())
+    })
+}
+
+pub fn new_power_source<S: crate::power::PowerSourceImpl>(
+    args: &StartArgs,
+) -> PluginResult<kernmlops_plugin_api::PowerSourceBox> {
+    guarded("starting the power source", || {
+        let settings = settings::parse::<S::Settings>(&power_section::<S>(), &args.config_json)?;
+        let source = S::start(args, settings)?;
+        let zones: Vec<kernmlops_plugin_api::PowerZone> =
+            source.zones().iter().map(|z| z.to_abi()).collect();
+        Ok(GuardedPower {
+            failed: vec![None; zones.len()],
+            last: vec![0; zones.len()],
+            zones,
+            inner: source,
+            poisoned: false,
+            scratch: Vec::new(),
+        })
+    })
+    .map(|p| kernmlops_plugin_api::PowerSource_TO::from_value(p, TD_Opaque))
+}
+
+/// A power source behind the ABI: its zones fixed at start, a failed zone
+/// kept failed with its first error, energy checked never to decrease, and
+/// after a panic every read refused.
+struct GuardedPower<S> {
+    inner: S,
+    zones: Vec<kernmlops_plugin_api::PowerZone>,
+    /// Per zone: why it failed, once it has.
+    failed: Vec<Option<String>>,
+    /// Per zone: the last energy returned.
+    last: Vec<u64>,
+    poisoned: bool,
+    scratch: Vec<crate::power::ZoneReading>,
+}
+
+impl<S: crate::power::PowerSourceImpl> kernmlops_plugin_api::PowerSource for GuardedPower<S> {
+    fn zones(&self) -> RVec<kernmlops_plugin_api::PowerZone> {
+        RVec::from(self.zones.clone())
+    }
+
+    fn read(
+        &mut self,
+        readings: &mut RVec<kernmlops_plugin_api::PowerReading>,
+    ) -> PluginResult<()> {
+        if self.poisoned {
+            return RResult::RErr(PluginError::new(
+                ErrorKind::PANIC,
+                "reading: the power source panicked earlier and is stopped",
+            ));
+        }
+        let now = kernmlops_sys::clock::uptime_us();
+        let (inner, scratch) = (&mut self.inner, &mut self.scratch);
+        scratch.clear();
+        let r = guarded("reading", || inner.read(now, scratch));
+        if let RResult::RErr(e) = r {
+            if e.kind == ErrorKind::PANIC {
+                self.poisoned = true;
+            }
+            return RResult::RErr(e);
+        }
+        if self.scratch.len() != self.zones.len() {
+            return RResult::RErr(PluginError::new(
+                ErrorKind::OTHER,
+                format!(
+                    "the source returned {} readings for {} zones",
+                    self.scratch.len(),
+                    self.zones.len()
+                ),
+            ));
+        }
+        readings.clear();
+        for (i, reading) in self.scratch.drain(..).enumerate() {
+            if self.failed[i].is_none() {
+                match reading {
+                    Ok(v) if v < self.last[i] => {
+                        self.failed[i] = Some(format!(
+                            "the source's energy went backwards from {} to {v} uJ",
+                            self.last[i]
+                        ));
+                    }
+                    Ok(v) => self.last[i] = v,
+                    Err(e) => self.failed[i] = Some(e),
+                }
+            }
+            readings.push(kernmlops_plugin_api::PowerReading {
+                ts_uptime_us: now,
+                energy_uj: self.last[i],
+                error: self.failed[i].as_deref().unwrap_or("").into(),
+            });
+        }
+        RResult::ROk(())
+    }
+
+    fn notes(&self) -> RVec<RString> {
+        catch_unwind(AssertUnwindSafe(|| self.inner.notes()))
+            .map(|n| n.into_iter().map(RString::from).collect())
+            .unwrap_or_else(|_| RVec::from(vec![RString::from("listing notes panicked")]))
+    }
+
+    fn model(&self) -> RString {
+        catch_unwind(AssertUnwindSafe(|| self.inner.model()))
+            .ok()
+            .flatten()
+            .map(|m| RString::from(m.to_string()))
+            .unwrap_or_default()
+    }
+}

@@ -19,6 +19,7 @@ extern crate self as kernmlops_plugin_sdk;
 
 mod guard;
 pub mod indicator;
+pub mod power;
 pub mod record;
 pub mod settings;
 pub mod table;
@@ -29,6 +30,7 @@ use std::time::Duration;
 pub use kernmlops_plugin_api as api;
 pub use kernmlops_plugin_api::{Batch, ColumnKind, ProbeDecl, StartArgs, TableDecl};
 pub use kernmlops_sys as sys;
+pub use power::PowerSourceImpl;
 pub use record::{BatchExt, Record};
 /// Re-exported so plugins parse `StartArgs::config_json` without their own
 /// dependency on it.
@@ -200,7 +202,9 @@ pub mod __private {
         benchmark_decl, check_benchmark_config, check_probe_config, graph_decl, info, list,
         new_benchmark, new_graph, new_probe, not_found,
     };
+    pub use crate::guard::{check_power_source_config, new_power_source, power_source_decl};
     pub use abi_stable;
+    pub use kernmlops_plugin_api::PowerSourceBox;
     pub use kernmlops_plugin_api::{
         abi_stable::{
             prefix_type::PrefixTypeTrait,
@@ -240,6 +244,10 @@ pub mod __private {
 ///     description: "Workloads",
 ///     benchmarks: [Redis, Memcached],
 /// }
+/// kernmlops_plugin_sdk::export_plugin! {
+///     description: "RAPL energy counters",
+///     power_sources: [Rapl],
+/// }
 /// ```
 ///
 /// Plugins must unwind on panic (the SDK catches every panic at the
@@ -251,6 +259,7 @@ macro_rules! export_plugin {
         $(, probes: [$($probe:ty),* $(,)?])?
         $(, benchmarks: [$($bench:ty),* $(,)?])?
         $(, graphs: [$($graph:ty),* $(,)?])?
+        $(, power_sources: [$($power:ty),* $(,)?])?
         $(,)?
     ) => {
         #[cfg(panic = "abort")]
@@ -319,7 +328,20 @@ macro_rules! export_plugin {
             }
 
             extern "C" fn power_sources() -> p::PluginResult<p::RVec<p::PowerSourceDecl>> {
-                p::list(Vec::new)
+                p::list(|| vec![$($(p::power_source_decl::<$power>()),*)?])
+            }
+
+            extern "C" fn new_power_source(
+                name: p::RStr<'_>,
+                args: &p::StartArgs,
+            ) -> p::PluginResult<p::PowerSourceBox> {
+                $($(
+                    if name.as_str() == <$power as $crate::PowerSourceImpl>::NAME {
+                        return p::new_power_source::<$power>(args);
+                    }
+                )*)?
+                let _ = args;
+                p::not_found("power source", name.as_str())
             }
 
             extern "C" fn probe_config(name: p::RStr<'_>) -> p::PluginResult<p::RString> {
@@ -340,6 +362,16 @@ macro_rules! export_plugin {
                         );
                     }
                 )*)?
+                $($(
+                    if name.as_str() == <$power as $crate::PowerSourceImpl>::NAME {
+                        return p::PluginResult::ROk(
+                            $crate::settings::defaults_toml::<
+                                <$power as $crate::PowerSourceImpl>::Settings,
+                            >()
+                            .into(),
+                        );
+                    }
+                )*)?
                 p::not_found("component", name.as_str())
             }
 
@@ -355,6 +387,11 @@ macro_rules! export_plugin {
                 $($(
                     if name.as_str() == <$bench as $crate::BenchmarkImpl>::NAME {
                         return p::check_benchmark_config::<$bench>(config_json.as_str());
+                    }
+                )*)?
+                $($(
+                    if name.as_str() == <$power as $crate::PowerSourceImpl>::NAME {
+                        return p::check_power_source_config::<$power>(config_json.as_str());
                     }
                 )*)?
                 let _ = config_json;
@@ -400,6 +437,7 @@ macro_rules! export_plugin {
                     power_sources,
                     probe_config,
                     check_config,
+                    new_power_source,
                 }
                 .leak_into_prefix()
             }
