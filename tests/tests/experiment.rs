@@ -368,18 +368,15 @@ fn root_experiment_resume_after_sigkill_redoes_only_the_missing_runs() {
     assert!(chmod.is_ok_and(|s| s.success()));
     let counter = work.join("launches");
     let file = work.join("resume.toml");
-    std::fs::write(
-        &file,
-        format!(
+    let body = format!(
             "name = \"resume\"\nbenchmark = \"script\"\nprobes = [\"quanta_runtime\"]\nrepeats = 2\nseed = 5\n\
              [config.benchmarks.script]\ncommand = [{script:?}]\ndrop_page_cache = false\n\
              [config.benchmarks.script.parameters]\ncounter = {counter:?}\n\
              [variables.n]\nrange = {{ start = 1, end = 3 }}\n",
-            script = s(&script),
-            counter = s(&counter),
-        ),
-    )
-    .expect("experiment file");
+        script = s(&script),
+        counter = s(&counter),
+    );
+    std::fs::write(&file, &body).expect("experiment file");
     let dir = work.join("exp");
     let _serial = serial();
 
@@ -467,6 +464,41 @@ fn root_experiment_resume_after_sigkill_redoes_only_the_missing_runs() {
     assert!(!unknown.status.success());
     assert!(text(&unknown.stderr).contains("no planned run 000000000000"));
     assert_eq!(launches(&counter).len(), 7);
+
+    // The file gains a value: the runs it had keep their ids and are not
+    // redone; only the new value's runs execute.
+    std::fs::write(&file, body.replace("end = 3", "end = 4")).expect("grown file");
+    let grown = experiment(
+        &plugins,
+        &["run", s(&file), "--dir", s(&dir), "--no-graphs"],
+    );
+    let grown_out = text(&grown.stdout);
+    assert!(
+        grown.status.success(),
+        "{grown_out}\n{}",
+        text(&grown.stderr)
+    );
+    assert!(grown_out.contains("8 runs: 8 done"), "{grown_out}");
+    assert_eq!(launches(&counter)[7..], ["4", "4"]);
+
+    // A changed setting changes every run's id: nothing old is reused, and
+    // the old collections are left out of the results.
+    let changed = body.replace("end = 3", "end = 1").replace(
+        "drop_page_cache = false",
+        "drop_page_cache = false\ntimeout = \"60s\"",
+    );
+    std::fs::write(&file, changed).expect("changed file");
+    let redo = experiment(
+        &plugins,
+        &["run", s(&file), "--dir", s(&dir), "--no-graphs"],
+    );
+    let redo_out = text(&redo.stdout);
+    assert!(redo.status.success(), "{redo_out}\n{}", text(&redo.stderr));
+    assert!(redo_out.contains("2 runs: 2 done"), "{redo_out}");
+    assert!(redo_out.contains("8 collection(s)"), "{redo_out}");
+    assert_eq!(launches(&counter)[9..], ["1", "1"]);
+    let (_, rows) = read_results(&dir);
+    assert_eq!(rows.len(), 2);
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&plugins);
 }
@@ -508,6 +540,77 @@ fn experiment_bad_input_is_one_error_line_naming_file_and_key() {
             assert!(stderr.contains(n), "{body:?}: {n:?} not in {stderr}");
         }
     }
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&plugins);
+}
+
+/// A script benchmark whose `value` is 100 plus up to `noise` at random.
+const NOISY_SCRIPT: &str = r#"#!/bin/sh
+v=$(awk -v seed="$$" -v n="$KML_PARAM_NOISE" 'BEGIN { srand(seed); printf "%.3f", 100 + n * rand() }')
+echo "{\"name\": \"noisy\", \"component\": \"sh\", \"@result\": {\"value\": $v}}"
+"#;
+
+#[test]
+fn root_experiment_adaptive_repeats_until_the_interval_is_tight() {
+    let test = "root_experiment_adaptive_repeats_until_the_interval_is_tight";
+    if !require_root(test) || !require_tool(test, "python3") {
+        return;
+    }
+    let plugins = plugins("experiment-adaptive");
+    let work = temp_dir("experiment-adaptive");
+    let script = work.join("noisy.sh");
+    std::fs::write(&script, NOISY_SCRIPT).expect("script");
+    let chmod = Command::new("chmod").arg("+x").arg(&script).status();
+    assert!(chmod.is_ok_and(|s| s.success()));
+    let file = work.join("adaptive.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"adaptive\"\nbenchmark = \"script\"\nprobes = []\nrepeats = 2\n\
+             [config.benchmarks.script]\ncommand = [{:?}]\ndrop_page_cache = false\n\
+             [variables.noise]\nvalues = [0, 100]\n",
+            s(&script)
+        ),
+    )
+    .expect("experiment file");
+    let dir = work.join("exp");
+    let out = {
+        let _serial = serial();
+        experiment(
+            &plugins,
+            &[
+                "run",
+                s(&file),
+                "--dir",
+                s(&dir),
+                "--no-graphs",
+                "--adaptive",
+                "--metric",
+                "value",
+                "--target",
+                "0.05",
+                "--max-repeats",
+                "5",
+            ],
+        )
+    };
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    // Without noise the interval is 0 after the two planned runs; with
+    // noise of ±30% it stays wide, so runs are added up to the maximum.
+    assert!(stdout.contains("noise=0: 2 runs"), "{stdout}");
+    assert!(stdout.contains("noise=100: 5 runs"), "{stdout}");
+    let (_, rows) = read_results(&dir);
+    assert_eq!(rows.len(), 7);
+    let record = read_json(&dir.join("experiment.json"));
+    assert_eq!(record["adaptive"]["metric"], "value");
+    assert_eq!(record["runs"].as_array().map(Vec::len), Some(7));
+    let repeats: Vec<i64> = rows
+        .iter()
+        .filter(|r| r["noise"] == 100)
+        .filter_map(|r| r["repeat"].as_i64())
+        .collect();
+    assert_eq!(repeats, [0, 1, 2, 3, 4]);
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&plugins);
 }

@@ -729,8 +729,12 @@ fn drive(
             let column = format!("result_{}", a.metric);
             if results.rows > 0 && results.column(&column).is_none() {
                 progress.finish();
+                // Not kept for resume: the setting is wrong, not pending.
+                record.adaptive = None;
+                results.write(dir)?;
+                record.write(dir)?;
                 return Err(ExperimentError::Usage(format!(
-                    "--metric {}: no run reported @result.{} (reported: {})",
+                    "--metric {}: no run reported @result.{} (reported: {}); the runs so far are done and in the results",
                     a.metric,
                     a.metric,
                     results.result_keys().join(", ")
