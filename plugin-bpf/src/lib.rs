@@ -59,6 +59,8 @@ pub struct Common {
     pub self_tgid: u32,
     /// Per table: wake the consumer once this many bytes wait in its ring.
     pub wakeup_bytes: [u64; MAX_TABLES],
+    /// Per table: check the ring's fill level every `mask + 1` records.
+    pub wakeup_mask: [u32; MAX_TABLES],
 }
 
 /// Tables a probe may have (`KML_MAX_TABLES` in `kml.bpf.h`).
@@ -256,6 +258,17 @@ pub fn wakeup_bytes(ring_bytes: u64) -> u64 {
     (ring_bytes / 4).max(1)
 }
 
+/// How often (a power of two of records) a ring's fill level is checked:
+/// at most every 64 records, and at least four times before the records
+/// between two checks could take the ring from its threshold to full.
+pub fn wakeup_check_every(ring_bytes: u64, record_size: usize) -> u32 {
+    let room = ring_bytes.saturating_sub(wakeup_bytes(ring_bytes));
+    let records = room / (4 * record_size.max(1) as u64).max(1);
+    let every = records.clamp(1, 64);
+    // The largest power of two not above it.
+    1u32 << (63 - every.leading_zeros())
+}
+
 /// Not public API: used by the code [`bpf_probe!`] and [`settings!`]
 /// generate.
 #[doc(hidden)]
@@ -342,6 +355,7 @@ macro_rules! bpf_probe {
                     ro.kml_filter_cgroup_descendants = u32::from(c.filter_cgroup_descendants);
                     ro.kml_self_tgid = c.self_tgid;
                     ro.kml_wakeup_bytes = c.wakeup_bytes;
+                    ro.kml_wakeup_mask = c.wakeup_mask;
                 }
             }
         }
@@ -377,4 +391,33 @@ macro_rules! __bpf_settings {
     ($settings:ty) => {
         $settings
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rings_hold_half_a_second_within_bounds() {
+        assert_eq!(ring_bytes_for(400_000, 24), 8 << 20);
+        assert_eq!(ring_bytes_for(1, 24), 64 << 10);
+        assert_eq!(ring_bytes_for(u64::MAX, 4096), 16 << 20);
+    }
+
+    #[test]
+    fn fill_checks_come_before_the_ring_can_fill() {
+        for ring in [4096u64, 16 << 10, 1 << 20, 16 << 20] {
+            for rs in [16usize, 24, 48, 4680] {
+                let every = wakeup_check_every(ring, rs);
+                assert!(every.is_power_of_two() && (1..=64).contains(&every));
+                let room = ring - wakeup_bytes(ring);
+                assert!(
+                    u64::from(every) * rs as u64 <= room.max(rs as u64),
+                    "ring {ring}, record {rs}: checks every {every} records"
+                );
+            }
+        }
+        assert_eq!(wakeup_check_every(16 << 20, 24), 64);
+        assert_eq!(wakeup_check_every(4096, 4680), 1);
+    }
 }

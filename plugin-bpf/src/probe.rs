@@ -28,8 +28,8 @@ use libbpf_rs::{
 };
 
 use crate::{
-    ring_bytes_for, wakeup_bytes, BpfHooks, Common, Features, LoadContext, Loaded, Records,
-    MAX_TABLES,
+    ring_bytes_for, wakeup_bytes, wakeup_check_every, BpfHooks, Common, Features, LoadContext,
+    Loaded, Records, MAX_TABLES,
 };
 
 /// libbpf's messages for the current load, kept to put the verifier log in
@@ -147,6 +147,7 @@ impl<P: BpfHooks> BpfProbe<P> {
             filter_cgroup_descendants: args.filter_cgroup_descendants,
             self_tgid: if args.include_self { 0 } else { args.self_tgid },
             wakeup_bytes: [0; MAX_TABLES],
+            wakeup_mask: [0; MAX_TABLES],
         };
         for (i, (ring, table)) in P::RINGS.iter().zip(tables).enumerate().take(MAX_TABLES) {
             let bytes = if args.ring_bytes == 0 {
@@ -156,6 +157,7 @@ impl<P: BpfHooks> BpfProbe<P> {
                 args.ring_bytes.clamp(4096, 1 << 30).next_power_of_two()
             };
             common.wakeup_bytes[i] = wakeup_bytes(bytes);
+            common.wakeup_mask[i] = wakeup_check_every(bytes, table.record_size as usize) - 1;
             let obj = open.open_object_mut();
             let mut found = false;
             for mut map in obj.maps_mut() {
@@ -442,11 +444,7 @@ fn program_info(fd: BorrowedFd<'_>) -> Option<libbpf_rs::libbpf_sys::bpf_prog_in
     // SAFETY: `info` is writable for `len` bytes and `fd` is a program fd;
     // the kernel fills at most `len` bytes.
     let rc = unsafe {
-        libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
-            fd.as_raw_fd(),
-            &mut info,
-            &mut len,
-        )
+        libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len)
     };
     (rc == 0).then_some(info)
 }

@@ -30,6 +30,13 @@ const volatile __u32 kml_filter_cgroup_descendants = 0; /* and cgroups below */
 const volatile __u32 kml_self_tgid = 0; /* the collector, left out; 0: kept */
 /* Per table: wake the consumer once this many bytes wait in its ring. */
 const volatile __u64 kml_wakeup_bytes[KML_MAX_TABLES] = {};
+/* Per table: check the fill level every (mask + 1) records, a power of two
+ * small enough that the ring cannot fill between two checks. */
+const volatile __u32 kml_wakeup_mask[KML_MAX_TABLES] = {};
+
+/* Records submitted per CPU slot, to space out the fill checks. */
+#define KML_SUBMIT_SLOTS 1024
+__u32 kml_submits[KML_SUBMIT_SLOTS] = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -76,13 +83,12 @@ static __always_inline bool kml_in_cgroup(struct task_struct *task)
 	return false;
 }
 
-/* True when events of this task pass the host's --tgid, --pid and --cgroup
- * filters and the task is not the collector itself. The checks are in the
- * kernel, so filtered-out events cost no ring space. */
-static __always_inline bool kml_wanted(struct task_struct *task)
+/* kml_wanted for a task whose tgid the caller has already read (directly,
+ * from a BTF pointer such as a tp_btf argument, which costs no helper
+ * call). Filters that are off cost nothing: the tunables are read-only,
+ * so the verifier drops their branches at load. */
+static __always_inline bool kml_wanted_tgid(struct task_struct *task, __u32 tgid)
 {
-	__u32 tgid = BPF_CORE_READ(task, tgid);
-
 	if (kml_self_tgid && tgid == kml_self_tgid)
 		return false;
 	if (kml_filter_tgid && tgid != kml_filter_tgid)
@@ -94,28 +100,66 @@ static __always_inline bool kml_wanted(struct task_struct *task)
 	return true;
 }
 
+/* True when events of this task pass the host's --tgid, --pid and --cgroup
+ * filters and the task is not the collector itself. The checks are in the
+ * kernel, so filtered-out events cost no ring space. Works on any task
+ * pointer (CO-RE reads). */
+static __always_inline bool kml_wanted(struct task_struct *task)
+{
+	return kml_wanted_tgid(task, BPF_CORE_READ(task, tgid));
+}
+
+/* Counts a lost record of `table`. */
+static __always_inline void kml_count_lost(__u32 table)
+{
+	__u64 *lost = bpf_map_lookup_elem(&kml_lost, &table);
+
+	if (lost)
+		*lost += 1;
+}
+
 /* Reserves a record for `table` (its index in the plugin's declaration),
  * counting a failure as a lost event. */
 static __always_inline void *kml_reserve(void *ring, __u64 size, __u32 table)
 {
 	void *rec = bpf_ringbuf_reserve(ring, size, 0);
-	if (!rec) {
-		__u64 *lost = bpf_map_lookup_elem(&kml_lost, &table);
-		if (lost)
-			*lost += 1;
-	}
+
+	if (!rec)
+		kml_count_lost(table);
 	return rec;
 }
 
-/* Submits a record of `table`, waking the consumer only past its ring's
- * fill threshold. */
+/* The wake-up flag for a record of `table`: BPF_RB_FORCE_WAKEUP when its
+ * ring is past its fill threshold. The level is checked every
+ * kml_wakeup_mask[table] + 1 records only (a per-CPU count, no helper
+ * call), since each check is a helper call on the hot path. */
+static __always_inline __u64 kml_wakeup_flag(void *ring, __u32 table)
+{
+	__u32 slot = bpf_get_smp_processor_id() & (KML_SUBMIT_SLOTS - 1);
+	__u32 mask = table < KML_MAX_TABLES ? kml_wakeup_mask[table] : 0;
+	__u32 n = kml_submits[slot]++;
+
+	if (n & mask)
+		return BPF_RB_NO_WAKEUP;
+	__u64 threshold = table < KML_MAX_TABLES ? kml_wakeup_bytes[table] : 0;
+	return bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= threshold ? BPF_RB_FORCE_WAKEUP
+									: BPF_RB_NO_WAKEUP;
+}
+
+/* Submits a record of `table` reserved with kml_reserve, waking the
+ * consumer only past its ring's fill threshold. */
 static __always_inline void kml_submit(void *ring, void *rec, __u32 table)
 {
-	__u64 avail = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
-	__u64 threshold = table < KML_MAX_TABLES ? kml_wakeup_bytes[table] : 0;
+	bpf_ringbuf_submit(rec, kml_wakeup_flag(ring, table));
+}
 
-	bpf_ringbuf_submit(rec, avail >= threshold ? BPF_RB_FORCE_WAKEUP
-						   : BPF_RB_NO_WAKEUP);
+/* Copies a record of `table` built on the stack into its ring in one
+ * helper call (cheaper than reserve and submit for small records),
+ * counting a failure as a lost event. */
+static __always_inline void kml_output(void *ring, void *rec, __u64 size, __u32 table)
+{
+	if (bpf_ringbuf_output(ring, rec, size, kml_wakeup_flag(ring, table)) < 0)
+		kml_count_lost(table);
 }
 
 #endif /* KML_BPF_H */

@@ -17,13 +17,10 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 KML_RING(runtime_ring);
 KML_RING(queued_ring);
 
-/* Time of the last switch on each CPU, in ns. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} last_switch_ns SEC(".maps");
+/* Time of the last switch on each CPU, in ns: a plain array indexed by
+ * CPU (no map lookup). CPUs past KML_MAX_CPUS record no run lengths. */
+#define KML_MAX_CPUS 4096
+__u64 last_switch_ns[KML_MAX_CPUS] = {};
 
 /* When each runnable task started waiting, in ns (0: not waiting). Task
  * storage lives and dies with the task: no table to fill or leak. */
@@ -38,11 +35,13 @@ struct {
 struct quanta_runtime_event _quanta_runtime_event = {};
 struct quanta_queued_event _quanta_queued_event = {};
 
+/* Marks a task runnable from now. Arguments come from tp_btf, so task
+ * fields are read directly (no helper call). */
 static __always_inline void mark_queued(struct task_struct *p, __u64 now_ns)
 {
 	__u64 *since;
 
-	if (p->pid == 0 || !kml_wanted(p))
+	if (p->pid == 0 || !kml_wanted_tgid(p, p->tgid))
 		return;
 	since = bpf_task_storage_get(&queued_since_ns, p, 0,
 				     BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -70,53 +69,50 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 {
 	__u64 now_ns = bpf_ktime_get_boot_ns();
 	__u32 cpu = bpf_get_smp_processor_id();
-	__u32 zero = 0;
-	__u64 *last = bpf_map_lookup_elem(&last_switch_ns, &zero);
+	__u32 prev_tgid = prev->tgid;
+	bool prev_wanted = kml_wanted_tgid(prev, prev_tgid);
 
-	if (last) {
-		__u64 started = *last;
-		__u32 tgid = prev->tgid;
+	if (cpu < KML_MAX_CPUS) {
+		__u64 started = last_switch_ns[cpu];
 
-		*last = now_ns;
-		if (started && kml_wanted(prev)) {
-			struct quanta_runtime_event *e =
-				kml_reserve(&runtime_ring, sizeof(*e), TABLE_RUNTIME);
-			if (e) {
-				e->ts_uptime_us = now_ns / 1000;
-				e->quanta_run_length_us = (now_ns - started) / 1000;
-				e->cpu = cpu;
-				e->pid = prev->pid;
-				e->tgid = tgid;
-				e->_pad = 0;
-				kml_submit(&runtime_ring, e, TABLE_RUNTIME);
-			}
+		last_switch_ns[cpu] = now_ns;
+		if (started && prev_wanted) {
+			struct quanta_runtime_event e = {
+				.ts_uptime_us = now_ns / 1000,
+				.quanta_run_length_us = (now_ns - started) / 1000,
+				.cpu = cpu,
+				.pid = prev->pid,
+				.tgid = prev_tgid,
+			};
+			kml_output(&runtime_ring, &e, sizeof(e), TABLE_RUNTIME);
 		}
 	}
 
 	/* A preempted task is still runnable: it starts waiting now. */
-	if (prev_state == TASK_RUNNING)
-		mark_queued(prev, now_ns);
+	if (prev_state == TASK_RUNNING && prev_wanted && prev->pid != 0) {
+		__u64 *since = bpf_task_storage_get(&queued_since_ns, prev, 0,
+						    BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (since)
+			*since = now_ns;
+	}
 
-	__u32 next_pid = next->pid;
+	/* Only tasks marked waiting have storage (never the idle task): the
+	 * others cost one lookup. */
+	if (next->pid == 0)
+		return 0;
 	__u64 *since = bpf_task_storage_get(&queued_since_ns, next, 0, 0);
 	if (since && *since) {
 		__u64 waited_ns = now_ns > *since ? now_ns - *since : 0;
-		__u32 tgid = next->tgid;
+		struct quanta_queued_event e = {
+			.ts_uptime_us = now_ns / 1000,
+			.quanta_queued_time_us = waited_ns / 1000,
+			.cpu = cpu,
+			.pid = next->pid,
+			.tgid = next->tgid,
+		};
 
 		*since = 0;
-		if (kml_wanted(next)) {
-			struct quanta_queued_event *e =
-				kml_reserve(&queued_ring, sizeof(*e), TABLE_QUEUED);
-			if (e) {
-				e->ts_uptime_us = now_ns / 1000;
-				e->quanta_queued_time_us = waited_ns / 1000;
-				e->cpu = cpu;
-				e->pid = next_pid;
-				e->tgid = tgid;
-				e->_pad = 0;
-				kml_submit(&queued_ring, e, TABLE_QUEUED);
-			}
-		}
+		kml_output(&queued_ring, &e, sizeof(e), TABLE_QUEUED);
 	}
 	return 0;
 }
