@@ -52,6 +52,8 @@ use crate::{
 pub const IN_TREE_PLUGINS: &[&str] = &[
     "block_io",
     "collapse_huge_pages",
+    "cpu_time",
+    "estimate",
     "file_data",
     "graphs",
     "memory_usage",
@@ -122,19 +124,19 @@ impl fmt::Display for Conflict {
             write!(
                 f,
                 "declares {what} {name}, which belongs to plugin {other} shipped with kernmlops \
-                 ({path}); the shipped plugin is kept and this one refused: rename its {what}"
+                 ({path}); the shipped plugin is kept and this one refused; fix: rename its {what}"
             )?;
         } else if self.both_in_tree {
             write!(
                 f,
                 "declares {what} {name}, as does {path} (plugin {other}): two copies of a plugin \
-                 shipped with kernmlops, so both are refused: remove one of them"
+                 shipped with kernmlops, so both are refused; fix: remove one of them"
             )?;
         } else {
             write!(
                 f,
                 "declares {what} {name}, as does {path} (plugin {other}); neither ships with \
-                 kernmlops, so both are refused: remove or rename one of them"
+                 kernmlops, so both are refused; fix: remove or rename one of them"
             )?;
         }
         if self.more > 0 {
@@ -380,6 +382,35 @@ impl Plugin {
         };
         match new(name.into(), args) {
             RResult::ROk(b) => Ok(b),
+            RResult::RErr(e) => Err(e.to_string()),
+        }
+    }
+
+    /// The power sources this plugin offers (none for plugins built before
+    /// power sources existed), unchecked: `power::registry` checks them.
+    pub fn power_sources(&self) -> Result<Vec<kernmlops_plugin_api::PowerSourceDecl>, String> {
+        optional_list(self.module.power_sources()).map_err(|e| e.to_string())
+    }
+
+    /// A power source's declared settings (TOML, commented).
+    pub fn power_source_defaults(&self, name: &str) -> Result<String, String> {
+        settings_defaults(&self.module, name).map_err(|e| e.to_string())
+    }
+
+    /// Creates one of this plugin's power sources with its settings.
+    pub fn start_power_source(
+        &self,
+        name: &str,
+        args: &StartArgs,
+    ) -> Result<kernmlops_plugin_api::PowerSourceBox, String> {
+        let Some(new) = self.module.new_power_source() else {
+            return Err(format!(
+                "plugin {} was built before power sources could run (no new_power_source); rebuild it",
+                self.name()
+            ));
+        };
+        match new(name.into(), args) {
+            RResult::ROk(p) => Ok(p),
             RResult::RErr(e) => Err(e.to_string()),
         }
     }

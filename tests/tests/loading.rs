@@ -60,27 +60,105 @@ fn plugins_lists_good_ones_and_refuses_bad_ones_with_reasons() {
             "{file}: expected {reason:?}, got {line:?}"
         );
     }
+    // The ABI refusal is one short line naming the first differing type
+    // and field, not abi_stable's whole report.
+    let abi = refused
+        .lines()
+        .find(|l| l.contains("abi_mismatch.so"))
+        .unwrap_or_default();
+    for needle in [
+        "first difference at PluginMod",
+        "package: expected kernmlops-plugin-api, found fixture_abi_mismatch",
+        "first differing field PluginMod.info: expected fn()->PluginInfo, found fn()->u64",
+    ] {
+        assert!(abi.contains(needle), "missing {needle:?} in {abi:?}");
+    }
+    assert!(
+        abi.len() < 400 && !abi.contains("Type Layout"),
+        "one short line: {abi:?}"
+    );
 }
 
+/// Two plugins claiming one table (or plugin name): who is refused does not
+/// depend on the file names' order, and each refusal names the other file.
 #[test]
-fn a_table_declared_twice_is_refused() {
-    let dir = plugin_dir(
-        "dup",
-        &[
-            ("quanta_runtime", "quanta_runtime"),
+fn plugins_declaring_the_same_table_are_refused_whatever_their_file_names() {
+    // (case, plugin files as (package, file name), files refused and the
+    // file each one's refusal names, files kept)
+    type Case<'a> = (
+        &'a str,
+        Vec<(&'a str, &'a str)>,
+        Vec<(&'a str, &'a str)>,
+        Vec<&'a str>,
+    );
+    let cases: Vec<Case> = [
+        ("a_impostor", "process_trace"),
+        ("z_impostor", "process_trace"),
+    ]
+    .into_iter()
+    .map(|(impostor, shipped)| -> Case {
+        (
+            "a third-party plugin declaring an in-tree plugin's table",
+            vec![("fixture_impostor", impostor), ("process_trace", shipped)],
+            vec![(impostor, shipped)],
+            vec![shipped],
+        )
+    })
+    .chain(
+        [("faulty_a", "faulty_b"), ("faulty_b", "faulty_a")].map(|(x, y)| -> Case {
+            (
+                "two third-party plugins",
+                vec![("fixture_faulty", x), ("fixture_faulty", y)],
+                vec![(x, y), (y, x)],
+                vec![],
+            )
+        }),
+    )
+    .chain(
+        [
             ("quanta_runtime", "quanta_runtime_copy"),
-        ],
-    );
-    let out = kernmlops(&["plugins", "--plugin-dir", dir.to_str().expect("utf8")]);
-    let stdout = text(&out.stdout);
-    let refused = stdout
-        .split("refused:")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no refusal:\n{stdout}"));
-    assert!(
-        refused.contains("quanta_runtime_copy.so") && refused.contains("already loaded"),
-        "second copy should be refused:\n{stdout}"
-    );
+            ("quanta_runtime", "a_quanta_runtime_copy"),
+        ]
+        .map(|(x, y)| -> Case {
+            (
+                "two copies of an in-tree plugin",
+                vec![("quanta_runtime", x), ("quanta_runtime", y)],
+                vec![(x, y), (y, x)],
+                vec![],
+            )
+        }),
+    )
+    .collect();
+    for (i, (case, files, refused_files, kept)) in cases.into_iter().enumerate() {
+        let dir = plugin_dir(&format!("dup{i}"), &files);
+        let out = kernmlops(&["plugins", "--plugin-dir", dir.to_str().expect("utf8")]);
+        let stdout = text(&out.stdout);
+        let refused = stdout
+            .split("\nrefused:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{case}: no refusal:\n{stdout}"));
+        for (file, names) in &refused_files {
+            let line = refused
+                .lines()
+                .find(|l| l.contains(&format!("/{file}.so: ")))
+                .unwrap_or_else(|| panic!("{case}: {file}.so not refused:\n{stdout}"));
+            assert!(
+                line.contains(&format!("/{names}.so")) && line.contains("declares "),
+                "{case}: {file}.so's refusal must name {names}.so: {line:?}"
+            );
+        }
+        for file in &kept {
+            assert!(
+                !refused.contains(&format!("/{file}.so: ")),
+                "{case}: the shipped plugin {file}.so is kept:\n{stdout}"
+            );
+            assert!(
+                stdout.contains(&format!("probe {file}")),
+                "{case}: {file} still loads:\n{stdout}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 #[test]
