@@ -10,6 +10,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use kernmlops::{
+    collect::FileRepair,
     collect::{self, Filter, RunOptions},
     config::{self, Config},
     plugin::Registry,
@@ -677,19 +678,35 @@ fn config_command(
 }
 
 fn repair(dir: &Path) -> Result<ExitCode> {
-    let results = collect::repair_collection(dir).map_err(anyhow::Error::msg)?;
-    for (file, outcome) in results {
+    let report = collect::repair_collection(dir)?;
+    for (file, outcome) in &report.files {
+        let file = file.display();
         match outcome {
-            RepairOutcome::Intact { rows } => {
-                println!("intact    {} ({rows} rows)", file.display())
+            FileRepair::Done(RepairOutcome::Intact { rows }) => {
+                println!("intact    {file} ({rows} rows)")
             }
-            RepairOutcome::Repaired { rows, batches } => println!(
-                "repaired  {} ({rows} rows in {batches} batches kept)",
-                file.display()
-            ),
+            FileRepair::Done(RepairOutcome::Repaired { rows, batches }) => {
+                println!("repaired  {file} ({rows} rows in {batches} batches kept)")
+            }
+            FileRepair::Rebuilt => {
+                println!("rebuilt   {file} (from the manifest and this machine)")
+            }
+            FileRepair::Removed(why) => println!("removed   {file} ({why}: nothing to keep)"),
+            FileRepair::Failed(why) => {
+                println!("failed    {file}: {}", trust::printable(why.as_bytes()))
+            }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    if let Some(e) = &report.manifest_error {
+        bail!("the files were repaired but the manifest was not updated: {e}");
+    }
+    match report.failures() {
+        0 => Ok(ExitCode::SUCCESS),
+        n => bail!(
+            "{n} file(s) of {} could not be repaired (see above); the others were",
+            dir.display()
+        ),
+    }
 }
 
 fn export(

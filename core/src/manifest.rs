@@ -92,6 +92,8 @@ pub enum StopReason {
     Duration,
     /// SIGINT or SIGTERM.
     Signal,
+    /// Writing a table or the manifest failed (a full disk).
+    WriteError,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -177,15 +179,32 @@ pub struct Manifest {
     /// memory), once the run has ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collector_overhead: Option<crate::collect::CollectorOverhead>,
+    /// The process id of the collector that wrote the collection, named
+    /// when `kernmlops repair` finds the folder still locked by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
 }
 
 impl Manifest {
-    /// Writes atomically: a reader sees the old or the new manifest.
+    /// Writes atomically: a reader sees the old or the new manifest. When
+    /// the new one cannot be written (a full disk) the old one stays and no
+    /// temporary file is left.
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
         let tmp = dir.join("manifest.json.tmp");
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        std::fs::write(&tmp, text + "\n")?;
-        std::fs::rename(&tmp, dir.join("manifest.json"))
+        let written = std::fs::File::create(&tmp).and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(text.as_bytes())?;
+            f.write_all(b"\n")?;
+            f.sync_all()
+        });
+        match written.and_then(|()| std::fs::rename(&tmp, dir.join("manifest.json"))) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
     }
 
     pub fn read(dir: &Path) -> std::io::Result<Self> {

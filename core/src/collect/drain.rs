@@ -1,6 +1,11 @@
 //! Probes while they run: each started probe gets its tables' sinks and one
 //! drain thread that moves its batches into them, with live row and loss
 //! counters the status line and the manifest read.
+//!
+//! Every pass of a drain thread flushes the sinks whose oldest row has
+//! waited a flush interval, so quiet tables reach the disk in time too. The
+//! first write error (a full disk) is reported in [`WriteFailure`], which
+//! stops the whole run: every probe stops and every file is closed.
 
 use std::{
     collections::BTreeMap,
@@ -33,6 +38,32 @@ pub struct TableCounters {
     pub lost: AtomicU64,
     /// Records of the wrong size the probe left out.
     pub malformed: AtomicU64,
+}
+
+/// The run's first write error, shared by every drain thread and the
+/// collection loop: once set, the run stops.
+#[derive(Debug, Default)]
+pub struct WriteFailure {
+    failed: AtomicBool,
+    first: Mutex<Option<String>>,
+}
+
+impl WriteFailure {
+    /// Records `error` unless one came first.
+    pub fn report(&self, error: String) {
+        if let Ok(mut first) = self.first.lock() {
+            first.get_or_insert(error);
+        }
+        self.failed.store(true, Ordering::SeqCst);
+    }
+
+    /// The first write error, once there was one.
+    pub fn get(&self) -> Option<String> {
+        if !self.failed.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.first.lock().ok().and_then(|f| f.clone())
+    }
 }
 
 /// A probe whose drain thread is running.
@@ -75,6 +106,8 @@ pub(super) struct SinkSetup<'a> {
     pub collection_id: &'a str,
     pub flush: FlushPolicy,
     pub drain_interval: Duration,
+    /// Where a drain thread reports a write error, stopping the run.
+    pub failure: Arc<WriteFailure>,
 }
 
 /// Creates the probe's sinks and its drain thread.
@@ -102,15 +135,20 @@ pub(super) fn spawn(
     let stats = ProbeStats::default();
     let thread_stats = stats.clone();
     let drain_ms = u32::try_from(setup.drain_interval.as_millis()).unwrap_or(u32::MAX);
+    let failure = setup.failure.clone();
     let handle = thread::Builder::new()
         .name(format!("kml-{name}"))
         .spawn(move || {
+            let ends = DrainEnds {
+                stop: &stop,
+                failure: &failure,
+            };
             drain_loop(
                 probe,
                 sinks,
                 &thread_counters,
                 drain_ms,
-                &stop,
+                ends,
                 &thread_stats,
             )
         })
@@ -125,31 +163,67 @@ pub(super) fn spawn(
     })
 }
 
+/// What ends a drain thread: the run's stop flag, and the run's write
+/// failure, which a write error of this thread sets (and stops the run).
+#[derive(Clone, Copy)]
+pub struct DrainEnds<'a> {
+    pub stop: &'a AtomicBool,
+    pub failure: &'a WriteFailure,
+}
+
+/// How long a drain may wait: the drain interval, or less when a sink's
+/// pending rows are due on disk sooner (rounded up to a millisecond, so a
+/// flush nearly due never spins).
+fn drain_wait(drain_ms: u32, sinks: &[IpcSink]) -> u32 {
+    sinks
+        .iter()
+        .filter_map(IpcSink::due_in)
+        .map(|d| u32::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u32::MAX))
+        .fold(drain_ms, u32::min)
+        .max(1)
+        .min(drain_ms.max(1))
+}
+
 /// Drains a probe into its sinks until `stop`, then stops it, drains the
 /// rest and finishes the files. On a probe error the rows already taken are
-/// still written.
+/// still written. A write error stops the whole run (`ends.failure`); the
+/// files are then closed with the rows they hold, and each table's counter
+/// ends as the rows on disk.
 pub fn drain_loop(
     mut probe: ProbeBox,
     mut sinks: Vec<IpcSink>,
     counters: &[Arc<TableCounters>],
     drain_ms: u32,
-    stop: &AtomicBool,
+    ends: DrainEnds<'_>,
     stats: &ProbeStats,
 ) -> Result<(), String> {
     let mut batches: RVec<Batch> = sinks.iter().map(|_| Batch::default()).collect();
     let mut error: Option<String> = None;
     loop {
-        let stopping = stop.load(Ordering::Relaxed);
+        let stopping = ends.stop.load(Ordering::Relaxed);
         if stopping {
             if let RResult::RErr(e) = probe.stop() {
                 error = Some(format!("stopping: {e}"));
             }
         }
-        let drained = probe.drain(if stopping { 0 } else { drain_ms }, &mut batches);
+        let wait = if stopping {
+            0
+        } else {
+            drain_wait(drain_ms, &sinks)
+        };
+        let drained = probe.drain(wait, &mut batches);
         for ((batch, sink), c) in batches.iter_mut().zip(sinks.iter_mut()).zip(counters) {
-            if !batch.data.is_empty() && error.is_none() {
-                if let Err(e) = sink.push(&batch.data, batch.records) {
-                    error = Some(e.to_string());
+            if !sink.failed() {
+                let written = if batch.data.is_empty() {
+                    sink.flush_if_due()
+                } else {
+                    sink.push(&batch.data, batch.records)
+                };
+                if let Err(e) = written {
+                    let msg = format!("writing {e}");
+                    ends.failure.report(msg.clone());
+                    ends.stop.store(true, Ordering::SeqCst);
+                    error.get_or_insert(msg);
                 }
             }
             batch.data.clear();
@@ -172,10 +246,15 @@ pub fn drain_loop(
         *s = probe.bpf_stats().into_vec();
     }
     drop(probe);
-    for sink in sinks {
-        let path = sink.path().to_owned();
-        if let Err(e) = sink.finish() {
-            error.get_or_insert(format!("finishing {}: {e}", path.display()));
+    for (sink, c) in sinks.into_iter().zip(counters) {
+        let (rows, done) = sink.finish();
+        c.rows.store(rows, Ordering::Relaxed);
+        if let Err(e) = done {
+            let msg = format!("finishing {e}");
+            if e.is_out_of_space() {
+                ends.failure.report(msg.clone());
+            }
+            error.get_or_insert(msg);
         }
     }
     error.map_or(Ok(()), Err)

@@ -35,9 +35,9 @@ use std::{
 use kernmlops_plugin_api::{ProbeDecl, StartArgs};
 
 pub use check::{check, CheckResult};
-pub use drain::{drain_loop, run_tables, TableCounters};
+pub use drain::{drain_loop, run_tables, DrainEnds, TableCounters, WriteFailure};
 pub use overhead::{CollectorOverhead, ProbeCost, ProgramCost};
-pub use repair::repair_collection;
+pub use repair::{repair_collection, FileRepair, RepairError, RepairReport};
 
 use self::{
     bench::BenchmarkRun,
@@ -112,6 +112,10 @@ pub enum RunError {
     },
     #[error("no probe could start; see {}", manifest.display())]
     NoProbe { manifest: PathBuf },
+    /// A write failed (a full disk): collecting stopped and every file was
+    /// closed; the line says what is on disk and what to do.
+    #[error("{0}")]
+    Stopped(String),
     #[error("{0}")]
     Host(String),
 }
@@ -129,11 +133,13 @@ pub struct Summary {
     pub overhead: Option<CollectorOverhead>,
 }
 
-/// A new collection id: UTC start time and a short random suffix.
+/// A new collection id: UTC start time and 48 random bits, so runs started
+/// in the same microsecond differ; the folder is still created exclusively,
+/// with a new id on a clash (`record::create_dir`).
 pub fn new_collection_id() -> String {
     let now = clock::unix_us();
-    let noise = (now as u64 ^ (u64::from(std::process::id()) << 20) ^ clock::uptime_us()) & 0xffff;
-    format!("{}-{noise:04x}", clock::compact_stamp(now))
+    let suffix = record::random_u64() & 0xffff_ffff_ffff;
+    format!("{}-{suffix:012x}", clock::compact_stamp(now))
 }
 
 /// Builds the arguments a component gets: its settings from `settings`
@@ -169,14 +175,20 @@ pub fn run(
     let selected = registry
         .resolve(&opts.probes)
         .map_err(RunError::Selection)?;
-    let collection_id = new_collection_id();
+    let mut collection_id = new_collection_id();
     let planned_dir = opts
         .collection_dir
         .clone()
         .unwrap_or_else(|| opts.output.join(&collection_id));
     // A benchmark that cannot run is refused before anything is collected.
     let mut bench = BenchmarkRun::create(registry, opts, &planned_dir)?;
-    let dir = record::create_dir(opts, &collection_id)?;
+    let created = record::create_dir(opts, &collection_id)?;
+    if created.id != collection_id {
+        // Another run took that id first: the benchmark gets the new folder.
+        collection_id = created.id.clone();
+        bench = BenchmarkRun::create(registry, opts, &created.dir)?;
+    }
+    let dir = created.dir.clone();
     let sys = SystemInfo::gather();
     let mut record = RunRecord::new(
         dir.clone(),
@@ -187,7 +199,12 @@ pub fn run(
         &sys,
         bench.as_ref().map(|b| (b.name.as_str(), b.plugin.as_str())),
     );
+    // Held until the process ends: `kernmlops repair` refuses the folder
+    // while this run writes it.
+    record.lock = Some(created.lock);
     record.write()?;
+    // Written first, so a killed run has it too.
+    write_system_info(&mut record, &sys, &collection_id)?;
 
     if let Some(b) = bench.as_mut() {
         b.setup(&mut record)?;
@@ -200,10 +217,14 @@ pub fn run(
         collection_id: &collection_id,
         flush: opts.flush,
         drain_interval: opts.drain_interval,
+        failure: Arc::default(),
     };
     let running = start_probes(&selected, opts, &setup, &stop, &mut record);
     let attach_ms = attach_start.elapsed().as_secs_f64() * 1e3;
-    record.write()?;
+    if let Err(e) = record.write() {
+        setup.failure.report(e.to_string());
+        stop.store(true, Ordering::SeqCst);
+    }
     if running.is_empty() && !selected.is_empty() {
         if let Some(b) = bench.take() {
             b.finish(&mut record, None, &collection_id);
@@ -214,13 +235,17 @@ pub fn run(
         });
     }
     announce(&running, &dir, attach_ms, bench.as_ref(), opts.duration);
-    if let Some(b) = bench.as_mut() {
+    if let Some(b) = bench.as_mut().filter(|_| !stop.load(Ordering::SeqCst)) {
         if !b.launch(&mut record) {
             stop.store(true, Ordering::SeqCst);
         }
     }
 
-    let stopped_by = wait_for_end(opts, &stop, bench.as_mut(), &running, &mut record)?;
+    let ends = DrainEnds {
+        stop: &stop,
+        failure: &setup.failure,
+    };
+    let stopped_by = wait_for_end(opts, ends, bench.as_mut(), &running, &mut record);
     stop.store(true, Ordering::SeqCst);
     if let Some(b) = bench.take() {
         b.finish(&mut record, stopped_by, &collection_id);
@@ -234,7 +259,9 @@ pub fn run(
             .handle
             .join()
             .unwrap_or_else(|_| Err("collector thread panicked".to_owned()));
-        failed |= record.probe_ended(&r.name, &r.plugin, &outcome);
+        // After a write error, one line below says it all.
+        let quiet = setup.failure.get().is_some();
+        failed |= record.probe_ended(&r.name, &r.plugin, &outcome, quiet);
         // The threads are joined: the counts are final.
         record.record_tables(&r.name, &r.tables, &r.counters);
         let stats = r.stats.lock().map(|s| s.clone()).unwrap_or_default();
@@ -254,7 +281,12 @@ pub fn run(
     let cost = meter.finish(&probe_stats, rows);
     write_overhead(&mut record, &cost, &collection_id);
     record.man.collector_overhead = Some(cost);
-    write_system_info(&mut record, &sys, &collection_id)?;
+    if let Some(e) = setup.failure.get() {
+        let line = record.write_failed(&e);
+        // The manifest keeps the error and the rows if there is room.
+        let _ = record.complete(true, running_probes);
+        return Err(RunError::Stopped(line));
+    }
     record.complete(failed, running_probes)?;
     Ok(Summary {
         run_class: record.man.run_class,
@@ -353,17 +385,21 @@ fn announce(
 /// still running.
 fn wait_for_end(
     opts: &RunOptions,
-    stop: &AtomicBool,
+    ends: DrainEnds<'_>,
     mut bench: Option<&mut BenchmarkRun>,
     running: &[RunningProbe],
     record: &mut RunRecord,
-) -> Result<Option<StopReason>, RunError> {
+) -> Option<StopReason> {
+    let stop = ends.stop;
     const MANIFEST_EVERY: Duration = Duration::from_secs(5);
     let begun = Instant::now();
     let mut last_manifest = Instant::now();
     let mut status = StatusLine::new();
     let stopped_by = loop {
         status.update(begun.elapsed(), running);
+        if ends.failure.get().is_some() {
+            break Some(StopReason::WriteError);
+        }
         if stop.load(Ordering::SeqCst) {
             break Some(StopReason::Signal);
         }
@@ -380,13 +416,17 @@ fn wait_for_end(
         }
         if last_manifest.elapsed() >= MANIFEST_EVERY {
             record.fill_tables(running);
-            record.write()?;
+            if let Err(e) = record.write() {
+                // The first write error stops the run like a table's does.
+                ends.failure.report(e.to_string());
+                stop.store(true, Ordering::SeqCst);
+            }
             last_manifest = Instant::now();
         }
         thread::sleep(Duration::from_millis(20));
     };
     status.clear();
-    Ok(stopped_by)
+    stopped_by
 }
 
 /// Writes the `collector_overhead` table; a failure is recorded as an

@@ -1,11 +1,19 @@
 //! The run record: the collection folder's `manifest.json`, kept true at
 //! every step of a run (written at start, refreshed while collecting,
-//! completed at the end), and the run's final classification.
+//! completed at the end), and the run's final classification; the
+//! collection folder itself, created exclusively and locked while the run
+//! writes it.
 
 use std::{
     collections::BTreeMap,
+    fs::File,
+    io,
+    os::fd::AsRawFd,
     path::{Path, PathBuf},
-    sync::{atomic::Ordering, Arc},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
 };
 
 use kernmlops_plugin_api::ProbeDecl;
@@ -27,6 +35,8 @@ use crate::{
 pub(super) struct RunRecord {
     pub dir: PathBuf,
     pub man: Manifest,
+    /// The folder's lock, held while the run writes it.
+    pub lock: Option<File>,
 }
 
 impl RunRecord {
@@ -72,8 +82,13 @@ impl RunRecord {
             }),
             include_self: opts.include_self,
             collector_overhead: None,
+            pid: Some(std::process::id()),
         };
-        Self { dir, man }
+        Self {
+            dir,
+            man,
+            lock: None,
+        }
     }
 
     /// Writes the manifest atomically.
@@ -127,8 +142,15 @@ impl RunRecord {
         self.man.errors.push(msg);
     }
 
-    /// Records how a probe's thread ended; true when it failed.
-    pub fn probe_ended(&mut self, name: &str, plugin: &str, outcome: &Result<(), String>) -> bool {
+    /// Records how a probe's thread ended; true when it failed. `quiet`
+    /// records an error without printing it.
+    pub fn probe_ended(
+        &mut self,
+        name: &str,
+        plugin: &str,
+        outcome: &Result<(), String>,
+        quiet: bool,
+    ) -> bool {
         let Some(p) = self.man.probes.iter_mut().find(|p| p.name == name) else {
             return false;
         };
@@ -141,7 +163,9 @@ impl RunRecord {
                 p.status = ProbeStatus::Failed;
                 p.error = Some(e.clone());
                 let msg = format!("probe {name} (plugin {plugin}): {e}");
-                eprintln!("error: {}", indent_detail(&msg));
+                if !quiet {
+                    eprintln!("error: {}", indent_detail(&msg));
+                }
                 self.man.errors.push(msg);
                 true
             }
@@ -192,6 +216,29 @@ impl RunRecord {
 
     pub fn error(&mut self, msg: String) {
         self.man.errors.push(msg);
+    }
+
+    /// Records the write error that stopped the run and returns the one
+    /// line saying what is on disk and what to do (the tables' counts are
+    /// the rows their files hold).
+    pub fn write_failed(&mut self, error: &str) -> String {
+        let on_disk: Vec<String> = self
+            .man
+            .tables
+            .iter()
+            .map(|(t, e)| format!("{t} {}", e.rows))
+            .collect();
+        let line = format!(
+            "{error}: collecting stopped and every file was closed; rows on disk: {}; free some space, then run `kernmlops repair {}` if a file could not be closed",
+            if on_disk.is_empty() {
+                "none".to_owned()
+            } else {
+                on_disk.join(", ")
+            },
+            self.dir.display()
+        );
+        self.man.errors.push(line.clone());
+        line
     }
 
     /// Marks a run that ended before collecting anything.
@@ -269,25 +316,128 @@ fn plugin_entries(selected: &[(&Plugin, &ProbeDecl)]) -> Vec<PluginEntry> {
     out
 }
 
-/// Creates the collection folder: exactly `opts.collection_dir` (which
-/// must not exist), or `<output>/<collection_id>`.
-pub(super) fn create_dir(opts: &RunOptions, collection_id: &str) -> Result<PathBuf, RunError> {
+/// A collection folder made for this run, and its lock.
+pub(super) struct Created {
+    pub dir: PathBuf,
+    /// The collection id: the one asked for, or a new one when another run
+    /// had taken it.
+    pub id: String,
+    pub lock: File,
+}
+
+/// Creates the collection folder exclusively (`create_dir`, never reusing
+/// one) and locks it: exactly `opts.collection_dir` (which must not
+/// exist), or `<output>/<collection_id>`, with a new id when another run
+/// created that folder first.
+pub(super) fn create_dir(opts: &RunOptions, collection_id: &str) -> Result<Created, RunError> {
     let io = |path: &Path| {
         let path = path.to_owned();
         move |source| RunError::Folder { path, source }
     };
-    match &opts.collection_dir {
-        Some(dir) => {
-            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent).map_err(io(parent))?;
+    let (parent, fixed) = match &opts.collection_dir {
+        Some(dir) => (dir.parent().map(Path::to_owned), Some(dir.clone())),
+        None => (Some(opts.output.clone()), None),
+    };
+    if let Some(parent) = parent.filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+    }
+    let mut id = collection_id.to_owned();
+    for _ in 0..100 {
+        let dir = fixed.clone().unwrap_or_else(|| opts.output.join(&id));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {
+                let lock = lock_dir(&dir).map_err(io(&dir))?;
+                return Ok(Created { dir, id, lock });
             }
-            std::fs::create_dir(dir).map_err(io(dir))?;
-            Ok(dir.clone())
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && fixed.is_none() => {
+                id = super::new_collection_id();
+            }
+            Err(e) => return Err(io(&dir)(e)),
         }
-        None => {
-            let dir = opts.output.join(collection_id);
-            std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-            Ok(dir)
-        }
+    }
+    Err(io(&opts.output)(io::Error::other(
+        "100 new collection ids were all taken",
+    )))
+}
+
+/// Takes the exclusive lock of a collection folder, held as long as the
+/// returned descriptor is open (closed on exec: workloads never hold it).
+pub(super) fn lock_dir(dir: &Path) -> io::Result<File> {
+    let f = File::open(dir)?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
+/// 64 random bits from the kernel, or, should `getrandom` fail, from the
+/// time, the process id and a counter.
+pub(super) fn random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    // SAFETY: getrandom writes at most `buf.len()` bytes into `buf`.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n == buf.len() as isize {
+        return u64::from_ne_bytes(buf);
+    }
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut x = crate::clock::unix_us() as u64
+        ^ (u64::from(std::process::id()) << 32)
+        ^ COUNTER
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // splitmix64's finaliser, so nearby inputs give unrelated outputs.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_made_together_differ_and_folders_are_never_shared() {
+        let out = std::env::temp_dir().join(format!("kml-ids-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let opts = RunOptions {
+            output: out.clone(),
+            ..RunOptions::default()
+        };
+        // Eight threads, each creating folders from one shared id: every
+        // one gets a folder of its own.
+        let same = super::super::new_collection_id();
+        let made: Vec<(String, PathBuf)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        (0..25)
+                            .map(|_| {
+                                let c = create_dir(&opts, &same).expect("create");
+                                (c.id, c.dir)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("thread"))
+                .collect()
+        });
+        let ids: std::collections::BTreeSet<&String> = made.iter().map(|(i, _)| i).collect();
+        assert_eq!(ids.len(), 200, "ids were shared");
+        assert_eq!(std::fs::read_dir(&out).expect("out").count(), 200);
+        let fresh: std::collections::BTreeSet<String> = (0..10_000)
+            .map(|_| super::super::new_collection_id())
+            .collect();
+        assert_eq!(fresh.len(), 10_000, "ids made in one second collided");
+        // A locked folder cannot be locked again.
+        let (_, dir) = &made[0];
+        let held = lock_dir(dir).expect("first lock");
+        assert!(lock_dir(dir).is_err(), "locked twice");
+        drop(held);
+        lock_dir(dir).expect("free again");
+        std::fs::remove_dir_all(&out).expect("clean up");
     }
 }
