@@ -87,9 +87,26 @@ pub fn run(args: &Args) -> Result<()> {
             );
         }
         // A running host may have the old file mapped: never write into it,
-        // rename a finished copy over it.
-        replace_with(&placed, |temp| fs::copy(&built, temp).map(drop))
-            .with_context(|| format!("placing {}", placed.display()))?;
+        // rename a finished copy over it. Debug information goes to
+        // `<name>.so.debug` beside it (linked by .gnu_debuglink, so panics
+        // stay symbolised); the placed library is stripped of it.
+        let debug = plugin_dir.join(format!("{}.so.debug", plugin.lib_name));
+        let mut split = true;
+        replace_with(&debug, |temp| split_debug(&built, temp)).unwrap_or_else(|e| {
+            split = false;
+            eprintln!(
+                "warning: {}: debug information not split off ({e:#}); placing it whole",
+                display(&built)
+            );
+        });
+        replace_with(&placed, |temp| {
+            fs::copy(&built, temp)?;
+            if split {
+                strip_debug(temp, &debug)?;
+            }
+            Ok(())
+        })
+        .with_context(|| format!("placing {}", placed.display()))?;
         let size = fs::metadata(&placed).map(|m| m.len()).unwrap_or(0);
         println!(
             "placed {} ({} KiB, from {})",
@@ -103,6 +120,41 @@ pub fn run(args: &Args) -> Result<()> {
         println!("host: {}", display(&built_dir.join(HOST_PACKAGE)));
     }
     Ok(())
+}
+
+/// Writes the debug information of `built` into `out` (`objcopy
+/// --only-keep-debug`).
+fn split_debug(built: &Path, out: &Path) -> std::io::Result<()> {
+    objcopy(&[
+        "--only-keep-debug".as_ref(),
+        built.as_os_str(),
+        out.as_os_str(),
+    ])
+}
+
+/// Strips debug information and local symbols from `file` in place and
+/// links it to its debug file by name.
+fn strip_debug(file: &Path, debug: &Path) -> std::io::Result<()> {
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    objcopy(&[
+        "--strip-debug".as_ref(),
+        "--strip-unneeded".as_ref(),
+        link.as_ref(),
+        file.as_os_str(),
+    ])
+}
+
+fn objcopy(args: &[&std::ffi::OsStr]) -> std::io::Result<()> {
+    let out = Command::new("objcopy").args(args).output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "objcopy {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
 }
 
 /// Reads the workspace's plugin crates (every member under `plugins/` with a
