@@ -541,6 +541,14 @@ pub fn number(x: f64) -> String {
 /// The summary as `experiment results` prints it.
 pub fn render(summaries: &[ComboSummary]) -> String {
     let mut out = String::new();
+    // One width for every combination's table, so they line up.
+    let width = summaries
+        .iter()
+        .flat_map(|s| &s.figures)
+        .map(|(n, _)| n.trim_start_matches("result_").len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
     for s in summaries {
         let name = if s.label.is_empty() {
             "all runs"
@@ -561,13 +569,6 @@ pub fn render(summaries: &[ComboSummary]) -> String {
             out.push_str("  (no numeric results)\n");
             continue;
         }
-        let width = s
-            .figures
-            .iter()
-            .map(|(n, _)| n.trim_start_matches("result_").len())
-            .max()
-            .unwrap_or(6)
-            .max(6);
         out.push_str(&format!(
             "  {:<width$} {:>3} {:>14} {:>12}  {:<31} {:>7}\n",
             "figure", "n", "mean", "sd", "95% CI", "±"
