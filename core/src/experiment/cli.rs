@@ -834,9 +834,10 @@ fn report(
         count_text.join(", ")
     );
     println!(
-        "results: {} ({} rows), {}",
+        "results: {} ({} row{}), {}",
         dir.results_parquet().display(),
         results.rows,
+        if results.rows == 1 { "" } else { "s" },
         dir.results_arrow().display()
     );
     if let (Some((env, plugin_dir)), true) = (draw, results.rows > 0) {
