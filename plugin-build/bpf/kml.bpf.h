@@ -22,6 +22,12 @@
 
 #define KML_MAX_TABLES 8
 
+/* What a classic tracepoint program (SEC("tp/...")) returns. The kernel
+ * hands a tracepoint event to perf's other users (`perf record -e`) only
+ * when the BPF programs on it return non-zero: returning 0 would hide the
+ * event from them. kernmlops never changes what other tools see. */
+#define KML_TP_PASS 1
+
 /* Set by the SDK from StartArgs before load. */
 const volatile __u32 kml_filter_tgid = 0;      /* 0: every process */
 const volatile __u32 kml_filter_pid = 0;       /* 0: every thread */

@@ -151,14 +151,14 @@ SEC("tp/syscalls/sys_enter_open")
 int tp_enter_open(struct trace_event_raw_sys_enter *ctx)
 {
 	enter((const char *)ctx->args[0], ctx->args[1]);
-	return 0;
+	return KML_TP_PASS;
 }
 
 SEC("tp/syscalls/sys_exit_open")
 int tp_exit_open(struct trace_event_raw_sys_exit *ctx)
 {
 	leave(ctx->ret);
-	return 0;
+	return KML_TP_PASS;
 }
 
 /* openat(int dfd, const char *filename, int flags, umode_t mode) */
@@ -166,14 +166,14 @@ SEC("tp/syscalls/sys_enter_openat")
 int tp_enter_openat(struct trace_event_raw_sys_enter *ctx)
 {
 	enter((const char *)ctx->args[1], ctx->args[2]);
-	return 0;
+	return KML_TP_PASS;
 }
 
 SEC("tp/syscalls/sys_exit_openat")
 int tp_exit_openat(struct trace_event_raw_sys_exit *ctx)
 {
 	leave(ctx->ret);
-	return 0;
+	return KML_TP_PASS;
 }
 
 /* openat2(int dfd, const char *filename, struct open_how *how, size_t) */
@@ -184,14 +184,14 @@ int tp_enter_openat2(struct trace_event_raw_sys_enter *ctx)
 
 	bpf_probe_read_user(&how, sizeof(how), (void *)ctx->args[2]);
 	enter((const char *)ctx->args[1], how.flags);
-	return 0;
+	return KML_TP_PASS;
 }
 
 SEC("tp/syscalls/sys_exit_openat2")
 int tp_exit_openat2(struct trace_event_raw_sys_exit *ctx)
 {
 	leave(ctx->ret);
-	return 0;
+	return KML_TP_PASS;
 }
 
 /* creat(const char *pathname, umode_t mode): open(O_CREAT|O_WRONLY|O_TRUNC) */
@@ -199,12 +199,12 @@ SEC("tp/syscalls/sys_enter_creat")
 int tp_enter_creat(struct trace_event_raw_sys_enter *ctx)
 {
 	enter((const char *)ctx->args[0], O_CREAT | 01 | 01000);
-	return 0;
+	return KML_TP_PASS;
 }
 
 SEC("tp/syscalls/sys_exit_creat")
 int tp_exit_creat(struct trace_event_raw_sys_exit *ctx)
 {
 	leave(ctx->ret);
-	return 0;
+	return KML_TP_PASS;
 }

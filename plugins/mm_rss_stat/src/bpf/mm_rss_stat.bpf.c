@@ -184,15 +184,15 @@ int handle_rss_stat(struct trace_event_raw_rss_stat *ctx)
 	__s64 size = ctx->size;
 
 	if (!h || !kml_wanted(task))
-		return 0;
+		return KML_TP_PASS;
 	if (h->raw_ns && now - h->raw_ns < KML_PAIR_NS && h->member == member) {
 		h->raw_ns = 0;
 		emit(task, h->mm, member, size);
-		return 0;
+		return KML_TP_PASS;
 	}
 	h->classic_ns = now;
 	h->size = size;
 	h->member = member;
 	h->curr = ctx->curr;
-	return 0;
+	return KML_TP_PASS;
 }

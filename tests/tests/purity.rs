@@ -1,0 +1,331 @@
+//! The collector is not in its own data, filters follow cgroup trees, and
+//! mm_rss_stat's counters agree with the kernel's own `rss_stat` values:
+//! end-to-end on the running kernel, as root.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use arrow_array::{cast::AsArray, Array, RecordBatch};
+use kernmlops_e2e::*;
+
+/// Every table of a collection with a `tgid` column, and its values.
+fn tgids_by_table(dir: &Path) -> BTreeMap<String, Vec<u64>> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).expect("collection folder").flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "arrow") {
+            continue;
+        }
+        let batches = read_table(&path);
+        if batches
+            .first()
+            .is_some_and(|b| b.column_by_name("tgid").is_some())
+        {
+            let table = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            out.insert(table, column_u64(&batches, "tgid"));
+        }
+    }
+    out
+}
+
+/// The BPF probes that record a task's tgid.
+const PROBES: &str = "quanta_runtime,process_trace,process_metadata,file_data,mm_rss_stat,block_io";
+
+/// Runs every tgid-recording probe for two seconds while this test opens
+/// files and starts processes, and returns the collection and the
+/// collector's pid.
+fn collect(name: &str, extra: &[&str]) -> (PathBuf, u32, PathBuf) {
+    let out = temp_dir(name);
+    let mut args = vec!["--plugins", PROBES, "--output", out.to_str().expect("utf8")];
+    args.extend_from_slice(extra);
+    let c = Collector::start(&args);
+    let pid = c.pid();
+    for _ in 0..20 {
+        let _ = std::fs::read_to_string("/etc/hostname");
+        let _ = Command::new("true").status();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(done.status.success(), "{}", done.stderr);
+    (done.dir.expect("collection folder"), pid, out)
+}
+
+#[test]
+fn root_the_collector_is_not_in_its_data_unless_asked() {
+    if !require_root("root_the_collector_is_not_in_its_data_unless_asked") {
+        return;
+    }
+    let _serial = serial();
+    let (dir, pid, out) = collect("purity-default", &[]);
+    let tables = tgids_by_table(&dir);
+    assert!(tables.len() >= 5, "tables with tgid: {:?}", tables.keys());
+    for (table, tgids) in &tables {
+        let own = tgids.iter().filter(|&&t| t == u64::from(pid)).count();
+        assert_eq!(own, 0, "{table}: {own} rows of the collector ({pid})");
+    }
+    assert_eq!(manifest(&dir)["include_self"], false);
+    std::fs::remove_dir_all(&out).ok();
+
+    let (dir, pid, out) = collect("purity-self", &["--include-self"]);
+    let tables = tgids_by_table(&dir);
+    let own: usize = tables
+        .values()
+        .map(|t| t.iter().filter(|&&t| t == u64::from(pid)).count())
+        .sum();
+    assert!(own > 0, "--include-self kept no row of the collector");
+    let switches = tables["quanta_runtime"]
+        .iter()
+        .filter(|&&t| t == u64::from(pid))
+        .count();
+    assert!(switches > 0, "the collector's threads ran and switched");
+    assert_eq!(manifest(&dir)["include_self"], true);
+    std::fs::remove_dir_all(&out).ok();
+}
+
+/// A cgroup folder made for a test, removed (with its children) at the end.
+struct TestCgroup(PathBuf);
+
+impl TestCgroup {
+    fn create(name: &str) -> Option<Self> {
+        let root = cgroup2_mount()?;
+        let dir = root.join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("child")).ok()?;
+        Some(Self(dir))
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        for dir in [self.0.join("child"), self.0.clone()] {
+            // Move anything left back to the root cgroup first.
+            if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                if let Some(root) = cgroup2_mount() {
+                    for pid in procs.lines() {
+                        let _ = std::fs::write(root.join("cgroup.procs"), pid);
+                    }
+                }
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+    }
+}
+
+#[test]
+fn root_cgroup_filter_follows_descendants_unless_exact() {
+    if !require_root("root_cgroup_filter_follows_descendants_unless_exact") {
+        return;
+    }
+    let _serial = serial();
+    let Some(cg) = TestCgroup::create("kml-e2e-nested") else {
+        assert!(!in_ci(), "cgroup v2 is needed for this test");
+        eprintln!("SKIP: no cgroup v2 here");
+        return;
+    };
+    // A busy shell in the child cgroup: it runs and switches all the time.
+    let mut worker = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("starting a worker");
+    std::fs::write(cg.0.join("child/cgroup.procs"), worker.id().to_string())
+        .expect("moving the worker into the child cgroup");
+    let mut rows = Vec::new();
+    for exact in [false, true] {
+        let out = temp_dir(&format!("nested-{exact}"));
+        let mut args = vec![
+            "--plugins",
+            "quanta_runtime",
+            "--output",
+            out.to_str().expect("utf8"),
+            "--cgroup",
+            cg.0.to_str().expect("utf8"),
+            "--duration",
+            "1s",
+        ];
+        if exact {
+            args.push("--cgroup-exact");
+        }
+        let done = Collector::start(&args).wait();
+        assert!(done.status.success(), "{}", done.stderr);
+        let dir = done.dir.expect("collection");
+        let tgids = column_u64(&read_table(&dir.join("quanta_runtime.arrow")), "tgid");
+        let worker_rows = tgids
+            .iter()
+            .filter(|&&t| t == u64::from(worker.id()))
+            .count();
+        assert_eq!(
+            worker_rows,
+            tgids.len(),
+            "only the worker is in the cgroup tree"
+        );
+        rows.push(worker_rows);
+        std::fs::remove_dir_all(&out).ok();
+    }
+    let _ = worker.kill();
+    let _ = worker.wait();
+    assert!(
+        rows[0] > 0,
+        "the parent's filter sees the child cgroup's task"
+    );
+    assert_eq!(
+        rows[1], 0,
+        "--cgroup-exact sees only the parent cgroup itself"
+    );
+}
+
+/// `perf script` lines of `kmem:rss_stat` for one pid: (member, pages) in
+/// order.
+fn perf_rss_values(script: &str, pid: u32) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for line in script.lines() {
+        // "perl  1234 [000] 12.345: kmem:rss_stat: mm_id=... curr=1 type=MM_ANONPAGES size=123456B"
+        let mut words = line.split_whitespace();
+        let _comm = words.next();
+        let Some(p) = words.next().and_then(|w| w.parse::<u32>().ok()) else {
+            continue;
+        };
+        if p != pid {
+            continue;
+        }
+        let field = |key: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .map(str::to_owned)
+        };
+        let (Some(kind), Some(size)) = (field("type="), field("size=")) else {
+            continue;
+        };
+        let member = match kind.as_str() {
+            "MM_FILEPAGES" => "file",
+            "MM_ANONPAGES" => "anon",
+            "MM_SWAPENTS" => "swap",
+            "MM_SHMEMPAGES" => "shmem",
+            _ => continue,
+        };
+        let Some(bytes) = size.strip_suffix('B').and_then(|b| b.parse::<u64>().ok()) else {
+            continue;
+        };
+        out.push((member.to_owned(), bytes / 4096));
+    }
+    out
+}
+
+fn str_column(batches: &[RecordBatch], name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in batches {
+        let col = b.column_by_name(name).expect("column");
+        if let Some(dict) = col.as_any_dictionary_opt() {
+            let values = dict.values().as_string::<i32>();
+            for k in dict.normalized_keys() {
+                out.push(values.value(k).to_owned());
+            }
+        } else {
+            let s = col.as_string::<i32>();
+            out.extend((0..s.len()).map(|i| s.value(i).to_owned()));
+        }
+    }
+    out
+}
+
+#[test]
+fn root_mm_rss_stat_agrees_with_the_kernel_tracepoint() {
+    if !require_root("root_mm_rss_stat_agrees_with_the_kernel_tracepoint")
+        || !require_tool("root_mm_rss_stat_agrees_with_the_kernel_tracepoint", "perf")
+    {
+        return;
+    }
+    let _serial = serial();
+    let work = temp_dir("rss-perf");
+    let out = work.join("data");
+    let c = Collector::start(&[
+        "--plugins",
+        "mm_rss_stat",
+        "--output",
+        out.to_str().expect("utf8"),
+    ]);
+    let perf_data = work.join("perf.data");
+    let mut perf = Command::new("perf")
+        .args(["record", "-q", "-e", "kmem:rss_stat", "-a", "-o"])
+        .arg(&perf_data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("perf record");
+    std::thread::sleep(Duration::from_millis(700));
+    // A program that touches 32 MiB of anonymous memory it knows about.
+    let toucher = Command::new("perl")
+        .args([
+            "-e",
+            "my $x = \"a\" x (32*1024*1024); select(undef,undef,undef,0.3);",
+        ])
+        .spawn()
+        .expect("perl");
+    let toucher_pid = toucher.id();
+    let status = toucher.wait_with_output().expect("perl").status;
+    assert!(status.success());
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling a child we spawned.
+    unsafe { libc::kill(perf.id() as i32, libc::SIGINT) };
+    let _ = perf.wait();
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(done.status.success(), "{}", done.stderr);
+    let script = Command::new("perf")
+        .args(["script", "-i"])
+        .arg(&perf_data)
+        .output()
+        .expect("perf script");
+    let script_text = String::from_utf8_lossy(&script.stdout);
+    let want = perf_rss_values(&script_text, toucher_pid);
+
+    let dir = done.dir.expect("collection");
+    let batches = read_table(&dir.join("mm_rss_stat.arrow"));
+    let ts = column_u64(&batches, "ts_uptime_us");
+    let tgid = column_u64(&batches, "tgid");
+    let pid = column_u64(&batches, "pid");
+    let member = str_column(&batches, "member");
+    let mut ours: Vec<(u64, String, u64)> = Vec::new();
+    for i in 0..ts.len() {
+        if pid[i] != u64::from(toucher_pid) || tgid[i] != u64::from(toucher_pid) {
+            continue;
+        }
+        let value = column_u64(&batches, &format!("{}_pages", member[i]))[i];
+        ours.push((ts[i], member[i].clone(), value));
+    }
+    ours.sort_by_key(|r| r.0);
+    let ours: Vec<(String, u64)> = ours.into_iter().map(|(_, m, v)| (m, v)).collect();
+    assert!(
+        want.len() > 100,
+        "perf saw {} rss_stat events of the toucher ({toucher_pid}) in {} lines; perf script: {}",
+        want.len(),
+        script_text.lines().count(),
+        String::from_utf8_lossy(&script.stderr)
+    );
+    assert_eq!(
+        ours.len(),
+        want.len(),
+        "both see every rss_stat change of the toucher"
+    );
+    let differ = ours.iter().zip(&want).filter(|(a, b)| a != b).count();
+    assert_eq!(
+        differ, 0,
+        "rows whose counter differs from the tracepoint's"
+    );
+    let peak_anon = ours
+        .iter()
+        .filter(|(m, _)| m == "anon")
+        .map(|(_, v)| *v)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        peak_anon >= 32 * 256,
+        "32 MiB touched, anon peaked at {peak_anon} pages"
+    );
+    std::fs::remove_dir_all(&work).ok();
+}
