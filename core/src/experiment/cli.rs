@@ -210,8 +210,15 @@ pub fn main(args: ExperimentArgs, env: &Env) -> Result<ExitCode> {
         } => {
             let dir = ExpDir::new(dir);
             let record = Record::read(&dir)?;
-            let plugin_dir = resolve_plugin_dir(env, Some(&record))?;
-            let draw = (!no_graphs).then_some((env, plugin_dir.as_path()));
+            let plugin_dir = match (no_graphs, resolve_plugin_dir(env, Some(&record))) {
+                (true, _) => None,
+                (false, Ok(d)) => Some(d),
+                (false, Err(e)) => {
+                    eprintln!("warning: graphs not drawn: {e}");
+                    None
+                }
+            };
+            let draw = plugin_dir.as_deref().map(|d| (env, d));
             report(&dir, &record, draw, &figures)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -365,7 +372,10 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
                 .next()
                 .is_some()
         {
-            return Err(ExperimentError::NotAnExperiment { dir: dir.root });
+            return Err(ExperimentError::Usage(format!(
+                "--dir {}: the folder exists, holds other files and is not an experiment folder (no experiment.json); choose a new or empty folder",
+                dir.root.display()
+            )));
         }
         None
     };
@@ -395,6 +405,14 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
     if let Err(m) = registry.resolve(&probes) {
         let _ = std::fs::remove_file(&scratch);
         return Err(invalid(&spec, "probes", m));
+    }
+    if spec.power.is_some() && !run_accepts("--power")? {
+        let _ = std::fs::remove_file(&scratch);
+        return Err(invalid(
+            &spec,
+            "power",
+            "this kernmlops's `run` has no --power option yet: remove the key".into(),
+        ));
     }
     let identity = Identity {
         benchmark: spec.benchmark.clone(),
@@ -531,6 +549,21 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
         }
     );
     drive(&dir, record, &plugin_dir, &args.common, env)
+}
+
+/// Whether `kernmlops run` (this binary) has the option `flag`.
+fn run_accepts(flag: &str) -> Result<bool> {
+    let exe = std::env::current_exe().map_err(ExperimentError::io("/proc/self/exe"))?;
+    let out = std::process::Command::new(&exe)
+        .args(["run", "--help"])
+        .output()
+        .map_err(|source| ExperimentError::Launch {
+            program: exe.display().to_string(),
+            source,
+        })?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .any(|w| w.trim_end_matches(',') == flag))
 }
 
 fn order_name(o: Order) -> &'static str {
