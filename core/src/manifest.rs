@@ -175,6 +175,10 @@ pub struct Manifest {
     /// by default probes leave it out in the kernel.
     #[serde(default)]
     pub include_self: bool,
+    /// `--allow-insecure-plugins`: plugin ownership and permissions were not
+    /// checked for this run.
+    #[serde(default)]
+    pub allow_insecure_plugins: bool,
     /// What collecting cost (BPF programs' kernel time, the host's CPU and
     /// memory), once the run has ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -21,7 +21,6 @@ use std::{
     fmt,
     fs::File,
     io,
-    ops::Deref,
     os::{fd::AsRawFd, unix::ffi::OsStrExt, unix::fs::FileExt},
     path::{Path, PathBuf},
     sync::OnceLock,
@@ -149,10 +148,9 @@ impl fmt::Display for Conflict {
 /// A loaded, validated plugin.
 pub struct Plugin {
     pub path: PathBuf,
-    /// The file's SHA-256, computed on first use. Kept as a field only so
-    /// that callers written as `plugin.sha256.clone()` still compile; call
-    /// [`Plugin::sha256`] instead. Remove once nothing reads the field.
-    pub sha256: FileDigest,
+    /// The file's SHA-256, computed on first use ([`Plugin::sha256`]): only
+    /// plugins a run uses are hashed.
+    digest: FileDigest,
     pub info: PluginInfo,
     pub probes: Vec<ProbeDecl>,
     /// Each probe's settings with defaults (TOML), by probe name.
@@ -209,19 +207,6 @@ impl fmt::Debug for FileDigest {
         f.debug_struct("FileDigest")
             .field("hex", &self.hex.get())
             .finish_non_exhaustive()
-    }
-}
-
-/// Transitional: `plugin.sha256.clone()` gives the hex digest (or, if the
-/// file could not be read, a line saying so). Use [`Plugin::sha256`].
-impl Deref for FileDigest {
-    type Target = String;
-
-    fn deref(&self) -> &String {
-        match self.hex.get_or_init(|| hash_file(self.file)) {
-            Ok(hex) => hex,
-            Err(e) => e,
-        }
     }
 }
 
@@ -329,7 +314,7 @@ impl Plugin {
         let graphs = optional_list(module.graphs())?;
         Ok(Self {
             path: path.to_owned(),
-            sha256: FileDigest::new(file),
+            digest: FileDigest::new(file),
             info,
             probes,
             config_defaults,
@@ -348,7 +333,7 @@ impl Plugin {
     /// The SHA-256 of the plugin's file (lower-case hex), read from the
     /// descriptor it was loaded from on the first call and cached.
     pub fn sha256(&self) -> io::Result<&str> {
-        self.sha256.get()
+        self.digest.get()
     }
 
     /// Whether this plugin is one shipped in this repository.

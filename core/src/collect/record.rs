@@ -81,6 +81,7 @@ impl RunRecord {
                 ..BenchmarkEntry::default()
             }),
             include_self: opts.include_self,
+            allow_insecure_plugins: registry.allow_insecure,
             collector_overhead: None,
             pid: Some(std::process::id()),
         };
@@ -309,7 +310,9 @@ fn plugin_entries(selected: &[(&Plugin, &ProbeDecl)]) -> Vec<PluginEntry> {
                 name: p.name().to_owned(),
                 version: p.info.version.to_string(),
                 path: p.path.display().to_string(),
-                sha256: p.sha256.clone(),
+                sha256: p
+                    .sha256()
+                    .map_or_else(|e| format!("unavailable: {e}"), str::to_owned),
             });
         }
     }

@@ -226,6 +226,7 @@ mod tests {
             run_class: RunClass::Running,
             benchmark: None,
             include_self: false,
+            allow_insecure_plugins: false,
             collector_overhead: None,
             pid: Some(1),
         }
