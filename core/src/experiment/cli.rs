@@ -505,6 +505,10 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
             .map_or_else(|| now.clone(), |r| r.created_utc.clone()),
         updated_utc: now,
         kernmlops_version: env!("CARGO_PKG_VERSION").to_owned(),
+        kernmlops_sha256: std::env::current_exe()
+            .ok()
+            .and_then(|exe| super::record::sha256_file(&exe).ok())
+            .unwrap_or_default(),
         source_file: absolute(&args.file)?.display().to_string(),
         identity,
         seed,

@@ -155,6 +155,9 @@ pub struct Record {
     pub created_utc: String,
     pub updated_utc: String,
     pub kernmlops_version: String,
+    /// SHA-256 of the `kernmlops` binary that planned the experiment.
+    #[serde(default)]
+    pub kernmlops_sha256: String,
     /// The experiment file as it was given (copied to `experiment.toml`).
     pub source_file: String,
     #[serde(flatten)]
@@ -231,6 +234,21 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(ExperimentError::io(path))
 }
 
+/// SHA-256 of a file, in hex.
+pub fn sha256_file(p: &Path) -> Result<String> {
+    let mut f = File::open(p).map_err(ExperimentError::io(p))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf).map_err(ExperimentError::io(p))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// SHA-256 of every `*.so` in `dir`, sorted by file name.
 pub fn plugin_set(dir: &Path) -> Result<Vec<PluginHash>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -242,22 +260,12 @@ pub fn plugin_set(dir: &Path) -> Result<Vec<PluginHash>> {
     files
         .iter()
         .map(|p| {
-            let mut f = File::open(p).map_err(ExperimentError::io(p))?;
-            let mut h = Sha256::new();
-            let mut buf = vec![0u8; 1 << 16];
-            loop {
-                let n = f.read(&mut buf).map_err(ExperimentError::io(p))?;
-                if n == 0 {
-                    break;
-                }
-                h.update(&buf[..n]);
-            }
             Ok(PluginHash {
                 file: p
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default(),
-                sha256: h.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+                sha256: sha256_file(p)?,
             })
         })
         .collect()

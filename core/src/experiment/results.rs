@@ -642,6 +642,7 @@ mod tests {
             created_utc: String::new(),
             updated_utc: String::new(),
             kernmlops_version: String::new(),
+            kernmlops_sha256: String::new(),
             source_file: String::new(),
             identity,
             seed: 1,
