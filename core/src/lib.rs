@@ -18,6 +18,7 @@ pub mod indicator;
 pub mod manifest;
 pub mod perf_list;
 pub mod plugin;
+pub mod power;
 pub mod preflight;
 pub mod sink;
 pub mod system_info;

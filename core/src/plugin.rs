@@ -55,12 +55,15 @@ pub const IN_TREE_PLUGINS: &[&str] = &[
     "estimate",
     "file_data",
     "graphs",
+    "hwmon",
     "memory_usage",
     "mm_rss_stat",
     "perf",
+    "perf_power",
     "process_metadata",
     "process_trace",
     "quanta_runtime",
+    "rapl",
     "workloads",
 ];
 

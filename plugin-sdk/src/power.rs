@@ -368,6 +368,12 @@ pub fn virtual_machine() -> Option<String> {
     }
 }
 
+/// The declaration the plugin exports for `S`, for its own tests (with
+/// `kernmlops_plugin_sdk::api::validate_power_source`, the host's rule).
+pub fn declaration<S: PowerSourceImpl>() -> kernmlops_plugin_api::PowerSourceDecl {
+    crate::guard::power_source_decl::<S>()
+}
+
 /// `[power.settings.<name>]`, the section a power source's settings errors
 /// name.
 pub fn settings_section(name: &str) -> String {

@@ -1,0 +1,245 @@
+//! The `[power]` section of the configuration and the options a run takes
+//! from it and from `--power`: which sources, in what order, the slot
+//! length, whether energy is attributed, and each source's settings.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use serde::{Deserialize, Serialize};
+
+use super::PowerError;
+
+/// `[power]` in `kernmlops.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerConfig {
+    /// Sources recorded in every run, in order of preference: names,
+    /// `auto`, or nothing (`[]` or `["none"]`) for no power.
+    pub sources: Vec<String>,
+    /// Length of a slot: every source is read, and energy attributed, at
+    /// these boundaries.
+    pub interval: String,
+    /// Split each slot's energy between processes by on-CPU time.
+    pub attribution: bool,
+    /// Each source's settings, `[power.settings.<name>]`, checked against
+    /// the defaults the source declares once plugins are loaded.
+    #[serde(default)]
+    pub settings: BTreeMap<String, toml::Table>,
+}
+
+impl Default for PowerConfig {
+    fn default() -> Self {
+        Self {
+            sources: Vec::new(),
+            interval: "1s".into(),
+            attribution: true,
+            settings: BTreeMap::new(),
+        }
+    }
+}
+
+/// Shortest slot: below it reading every source would cost more than the
+/// 1% the collector allows itself on an idle machine.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+impl PowerConfig {
+    /// Checks the values that parse as strings but must mean something;
+    /// errors name the key.
+    pub fn check(&self) -> Result<(), String> {
+        parse_interval(&self.interval).map_err(|e| format!("power.interval: {e}"))?;
+        Selection::parse(&self.sources).map_err(|e| format!("power.sources: {e}"))?;
+        Ok(())
+    }
+}
+
+/// A slot length: a duration of at least [`MIN_INTERVAL`].
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    let d = kernmlops_sys::duration::parse_duration(text).map_err(|e| e.to_string())?;
+    if d < MIN_INTERVAL {
+        return Err(format!(
+            "{text:?} is shorter than the minimum, {}",
+            kernmlops_sys::duration::format_duration(MIN_INTERVAL)
+        ));
+    }
+    Ok(d)
+}
+
+/// Which sources a run records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Selection {
+    /// No power (`none`, or nothing given).
+    #[default]
+    Off,
+    /// In order of preference; `Auto` in the list stands for every other
+    /// source that works here, measured ones first.
+    Sources(Vec<Choice>),
+}
+
+/// One entry of a source list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    Named(String),
+    Auto,
+}
+
+impl Selection {
+    /// Parses a list as `--power` and `[power] sources` take it: names,
+    /// `auto`, or `none` alone. Names are checked against the installed
+    /// sources later.
+    pub fn parse(list: &[String]) -> Result<Self, String> {
+        let items: Vec<&str> = list
+            .iter()
+            .flat_map(|s| s.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if items.is_empty() || items == ["none"] {
+            return Ok(Self::Off);
+        }
+        if items.contains(&"none") {
+            return Err(format!(
+                "\"none\" turns power off and cannot be combined with other sources (got {})",
+                items.join(",")
+            ));
+        }
+        let mut out: Vec<Choice> = Vec::new();
+        for item in items {
+            let choice = if item == "auto" {
+                Choice::Auto
+            } else if let Some(problem) = kernmlops_sys::names::snake_case_problem(item) {
+                return Err(format!("power source name {item:?} {problem}"));
+            } else {
+                Choice::Named(item.to_owned())
+            };
+            if !out.contains(&choice) {
+                out.push(choice);
+            }
+        }
+        Ok(Self::Sources(out))
+    }
+
+    pub fn is_off(&self) -> bool {
+        *self == Self::Off
+    }
+}
+
+/// What a run needs to know about power.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PowerOptions {
+    pub selection: Selection,
+    /// Slot length.
+    pub interval: Duration,
+    pub attribution: bool,
+    /// Each source's settings as the JSON object it receives.
+    pub settings: BTreeMap<String, serde_json::Value>,
+    /// The list as the user gave it, for the manifest.
+    pub requested: Vec<String>,
+}
+
+impl Default for PowerOptions {
+    fn default() -> Self {
+        Self {
+            selection: Selection::Off,
+            interval: Duration::from_secs(1),
+            attribution: true,
+            settings: BTreeMap::new(),
+            requested: Vec::new(),
+        }
+    }
+}
+
+impl PowerOptions {
+    /// The options from the configuration, with `--power` (`flag`: the
+    /// list given, `auto` for the bare flag) and `--power-interval`
+    /// overriding it.
+    pub fn new(
+        config: &PowerConfig,
+        flag: Option<&[String]>,
+        interval_flag: Option<&str>,
+        settings: BTreeMap<String, serde_json::Value>,
+    ) -> Result<Self, PowerError> {
+        let requested: Vec<String> =
+            flag.map_or_else(|| config.sources.clone(), <[String]>::to_vec);
+        let selection = Selection::parse(&requested).map_err(|e| {
+            PowerError::Config(if flag.is_some() {
+                format!("--power: {e}")
+            } else {
+                format!("power.sources: {e}")
+            })
+        })?;
+        let interval = match interval_flag {
+            Some(text) => parse_interval(text).map_err(|e| format!("--power-interval: {e}")),
+            None => parse_interval(&config.interval).map_err(|e| format!("power.interval: {e}")),
+        }
+        .map_err(PowerError::Config)?;
+        Ok(Self {
+            selection,
+            interval,
+            attribution: config.attribution,
+            settings,
+            requested,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn selections_parse_as_users_type_them() {
+        assert_eq!(Selection::parse(&[]), Ok(Selection::Off));
+        assert_eq!(Selection::parse(&list(&["none"])), Ok(Selection::Off));
+        assert_eq!(
+            Selection::parse(&list(&["auto"])),
+            Ok(Selection::Sources(vec![Choice::Auto]))
+        );
+        assert_eq!(
+            Selection::parse(&list(&["rapl,estimate", "rapl"])),
+            Ok(Selection::Sources(vec![
+                Choice::Named("rapl".into()),
+                Choice::Named("estimate".into())
+            ]))
+        );
+        assert!(Selection::parse(&list(&["none", "rapl"]))
+            .expect_err("none with others")
+            .contains("cannot be combined"));
+        assert!(Selection::parse(&list(&["Rapl"])).is_err());
+    }
+
+    #[test]
+    fn options_take_the_flag_over_the_file() {
+        let config = PowerConfig {
+            sources: list(&["estimate"]),
+            ..PowerConfig::default()
+        };
+        let o = PowerOptions::new(&config, None, None, BTreeMap::new()).expect("config");
+        assert_eq!(
+            o.selection,
+            Selection::Sources(vec![Choice::Named("estimate".into())])
+        );
+        assert_eq!(o.interval, Duration::from_secs(1));
+        let none = list(&["none"]);
+        let o =
+            PowerOptions::new(&config, Some(&none), Some("500ms"), BTreeMap::new()).expect("flag");
+        assert!(o.selection.is_off());
+        assert_eq!(o.interval, Duration::from_millis(500));
+        let e = PowerOptions::new(&config, None, Some("1ms"), BTreeMap::new())
+            .expect_err("too short")
+            .to_string();
+        assert!(
+            e.starts_with("--power-interval:") && e.contains("10ms"),
+            "{e}"
+        );
+        assert!(PowerConfig {
+            interval: "soon".into(),
+            ..PowerConfig::default()
+        }
+        .check()
+        .expect_err("bad interval")
+        .starts_with("power.interval:"));
+    }
+}

@@ -1,0 +1,101 @@
+//! The cpu_time probe on the running kernel, as root: the shared probe
+//! tests, and a busy child process whose CPU time the table must agree with
+//! `/proc/<pid>/stat`, with busy and idle time covering every CPU.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use cpu_time::CpuTime;
+use kernmlops_plugin_testing::{require_root, start_args, Running};
+
+kernmlops_plugin_testing::probe_tests!(CpuTime, rows_in = "cpu_time");
+
+/// utime + stime of a process, in microseconds (a zombie still has them).
+fn proc_cpu_us(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("reading stat");
+    let after = &text[text.rfind(')').expect("comm end") + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 of stat; `after` starts at field 3.
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    ticks * 1_000_000 / hz
+}
+
+fn state(pid: u32) -> char {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    text.rfind(')')
+        .and_then(|i| text[i + 2..].chars().next())
+        .unwrap_or('?')
+}
+
+#[test]
+fn root_a_busy_process_gets_its_cpu_time_and_every_cpu_is_accounted() {
+    if !require_root("root_a_busy_process_gets_its_cpu_time_and_every_cpu_is_accounted") {
+        return;
+    }
+    let mut run = Running::<CpuTime>::start_with(&start_args(r#"{"interval":"0s"}"#));
+    run.drain_once(Duration::from_millis(10));
+    let first_rows = run.rows("cpu_time");
+    // A shell loop busy for about 2 s: one process, one thread, no child.
+    let mut child = Command::new("sh")
+        .args(["-c", "i=0; while [ $i -lt 2000000 ]; do i=$((i+1)); done"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawning a busy shell");
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state(pid) != 'Z' {
+        assert!(Instant::now() < deadline, "the busy shell did not end");
+        std::thread::sleep(Duration::from_millis(100));
+        run.drain_once(Duration::from_millis(0));
+    }
+    let proc_us = proc_cpu_us(pid);
+    child.wait().expect("reaping");
+    std::thread::sleep(Duration::from_millis(50));
+    run.drain_once(Duration::from_millis(0));
+    run.stop();
+
+    let tgids = run.column_u64("cpu_time", "tgid");
+    let cpu = run.column_u64("cpu_time", "cpu_time_us");
+    let start = run.column_u64("cpu_time", "slot_start_us");
+    let end = run.column_u64("cpu_time", "ts_uptime_us");
+    let comms = run.column_str("cpu_time", "comm");
+    let mine: u64 = tgids
+        .iter()
+        .zip(&cpu)
+        .filter(|(t, _)| **t == u64::from(pid))
+        .map(|(_, c)| *c)
+        .sum();
+    let diff = (mine as f64 - proc_us as f64).abs() / proc_us as f64;
+    assert!(
+        proc_us > 500_000 && diff < 0.02,
+        "the table says {mine} us for pid {pid}, /proc says {proc_us} us"
+    );
+    assert!(
+        tgids
+            .iter()
+            .zip(&comms)
+            .any(|(t, c)| *t == u64::from(pid) && c == "sh"),
+        "the process's name is recorded"
+    );
+    // In each read after the first, busy + idle time covers every CPU for
+    // the interval (within 5%, or 2 ms for short intervals).
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let mut by_slot: std::collections::BTreeMap<(u64, u64), u64> = Default::default();
+    for i in first_rows as usize..tgids.len() {
+        *by_slot.entry((start[i], end[i])).or_default() += cpu[i];
+    }
+    assert!(by_slot.len() >= 10, "{} reads", by_slot.len());
+    for ((s, e), total) in by_slot {
+        let want = (e - s) * cpus;
+        let off = total.abs_diff(want);
+        assert!(
+            off * 20 <= want || off <= 2_000 * cpus,
+            "slot {s}..{e}: {total} us of CPU time for {want} us of {cpus} CPUs"
+        );
+    }
+}
