@@ -1,9 +1,12 @@
 //! Run configuration: defaults in code (mirrored, with comments, by
 //! `kernmlops.toml` at the repository root), a user file merged on top
 //! (tables merge, values replace), then command-line flags. An unknown key
-//! or a wrong type is an error naming the key and the file.
+//! or a wrong type is an error naming the key and the file; so is a value
+//! a component's own rules refuse ([`Config::check_rules`]), all before
+//! anything runs. A file that does not parse is quoted at the offending
+//! line, with non-printable bytes escaped.
 
-use std::{collections::BTreeMap, path::Path};
+use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
@@ -146,6 +149,45 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
     }
 }
 
+/// A TOML parse error as one line: where, what, and the offending line
+/// quoted with non-printable bytes escaped.
+fn parse_error(text: &str, e: &toml::de::Error) -> String {
+    let what = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => format!("{}: {what}", quote_at(text.as_bytes(), span.start)),
+        None => what,
+    }
+}
+
+/// `line L, column C: `…`` for byte `at` of `bytes`, the line quoted with
+/// non-printable bytes (and anything not UTF-8) escaped.
+fn quote_at(bytes: &[u8], at: usize) -> String {
+    let at = at.min(bytes.len());
+    let start = bytes[..at]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let end = bytes[at..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(bytes.len(), |i| at + i);
+    let line_no = bytes[..start].iter().filter(|&&b| b == b'\n').count() + 1;
+    let column = String::from_utf8_lossy(&bytes[start..at]).chars().count() + 1;
+    let mut line = crate::trust::printable(&bytes[start..end]);
+    if line.chars().count() > 120 {
+        line = line.chars().take(117).collect::<String>() + "...";
+    }
+    format!("line {line_no}, column {column}: `{line}`")
+}
+
+/// Parses TOML from a file's bytes: not UTF-8, or not TOML, is one line
+/// quoting the offending line.
+fn parse_toml(bytes: &[u8]) -> Result<toml::Table, String> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| format!("{}: not UTF-8 text", quote_at(bytes, e.valid_up_to())))?;
+    toml::from_str(text).map_err(|e| parse_error(text, &e))
+}
+
 fn one_line(e: &dyn std::fmt::Display) -> String {
     e.to_string()
         .lines()
@@ -167,14 +209,14 @@ impl Config {
             })?;
         let mut source = BUILT_IN.to_owned();
         if let Some(path) = file {
-            source = path.display().to_string();
-            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            source = crate::trust::printable(path.as_os_str().as_encoded_bytes());
+            let bytes = std::fs::read(path).map_err(|e| ConfigError::Read {
                 file: source.clone(),
                 source: e,
             })?;
-            let over: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+            let over = parse_toml(&bytes).map_err(|message| ConfigError::Invalid {
                 file: source.clone(),
-                message: one_line(&e),
+                message,
             })?;
             // Probe sections are checked against each probe's own defaults
             // once plugins are loaded (`probe_settings`).
@@ -263,6 +305,64 @@ impl Config {
         Ok(settings)
     }
 
+    /// Runs each component's own rules (`rules(name, settings JSON)`, the
+    /// plugin's `check_config`) on its merged settings, for every component
+    /// of `section` the user configured and every one in `selected`. A
+    /// refusal is an error naming the file and the key path: when the
+    /// plugin's message names no key, the user's keys are tried one at a
+    /// time over the defaults to find the one refused.
+    pub fn check_rules<'a>(
+        &self,
+        section: &str,
+        declared: impl IntoIterator<Item = (&'a str, &'a str)>,
+        selected: &[String],
+        rules: impl Fn(&str, &str) -> Result<(), String>,
+    ) -> Result<(), ConfigError> {
+        let (kind, user_sections) = match section {
+            "probes" => ("probe", &self.probes),
+            _ => ("benchmark", &self.benchmarks),
+        };
+        let declared: Vec<(&str, &str)> = declared.into_iter().collect();
+        let merged = self.component_settings(section, kind, user_sections, declared.clone())?;
+        let json = |t: &toml::Table| serde_json::to_value(t).unwrap_or_default().to_string();
+        let mut names: Vec<&String> = user_sections.keys().chain(selected).collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let Some(settings) = merged.get(name) else {
+                continue;
+            };
+            let Err(message) = rules(name, &json(settings)) else {
+                continue;
+            };
+            let message = strip_section(&message);
+            let path = format!("{section}.{name}");
+            let invalid = |message: String| ConfigError::Invalid {
+                file: self.source.clone(),
+                message,
+            };
+            let Some(user) = user_sections.get(name) else {
+                return Err(invalid(format!(
+                    "{path}: {message} (the plugin refuses its own defaults)"
+                )));
+            };
+            let defaults: toml::Table = declared
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|(_, text)| toml::from_str(text).ok())
+                .unwrap_or_default();
+            for (key, value) in user {
+                let mut one = defaults.clone();
+                one.insert(key.clone(), value.clone());
+                if let Err(m) = rules(name, &json(&one)) {
+                    return Err(invalid(at_key(&path, key, strip_section(&m))));
+                }
+            }
+            return Err(invalid(format!("{path}: {message}")));
+        }
+        Ok(())
+    }
+
     /// Probe settings as the JSON objects probes receive.
     pub fn settings_json(
         settings: &BTreeMap<String, toml::Table>,
@@ -282,8 +382,10 @@ impl Config {
     pub fn check(&self) -> Result<(), String> {
         let c = &self.collect;
         parse_duration(&c.duration).map_err(|e| format!("collect.duration: {e}"))?;
-        parse_duration(&c.drain_interval).map_err(|e| format!("collect.drain_interval: {e}"))?;
-        parse_duration(&c.flush_interval).map_err(|e| format!("collect.flush_interval: {e}"))?;
+        interval(&c.drain_interval, MIN_DRAIN_INTERVAL)
+            .map_err(|e| format!("collect.drain_interval: {e}"))?;
+        interval(&c.flush_interval, MIN_FLUSH_INTERVAL)
+            .map_err(|e| format!("collect.flush_interval: {e}"))?;
         ring_bytes(&c.ring_size).map_err(|e| format!("collect.ring_size: {e}"))?;
         if c.flush_rows == 0 {
             return Err("collect.flush_rows: must be at least 1".into());
@@ -295,6 +397,52 @@ impl Config {
 /// Durations in settings and flags (`250ms`, `1.5s`, `2m`; a bare number
 /// is seconds): the one parser of `kernmlops_sys`.
 pub use kernmlops_sys::duration::parse_duration;
+
+/// Shortest drain interval: a drain thread waits at least this long for
+/// data (shorter would spin a CPU for nothing).
+pub const MIN_DRAIN_INTERVAL: Duration = Duration::from_millis(1);
+/// Shortest flush interval: each flush writes a record batch per table.
+pub const MIN_FLUSH_INTERVAL: Duration = Duration::from_millis(10);
+
+/// A duration that must be at least `min` (zero would busy-spin).
+pub fn interval(text: &str, min: Duration) -> Result<Duration, String> {
+    let d = parse_duration(text).map_err(|e| e.to_string())?;
+    if d < min {
+        return Err(format!(
+            "{text:?} is shorter than the minimum, {}ms (a zero interval would keep a CPU busy)",
+            min.as_millis()
+        ));
+    }
+    Ok(d)
+}
+
+/// A component's message without the `[probes.name]: ` the SDK starts it
+/// with (the host names the section itself).
+fn strip_section(message: &str) -> &str {
+    let m = message.trim();
+    if m.starts_with('[') {
+        if let Some((_, rest)) = m.split_once("]: ") {
+            return rest;
+        }
+        if let Some((head, rest)) = m.split_once("] ") {
+            if !head.contains(' ') {
+                return rest;
+            }
+        }
+    }
+    m
+}
+
+/// `path.key` and the message, without naming the key twice when the
+/// message starts with it (`inflight_entries must be at least 1`).
+fn at_key(path: &str, key: &str, message: &str) -> String {
+    if let Some(rest) = message.strip_prefix(key) {
+        if rest.is_empty() || rest.starts_with([' ', ':']) {
+            return format!("{path}.{key}{rest}");
+        }
+    }
+    format!("{path}.{key}: {message}")
+}
 
 /// Parses a ring size (`16MiB`, `4M`, `65536`) into a power-of-two byte
 /// count between 4 KiB and 1 GiB; `auto` is 0: each table's ring is sized
@@ -466,6 +614,89 @@ mod tests {
                 .to_string();
             assert!(err.contains(needle), "{body}: {err}");
         }
+    }
+
+    #[test]
+    fn parse_errors_quote_the_line_escaped() {
+        for (bytes, needle) in [
+            (&b"[collect]\nduration = \"5s\n"[..], "line 2, column"),
+            (&b"a = 1\n\x01\x02 = 3\n"[..], "line 2, column 1: `\\u{1}\\u{2} = 3`"),
+            (&b"ok = 1\n\xff\xfe = 1\n"[..], "line 2, column 1: `\\xff\\xfe = 1`: not UTF-8 text"),
+            (&b"[x"[..], "line 1, column 3: `[x`"),
+        ] {
+            let e = parse_toml(bytes).expect_err("invalid");
+            assert!(e.contains(needle), "{bytes:?}: {e}");
+            assert!(
+                !e.contains('\n') && e.chars().all(|c| !c.is_control()),
+                "{e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn zero_intervals_are_refused() {
+        for (body, needle) in [
+            ("[collect]\ndrain_interval = \"0s\"\n", "collect.drain_interval"),
+            ("[collect]\nflush_interval = \"0ms\"\n", "collect.flush_interval"),
+            ("[collect]\nflush_interval = \"1ms\"\n", "shorter than the minimum, 10ms"),
+        ] {
+            let cfg: Config = toml::from_str::<toml::Table>(DEFAULTS_TOML)
+                .map(|mut base| {
+                    merge(&mut base, toml::from_str(body).expect("toml"));
+                    toml::Value::Table(base).try_into().expect("config")
+                })
+                .expect("defaults");
+            let e = cfg.check().expect_err(body);
+            assert!(e.contains(needle), "{body}: {e}");
+        }
+        assert_eq!(interval("1ms", MIN_DRAIN_INTERVAL), Ok(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn component_rules_name_the_file_and_key() {
+        let user = |text: &str| toml::from_str::<toml::Table>(text).expect("toml");
+        let declared = [("block_io", "inflight_entries = 64\nname = \"x\"\n")];
+        // The component's rules: inflight_entries from 1 to 1000; serde's
+        // message for a wrong size names no key.
+        let rules = |_: &str, json: &str| -> Result<(), String> {
+            let v: serde_json::Value = serde_json::from_str(json).expect("json");
+            match v["inflight_entries"].as_i64() {
+                Some(n) if n > u32::MAX as i64 => {
+                    Err("[probes.block_io]: invalid value: integer, expected u32".into())
+                }
+                Some(0) => Err("[probes.block_io]: inflight_entries must be at least 1".into()),
+                Some(n) if n > 1000 => Err("[probes.block_io]: too large".into()),
+                _ => Ok(()),
+            }
+        };
+        for (body, needle) in [
+            (
+                "inflight_entries = 0",
+                "mine.toml: probes.block_io.inflight_entries must be at least 1",
+            ),
+            (
+                "inflight_entries = 5000000000\nname = \"y\"",
+                "mine.toml: probes.block_io.inflight_entries: invalid value",
+            ),
+            (
+                "inflight_entries = 2000",
+                "mine.toml: probes.block_io.inflight_entries: too large",
+            ),
+        ] {
+            let mut cfg = Config {
+                source: "mine.toml".into(),
+                ..Config::default()
+            };
+            cfg.probes.insert("block_io".into(), user(body));
+            let e = cfg
+                .check_rules("probes", declared, &[], rules)
+                .expect_err(body)
+                .to_string();
+            assert!(e.starts_with(needle), "{body}: {e}");
+        }
+        let cfg = Config::default();
+        cfg.check_rules("probes", declared, &["block_io".into()], rules)
+            .expect("the defaults pass");
     }
 
     #[test]

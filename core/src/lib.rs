@@ -20,6 +20,7 @@ pub mod perf_list;
 pub mod plugin;
 pub mod power;
 pub mod preflight;
+pub mod settings_rules;
 pub mod sink;
 pub mod system_info;
 pub mod trust;

@@ -208,7 +208,12 @@ fn main() -> ExitCode {
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // One line, whatever the error carries (a user's bytes, a
+            // plugin's message): control characters are escaped.
+            eprintln!(
+                "error: {}",
+                trust::printable(format!("{e:#}").trim_end().as_bytes())
+            );
             ExitCode::FAILURE
         }
     }
@@ -359,10 +364,18 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         .flush_interval
         .clone()
         .unwrap_or_else(|| c.flush_interval.clone());
-    let flush_interval = config::parse_duration(&flush_text)
+    let flush_interval = config::interval(&flush_text, config::MIN_FLUSH_INTERVAL)
         .map_err(anyhow::Error::msg)
         .context("--flush-interval")?;
-    let drain_interval = config::parse_duration(&c.drain_interval).map_err(anyhow::Error::msg)?;
+    let drain_interval = config::interval(&c.drain_interval, config::MIN_DRAIN_INTERVAL)
+        .map_err(anyhow::Error::msg)
+        .context("collect.drain_interval")?;
+    if let Some(tgid) = args.tgid {
+        check_task("--tgid", tgid, false)?;
+    }
+    if let Some(pid) = args.pid {
+        check_task("--pid", pid, true)?;
+    }
     let probes = if args.baseline {
         Vec::new()
     } else if args.plugins.is_empty() {
@@ -378,6 +391,7 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
     if let Some(b) = &args.benchmark {
         registry.find_benchmark(b).map_err(anyhow::Error::msg)?;
     }
+    check_component_rules(cfg, &registry, &probes, args.benchmark.as_slice())?;
     report_refused(&registry);
     preflight::require_bpf_privileges("run").map_err(anyhow::Error::msg)?;
     preflight::require_btf().map_err(anyhow::Error::msg)?;
@@ -482,6 +496,57 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         );
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// Refuses a `--tgid` (process) or `--pid` (thread) that is not running:
+/// a filter on it would record nothing, silently.
+fn check_task(flag: &str, id: u32, thread: bool) -> Result<()> {
+    let what = if thread { "thread" } else { "process" };
+    if id == 0 {
+        bail!("{flag} 0: not a {what} id; give the id of a running {what}");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{id}/status"))
+        .map_err(|_| anyhow::anyhow!("{flag} {id}: no {what} {id} is running"))?;
+    if !thread {
+        let tgid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        if let Some(tgid) = tgid.filter(|&t| t != id) {
+            bail!("{flag} {id}: {id} is a thread of process {tgid}; use --tgid {tgid}, or --pid {id} for this thread alone");
+        }
+    }
+    Ok(())
+}
+
+/// Runs the rules of every configured probe and benchmark, and of those
+/// this run uses, on their settings (each plugin's `check_config`), before
+/// anything is set up.
+fn check_component_rules(
+    cfg: &Config,
+    registry: &Registry,
+    probes: &[String],
+    benchmarks: &[String],
+) -> Result<()> {
+    cfg.check_rules(
+        "probes",
+        registry.config_defaults(),
+        probes,
+        |name, json| match registry.find_probe(name) {
+            Some((plugin, _)) => kernmlops::settings_rules::check(plugin, name, json),
+            None => Ok(()),
+        },
+    )?;
+    cfg.check_rules(
+        "benchmarks",
+        registry.benchmark_defaults(),
+        benchmarks,
+        |name, json| match registry.find_benchmark(name) {
+            Ok((plugin, _)) => kernmlops::settings_rules::check(plugin, name, json),
+            Err(_) => Ok(()),
+        },
+    )?;
+    Ok(())
 }
 
 /// The id BPF sees for a cgroup v2 folder: its inode number.
@@ -613,53 +678,74 @@ fn check(cfg: &Config, plugin_flag: Option<&Path>, probes: Vec<String>) -> Resul
     })
 }
 
+/// Name and defaults TOML pairs, borrowed.
+fn borrowed(v: &[(String, String)]) -> Vec<(&str, &str)> {
+    v.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect()
+}
+
 fn config_command(
     cfg: &Config,
     plugin_flag: Option<&Path>,
     what: ConfigCommand,
 ) -> Result<ExitCode> {
-    // Probe settings come from the plugins; without a plugin folder only the
-    // host's keys can be shown.
+    // Component settings come from the plugins; without a plugin folder
+    // only the host's keys can be shown.
     let registry = load_registry(cfg, plugin_flag).ok();
-    let declared: Vec<(String, String)> = registry
-        .iter()
-        .flat_map(|r| {
-            r.config_defaults()
-                .map(|(n, t)| (n.to_owned(), t.to_owned()))
-        })
-        .collect();
+    let owned = |pairs: Vec<(&str, &str)>| -> Vec<(String, String)> {
+        pairs
+            .into_iter()
+            .map(|(n, t)| (n.to_owned(), t.to_owned()))
+            .collect()
+    };
+    let probes = owned(registry.iter().flat_map(|r| r.config_defaults()).collect());
+    let benchmarks = owned(
+        registry
+            .iter()
+            .flat_map(|r| r.benchmark_defaults())
+            .collect(),
+    );
     match what {
         ConfigCommand::Defaults => {
             print!("{}", config::DEFAULTS_TOML);
             match &registry {
-                None => println!("\n# (no plugin folder found: probe settings are not listed)"),
+                None => println!(
+                    "\n# (no plugin folder found: probe and benchmark settings are not listed)"
+                ),
                 Some(r) => {
-                    for (name, text) in &declared {
-                        if !text.trim().is_empty() {
-                            println!(
-                                "\n[probes.{name}]  # plugin folder {}\n{}",
-                                r.dir.display(),
-                                text.trim_end()
-                            );
+                    for (section, list) in [("probes", &probes), ("benchmarks", &benchmarks)] {
+                        for (name, text) in list {
+                            if !text.trim().is_empty() {
+                                println!(
+                                    "\n[{section}.{name}]  # plugin folder {}\n{}",
+                                    r.dir.display(),
+                                    text.trim_end()
+                                );
+                            }
                         }
                     }
                 }
             }
         }
         ConfigCommand::Show => {
-            let settings =
-                cfg.probe_settings(declared.iter().map(|(n, t)| (n.as_str(), t.as_str())))?;
+            let probe_settings = cfg.probe_settings(borrowed(&probes))?;
+            let bench_settings = cfg.benchmark_settings(borrowed(&benchmarks))?;
+            if let Some(r) = &registry {
+                check_component_rules(cfg, r, &[], &[])?;
+            }
             let mut doc = toml::Table::new();
             doc.insert(
                 "collect".into(),
                 toml::Value::try_from(&cfg.collect).context("showing [collect]")?,
             );
-            let probes: toml::Table = settings
-                .into_iter()
-                .filter(|(_, t)| !t.is_empty())
-                .map(|(n, t)| (n, toml::Value::Table(t)))
-                .collect();
-            doc.insert("probes".into(), toml::Value::Table(probes));
+            for (section, settings) in [("probes", probe_settings), ("benchmarks", bench_settings)]
+            {
+                let tables: toml::Table = settings
+                    .into_iter()
+                    .filter(|(_, t)| !t.is_empty())
+                    .map(|(n, t)| (n, toml::Value::Table(t)))
+                    .collect();
+                doc.insert(section.into(), toml::Value::Table(tables));
+            }
             println!(
                 "# merged from: built-in defaults{}",
                 if cfg.source == "built-in defaults" {

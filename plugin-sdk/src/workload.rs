@@ -3,6 +3,13 @@
 //! error optionally kept in files for the benchmark to parse afterwards;
 //! plus the machine setup benchmarks share (dropping the page cache, the
 //! transparent huge page mode) and finding the software they need.
+//!
+//! What a benchmark changes on the machine (a kernel setting, a temporary
+//! file or folder) is first recorded in its [`UndoLog`], in the state
+//! folder the host passes (`StartArgs::state_dir`), so the host undoes it
+//! even if it was killed before the benchmark's own `kill` ran. The
+//! processes a workload starts need no record: the host runs `setup` and
+//! `launch` inside a cgroup of its own, and kills that cgroup.
 
 use std::{
     fs::File,
@@ -316,7 +323,8 @@ pub fn drop_page_cache() -> Result<()> {
     })
 }
 
-const THP_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+/// The file of the transparent huge page mode.
+pub const THP_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
 
 /// The transparent huge page mode in force (`always`, `madvise`, `never`).
 pub fn thp_mode() -> Result<String> {
@@ -341,9 +349,126 @@ pub fn set_thp_mode(mode: &str) -> Result<String> {
     Ok(before)
 }
 
+/// The undo log's file in the state folder: one JSON object per line,
+/// `{"restore": PATH, "value": TEXT}` (write `TEXT` back to the kernel
+/// setting `PATH`, under `/sys` or `/proc/sys`) or `{"remove": PATH}`
+/// (remove the file or folder `PATH` with everything in it). The host
+/// (`kernmlops` `undo.rs`) replays it, newest first, after a run.
+pub const UNDO_LOG: &str = "undo.jsonl";
+
+/// Where a benchmark records what it is about to change on the machine,
+/// before changing it, so the host can undo it after a crash. Made from
+/// `StartArgs::state_dir`; without a state folder (outside a run, in
+/// tests) it records nothing and every change proceeds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UndoLog {
+    file: Option<PathBuf>,
+}
+
+impl UndoLog {
+    /// The log of the state folder `state_dir` (`""`: none).
+    pub fn new(state_dir: &str) -> Self {
+        Self {
+            file: (!state_dir.is_empty()).then(|| Path::new(state_dir).join(UNDO_LOG)),
+        }
+    }
+
+    /// True when changes are recorded.
+    pub fn is_active(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Records that the kernel setting `path` is to be set back to
+    /// `previous`; call before writing a new value to it.
+    pub fn restore_later(&self, path: &Path, previous: &str) -> Result<()> {
+        self.append(&serde_json::json!({
+            "restore": path.to_string_lossy(),
+            "value": previous,
+        }))
+    }
+
+    /// Records that `path` (a file, or a folder and everything in it) is to
+    /// be removed; call before creating it.
+    pub fn remove_later(&self, path: &Path) -> Result<()> {
+        self.append(&serde_json::json!({ "remove": path.to_string_lossy() }))
+    }
+
+    /// Sets the transparent huge page mode, recording the previous one
+    /// first; returns the previous mode.
+    pub fn set_thp_mode(&self, mode: &str) -> Result<String> {
+        let before = thp_mode()?;
+        if !["always", "madvise", "never"].contains(&mode) {
+            return Err(Error::new(format!(
+                "THP mode {mode:?} is not always, madvise or never"
+            )));
+        }
+        self.restore_later(Path::new(THP_ENABLED), &before)?;
+        set_thp_mode(mode)
+    }
+
+    /// Creates the folder `dir` (and its parents), recording it first.
+    pub fn create_dir(&self, dir: &Path) -> Result<()> {
+        self.remove_later(dir)?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::new(format!("creating {}: {e}", dir.display())))
+    }
+
+    /// Appends one record as one line in one write, and syncs it: the
+    /// record is on disk before the change it announces.
+    fn append(&self, record: &serde_json::Value) -> Result<()> {
+        use std::io::Write;
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let line = format!("{record}\n");
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)
+            .and_then(|mut f| {
+                f.write_all(line.as_bytes())?;
+                f.sync_data()
+            })
+            .map_err(|e| {
+                Error::new(format!(
+                    "recording the change to undo in {}: {e}",
+                    file.display()
+                ))
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_undo_log_records_before_each_change() {
+        let dir = std::env::temp_dir().join(format!("kml-undo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let log = UndoLog::new(dir.to_str().expect("utf8"));
+        assert!(log.is_active() && !UndoLog::new("").is_active());
+        let made = dir.join("scratch").join("deep");
+        log.create_dir(&made).expect("create");
+        assert!(made.is_dir());
+        log.restore_later(Path::new("/sys/x"), "a \"b\"\n")
+            .expect("restore");
+        let text = std::fs::read_to_string(dir.join(UNDO_LOG)).expect("log");
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0]["remove"], made.to_str().expect("utf8"));
+        assert_eq!(lines[1]["restore"], "/sys/x");
+        assert_eq!(lines[1]["value"], "a \"b\"\n");
+        // Without a state folder nothing is recorded and changes proceed.
+        UndoLog::new("")
+            .create_dir(&dir.join("other"))
+            .expect("create");
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
 
     #[test]
     fn kill_stops_the_whole_group() {

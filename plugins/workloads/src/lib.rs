@@ -15,11 +15,11 @@ use std::{
 use kernmlops_plugin_sdk::{
     export_plugin,
     indicator::Indicator,
-    serde_json,
-    workload::{self, Capture, OutputDir, Workload},
+    serde_json, settings,
+    workload::{self, Capture, OutputDir, UndoLog, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 pub mod reports;
 mod script;
@@ -39,25 +39,37 @@ export_plugin! {
 /// How long a stopped workload gets between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_secs(3);
 
-/// Parses a benchmark's settings, naming the benchmark and the bad key.
-fn parse<S: serde::de::DeserializeOwned>(name: &str, json: &str) -> Result<S> {
-    serde_json::from_str(json).map_err(|e| Error::new(format!("[benchmarks.{name}]: {e}")))
+/// Parses a benchmark's settings and applies their rules (`validate`),
+/// naming the benchmark and the bad key.
+fn parse<S: settings::Settings>(name: &str, json: &str) -> Result<S> {
+    settings::parse(&format!("[benchmarks.{name}]"), json)
 }
 
 /// Refuses a THP mode the kernel would not take, before anything runs.
-fn check_thp(name: &str, mode: &str) -> Result<()> {
+fn check_thp(mode: &str) -> std::result::Result<(), String> {
     if ["", "always", "madvise", "never"].contains(&mode) {
         Ok(())
     } else {
-        Err(Error::new(format!(
-            "[benchmarks.{name}] thp_mode = {mode:?}: use \"\" (leave as is), \"always\", \"madvise\" or \"never\""
-        )))
+        Err(format!(
+            "thp_mode = {mode:?}: use \"\" (leave as is), \"always\", \"madvise\" or \"never\""
+        ))
     }
 }
 
-/// The machine state a benchmark changes in `setup` and restores in `kill`.
+/// Refuses zero for a count that must be at least 1.
+fn at_least_one(key: &str, value: u64) -> std::result::Result<(), String> {
+    if value == 0 {
+        Err(format!("{key} = 0: use 1 or more"))
+    } else {
+        Ok(())
+    }
+}
+
+/// The machine state a benchmark changes in `setup` and restores in `kill`,
+/// each change recorded in the run's undo log first.
 #[derive(Default)]
 struct Machine {
+    undo: UndoLog,
     thp_before: Option<String>,
     /// The THP mode during the run, once `prepare` ran (`None` on a kernel
     /// without THP when the setting leaves it as is).
@@ -65,13 +77,21 @@ struct Machine {
 }
 
 impl Machine {
+    /// The machine of a run whose state folder is `args.state_dir`.
+    fn new(args: &StartArgs) -> Self {
+        Self {
+            undo: UndoLog::new(&args.state_dir),
+            ..Self::default()
+        }
+    }
+
     /// Drops the page cache if asked and sets the THP mode unless empty.
     fn prepare(&mut self, drop_cache: bool, thp: &str) -> Result<()> {
         if drop_cache {
             workload::drop_page_cache()?;
         }
         if !thp.is_empty() && self.thp_before.is_none() {
-            self.thp_before = Some(workload::set_thp_mode(thp)?);
+            self.thp_before = Some(self.undo.set_thp_mode(thp)?);
         }
         self.thp_in_force = if thp.is_empty() {
             workload::thp_mode().ok()
@@ -157,8 +177,9 @@ fn poll_of(w: &mut Option<Workload>, name: &str) -> Result<Option<i32>> {
 }
 
 /// A fresh directory of this process under `base` (the system's temporary
-/// directory when `None`), named after the benchmark.
-fn fresh_dir(base: Option<&Path>, name: &str) -> Result<PathBuf> {
+/// directory when `None`), named after the benchmark, recorded in `undo`
+/// before it is made.
+fn fresh_dir(base: Option<&Path>, name: &str, undo: &UndoLog) -> Result<PathBuf> {
     static SEQ: AtomicU32 = AtomicU32::new(0);
     let base = base.map_or_else(std::env::temp_dir, Path::to_path_buf);
     let dir = base.join(format!(
@@ -166,8 +187,7 @@ fn fresh_dir(base: Option<&Path>, name: &str) -> Result<PathBuf> {
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Error::new(format!("creating {}: {e}", dir.display())))?;
+    undo.create_dir(&dir)?;
     Ok(dir)
 }
 
@@ -244,20 +264,16 @@ fn run_to_end(mut cmd: Command, what: &str) -> Result<()> {
 
 // ---------------------------------------------------------------- faux
 
-/// Settings of [`Faux`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct FauxSettings {
-    pub drop_page_cache: bool,
-    pub thp_mode: String,
-}
-
-impl Default for FauxSettings {
-    fn default() -> Self {
-        Self {
-            drop_page_cache: true,
-            thp_mode: String::new(),
-        }
+settings! {
+    /// `[benchmarks.faux]` settings.
+    pub struct FauxSettings {
+        /// Drop the page cache before the run.
+        pub drop_page_cache: bool = true,
+        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+        pub thp_mode: String = String::new(),
+    }
+    validate(s) {
+        check_thp(&s.thp_mode)
     }
 }
 
@@ -279,18 +295,16 @@ impl BenchmarkImpl for Faux {
     const NAME: &'static str = "faux";
     const DESCRIPTION: &'static str =
         "Runs no workload until Ctrl+C or --duration: collects an idle machine";
-    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
-drop_page_cache = true
-# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-thp_mode = ""
-"#;
+
+    fn config_defaults() -> String {
+        settings::defaults_toml::<FauxSettings>()
+    }
 
     fn new(args: &StartArgs) -> Result<Self> {
         let settings: FauxSettings = parse(Self::NAME, &args.config_json)?;
-        check_thp(Self::NAME, &settings.thp_mode)?;
         Ok(Self {
             settings,
-            machine: Machine::default(),
+            machine: Machine::new(args),
             work: None,
         })
     }
@@ -329,28 +343,34 @@ thp_mode = ""
 
 // ---------------------------------------------------------------- stress_ng
 
-/// Settings of [`StressNg`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct StressNgSettings {
-    pub drop_page_cache: bool,
-    pub thp_mode: String,
-    pub stressor: String,
-    pub workers: u32,
-    pub timeout: String,
-    pub extra_args: Vec<String>,
-}
-
-impl Default for StressNgSettings {
-    fn default() -> Self {
-        Self {
-            drop_page_cache: true,
-            thp_mode: String::new(),
-            stressor: "cpu".into(),
-            workers: 2,
-            timeout: "10s".into(),
-            extra_args: Vec::new(),
+settings! {
+    /// `[benchmarks.stress_ng]` settings.
+    pub struct StressNgSettings {
+        /// Drop the page cache before the run.
+        pub drop_page_cache: bool = true,
+        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+        pub thp_mode: String = String::new(),
+        /// The stress-ng stressor (stress-ng --stressor-list).
+        pub stressor: String = "cpu".into(),
+        /// Worker processes of the stressor (0: one per CPU).
+        pub workers: u32 = 2,
+        /// How long stress-ng runs (stress-ng's --timeout: 10s, 2m, ...).
+        pub timeout: String = "10s".into(),
+        /// More stress-ng arguments, as a list.
+        pub extra_args: Vec<String> = Vec::new(),
+    }
+    validate(s) {
+        check_thp(&s.thp_mode)?;
+        if s.stressor.is_empty() || s.stressor.starts_with('-') {
+            return Err(format!(
+                "stressor = {:?}: name a stressor, e.g. \"cpu\"",
+                s.stressor
+            ));
         }
+        if s.timeout.trim().is_empty() {
+            return Err("timeout = \"\": give stress-ng a run time, e.g. \"10s\"".into());
+        }
+        Ok(())
     }
 }
 
@@ -378,32 +398,16 @@ impl BenchmarkImpl for StressNg {
     const NAME: &'static str = "stress_ng";
     const DESCRIPTION: &'static str =
         "stress-ng with a stressor, worker count and timeout from config";
-    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
-drop_page_cache = true
-# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-thp_mode = ""
-# The stress-ng stressor (stress-ng --stressor-list).
-stressor = "cpu"
-# Worker processes of the stressor (0: one per CPU).
-workers = 2
-# How long stress-ng runs (stress-ng's --timeout: 10s, 2m, ...).
-timeout = "10s"
-# More stress-ng arguments, as a list.
-extra_args = []
-"#;
+
+    fn config_defaults() -> String {
+        settings::defaults_toml::<StressNgSettings>()
+    }
 
     fn new(args: &StartArgs) -> Result<Self> {
         let settings: StressNgSettings = parse(Self::NAME, &args.config_json)?;
-        check_thp(Self::NAME, &settings.thp_mode)?;
-        if settings.stressor.is_empty() || settings.stressor.starts_with('-') {
-            return Err(Error::new(format!(
-                "[benchmarks.stress_ng] stressor = {:?}: name a stressor, e.g. \"cpu\"",
-                settings.stressor
-            )));
-        }
         Ok(Self {
             settings,
-            machine: Machine::default(),
+            machine: Machine::new(args),
             work: None,
             run_dir: args.output_dir.to_string(),
             out: None,
@@ -474,36 +478,59 @@ extra_args = []
 
 // ---------------------------------------------------------------- fio
 
-/// Settings of [`Fio`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct FioSettings {
-    pub drop_page_cache: bool,
-    pub thp_mode: String,
-    pub rw: String,
-    pub bs: String,
-    pub size: String,
-    pub runtime: String,
-    pub direct: bool,
-    pub directory: String,
-    pub ioengine: String,
-    pub numjobs: u32,
-}
+/// fio's I/O patterns (`--rw`).
+const FIO_PATTERNS: &[&str] = &[
+    "read",
+    "write",
+    "randread",
+    "randwrite",
+    "rw",
+    "readwrite",
+    "randrw",
+    "trim",
+    "randtrim",
+    "trimwrite",
+];
 
-impl Default for FioSettings {
-    fn default() -> Self {
-        Self {
-            drop_page_cache: true,
-            thp_mode: String::new(),
-            rw: "randrw".into(),
-            bs: "4k".into(),
-            size: "64m".into(),
-            runtime: "10s".into(),
-            direct: true,
-            directory: String::new(),
-            ioengine: "psync".into(),
-            numjobs: 1,
+settings! {
+    /// `[benchmarks.fio]` settings.
+    pub struct FioSettings {
+        /// Drop the page cache before the run.
+        pub drop_page_cache: bool = true,
+        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+        pub thp_mode: String = String::new(),
+        /// I/O pattern (fio --rw): read, write, randread, randwrite, rw, randrw.
+        pub rw: String = "randrw".into(),
+        /// Block size (fio --bs).
+        pub bs: String = "4k".into(),
+        /// File size per job (fio --size).
+        pub size: String = "64m".into(),
+        /// Longest run (fio --runtime); the job ends earlier once size is done.
+        pub runtime: String = "10s".into(),
+        /// O_DIRECT I/O, bypassing the page cache (needs a file system that supports it, not tmpfs).
+        pub direct: bool = true,
+        /// Where the job's files go, in a fresh subdirectory removed afterwards ("": /var/tmp).
+        pub directory: String = String::new(),
+        /// fio --ioengine.
+        pub ioengine: String = "psync".into(),
+        /// Parallel jobs (fio --numjobs).
+        pub numjobs: u32 = 1,
+    }
+    validate(s) {
+        check_thp(&s.thp_mode)?;
+        at_least_one("numjobs", u64::from(s.numjobs))?;
+        if !FIO_PATTERNS.contains(&s.rw.as_str()) {
+            return Err(format!("rw = {:?}: use one of {}", s.rw, FIO_PATTERNS.join(", ")));
         }
+        for (key, value) in [("bs", &s.bs), ("size", &s.size), ("runtime", &s.runtime), ("ioengine", &s.ioengine)] {
+            if value.trim().is_empty() || value.starts_with('-') {
+                return Err(format!("{key} = {value:?}: give fio a value"));
+            }
+        }
+        if !s.directory.is_empty() && !s.directory.starts_with('/') {
+            return Err(format!("directory = {:?}: give an absolute path", s.directory));
+        }
+        Ok(())
     }
 }
 
@@ -548,37 +575,16 @@ impl BenchmarkImpl for Fio {
     const NAME: &'static str = "fio";
     const DESCRIPTION: &'static str =
         "fio with one job from config (pattern, block size, size, runtime)";
-    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
-drop_page_cache = true
-# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-thp_mode = ""
-# I/O pattern (fio --rw): read, write, randread, randwrite, rw, randrw.
-rw = "randrw"
-# Block size (fio --bs).
-bs = "4k"
-# File size per job (fio --size).
-size = "64m"
-# Longest run (fio --runtime); the job ends earlier once size is done.
-runtime = "10s"
-# O_DIRECT I/O, bypassing the page cache (needs a file system that supports it, not tmpfs).
-direct = true
-# Where the job's files go, in a fresh subdirectory removed afterwards ("": /var/tmp).
-directory = ""
-# fio --ioengine.
-ioengine = "psync"
-# Parallel jobs (fio --numjobs).
-numjobs = 1
-"#;
+
+    fn config_defaults() -> String {
+        settings::defaults_toml::<FioSettings>()
+    }
 
     fn new(args: &StartArgs) -> Result<Self> {
         let settings: FioSettings = parse(Self::NAME, &args.config_json)?;
-        check_thp(Self::NAME, &settings.thp_mode)?;
-        if settings.numjobs == 0 {
-            return Err(Error::new("[benchmarks.fio] numjobs = 0: use 1 or more"));
-        }
         Ok(Self {
             settings,
-            machine: Machine::default(),
+            machine: Machine::new(args),
             work: None,
             dir: None,
             run_dir: args.output_dir.to_string(),
@@ -599,7 +605,8 @@ numjobs = 1
 
     fn setup(&mut self) -> Result<()> {
         if self.dir.is_none() {
-            self.dir = Some(fresh_dir(Some(Path::new(self.base_dir())), Self::NAME)?);
+            let base = Path::new(self.base_dir());
+            self.dir = Some(fresh_dir(Some(base), Self::NAME, &self.machine.undo)?);
         }
         self.machine
             .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
@@ -668,7 +675,7 @@ numjobs = 1
 mod tests {
     use super::*;
 
-    /// `B::CONFIG_DEFAULTS` parses into settings equal to `S::default()`.
+    /// `B::config_defaults()` parses into settings equal to `S::default()`.
     pub(crate) fn check_defaults<B: BenchmarkImpl, S>()
     where
         S: serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
@@ -715,6 +722,58 @@ mod tests {
         assert!(e.contains("thp_mode") && e.contains("sometimes"), "{e}");
         let e = new_err::<Fio>(r#"{"numjobs": 0}"#);
         assert!(e.contains("numjobs"), "{e}");
+    }
+
+    /// Out-of-range values are refused by each settings' `validate`, so
+    /// the host's config check (the plugin's `check_config`) catches them
+    /// before anything runs; each message starts with the key.
+    #[test]
+    fn ranges_are_checked_by_the_settings_rules() {
+        type NewErr = fn(&str) -> String;
+        let cases: &[(&str, NewErr, &str)] = &[
+            ("faux", new_err::<Faux>, r#"{"thp_mode": "huge"}"#),
+            ("stress_ng", new_err::<StressNg>, r#"{"stressor": "--cpu"}"#),
+            ("stress_ng", new_err::<StressNg>, r#"{"timeout": " "}"#),
+            ("fio", new_err::<Fio>, r#"{"numjobs": 0}"#),
+            ("fio", new_err::<Fio>, r#"{"rw": "sideways"}"#),
+            ("fio", new_err::<Fio>, r#"{"bs": ""}"#),
+            ("fio", new_err::<Fio>, r#"{"directory": "relative/dir"}"#),
+            ("redis", new_err::<Redis>, r#"{"requests": 0}"#),
+            ("redis", new_err::<Redis>, r#"{"clients": 0}"#),
+            ("redis", new_err::<Redis>, r#"{"clients": 20000}"#),
+            ("redis", new_err::<Redis>, r#"{"tests": ""}"#),
+            ("memcached", new_err::<Memcached>, r#"{"test": "put"}"#),
+            ("memcached", new_err::<Memcached>, r#"{"memory_mb": 0}"#),
+            ("memcached", new_err::<Memcached>, r#"{"concurrency": 0}"#),
+            (
+                "memcached",
+                new_err::<Memcached>,
+                r#"{"execute_number": 0}"#,
+            ),
+            ("linux_build", new_err::<LinuxBuild>, r#"{"target": ""}"#),
+            ("gap", new_err::<Gap>, r#"{"scale": 0}"#),
+            ("gap", new_err::<Gap>, r#"{"scale": 40}"#),
+            ("gap", new_err::<Gap>, r#"{"trials": 0}"#),
+            ("script", new_err::<Script>, r#"{"timeout": "soon"}"#),
+            ("script", new_err::<Script>, r#"{"command": [""]}"#),
+        ];
+        for (name, new, json) in cases {
+            let e = new(json);
+            let key = json
+                .trim_start_matches("{\"")
+                .split('"')
+                .next()
+                .expect("a key");
+            let section = format!("[benchmarks.{name}]: ");
+            assert!(
+                e.starts_with(&section) && e.contains(key),
+                "{name} {json}: {e}"
+            );
+        }
+        // serde names no key for a number too large for its type: the host
+        // finds the key by trying the user's keys one at a time.
+        let e = new_err::<Gap>(r#"{"trials": 5000000000}"#);
+        assert!(e.contains("expected u32"), "{e}");
     }
 
     #[test]

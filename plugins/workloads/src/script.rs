@@ -13,36 +13,47 @@ use std::{
 use kernmlops_plugin_sdk::{
     indicator::Indicator,
     serde_json::{self, Map, Value},
+    settings,
     workload::{Capture, OutputDir, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
-use serde::{Deserialize, Serialize};
 
 use crate::{check_thp, output_dir, poll_of, stop, Machine};
 
 /// The exit code a run stopped by its `timeout` reports, as GNU timeout's.
 pub const TIMEOUT_EXIT_CODE: i32 = 124;
 
-/// Settings of [`Script`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ScriptSettings {
-    pub drop_page_cache: bool,
-    pub thp_mode: String,
-    pub command: Vec<String>,
-    pub timeout: String,
-    pub parameters: Map<String, Value>,
+settings! {
+    /// `[benchmarks.script]` settings.
+    pub struct ScriptSettings {
+        /// Drop the page cache before the run.
+        pub drop_page_cache: bool = true,
+        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+        pub thp_mode: String = String::new(),
+        /// The program and its arguments (required), e.g. ["./bench.sh", "--fast"]. It must print one JSON performance indicator on standard output.
+        pub command: Vec<String> = Vec::new(),
+        /// Longest run ("": no limit of its own), e.g. "30s" or "10m"; a script still running then is stopped and the run fails (exit code 124).
+        pub timeout: String = String::new(),
+        /// Free-form settings for the script: each as the environment variable KML_PARAM_<KEY> (upper case), all as one JSON object in KML_PARAMETERS.
+        pub parameters: Map<String, Value> = Map::new(),
+    }
+    validate(s) {
+        check_thp(&s.thp_mode)?;
+        if s.command.first().is_some_and(|p| p.is_empty()) {
+            return Err("command: the program (its first item) is empty".into());
+        }
+        parse_timeout(&s.timeout).map_err(|e| format!("timeout = {e}"))?;
+        parameter_env(&s.parameters).map_err(|e| strip_section(&e.message))?;
+        Ok(())
+    }
 }
 
-impl Default for ScriptSettings {
-    fn default() -> Self {
-        Self {
-            drop_page_cache: true,
-            thp_mode: String::new(),
-            command: Vec::new(),
-            timeout: String::new(),
-            parameters: Map::new(),
-        }
+/// An SDK-style message without its `[section]` start (the settings'
+/// rules name keys; the host names the section).
+fn strip_section(message: &str) -> String {
+    match message.strip_prefix('[').and_then(|m| m.split_once("]: ")) {
+        Some((_, rest)) => rest.to_owned(),
+        None => message.to_owned(),
     }
 }
 
@@ -192,21 +203,13 @@ impl BenchmarkImpl for Script {
     const NAME: &'static str = "script";
     const DESCRIPTION: &'static str =
         "Any executable the user names; its standard output is one JSON performance indicator";
-    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
-drop_page_cache = true
-# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-thp_mode = ""
-# The program and its arguments (required), e.g. ["./bench.sh", "--fast"]. It must print one JSON performance indicator on standard output.
-command = []
-# Longest run ("": no limit of its own), e.g. "30s" or "10m"; a script still running then is stopped and the run fails (exit code 124).
-timeout = ""
-# Free-form settings for the script: each as the environment variable KML_PARAM_<KEY> (upper case), all as one JSON object in KML_PARAMETERS.
-parameters = {}
-"#;
+
+    fn config_defaults() -> String {
+        settings::defaults_toml::<ScriptSettings>()
+    }
 
     fn new(args: &StartArgs) -> Result<Self> {
         let settings: ScriptSettings = crate::parse(Self::NAME, &args.config_json)?;
-        check_thp(Self::NAME, &settings.thp_mode)?;
         let timeout = parse_timeout(&settings.timeout)
             .map_err(|e| Error::config(format!("[benchmarks.script] timeout = {e}")))?;
         let env = parameter_env(&settings.parameters)?;
@@ -214,7 +217,7 @@ parameters = {}
             settings,
             timeout,
             env,
-            machine: Machine::default(),
+            machine: Machine::new(args),
             work: None,
             started: None,
             timed_out: false,
@@ -336,7 +339,7 @@ mod tests {
             .expect("bad timeout");
         assert!(
             e.message
-                .starts_with("[benchmarks.script] timeout = \"soon\""),
+                .starts_with("[benchmarks.script]: timeout = \"soon\""),
             "{e}"
         );
     }

@@ -9,15 +9,14 @@ use std::{
 };
 
 use kernmlops_plugin_sdk::{
-    serde_json,
+    serde_json, settings,
     workload::{self, Capture, OutputDir, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
-use serde::{Deserialize, Serialize};
 
 use crate::{
-    accepts, check_thp, finished, free_port, fresh_dir, indicator, output_dir, parse, poll_of,
-    remove_dir, reports, stop, wait_ready, Machine,
+    accepts, at_least_one, check_thp, finished, free_port, fresh_dir, indicator, output_dir, parse,
+    poll_of, remove_dir, reports, stop, wait_ready, Machine,
 };
 
 /// How long a server gets to answer after it starts.
@@ -25,26 +24,31 @@ const READY_TIMEOUT: Duration = Duration::from_secs(15);
 
 // ---------------------------------------------------------------- redis
 
-/// Settings of [`Redis`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RedisSettings {
-    pub drop_page_cache: bool,
-    pub thp_mode: String,
-    pub requests: u64,
-    pub clients: u32,
-    pub tests: String,
-}
-
-impl Default for RedisSettings {
-    fn default() -> Self {
-        Self {
-            drop_page_cache: true,
-            thp_mode: String::new(),
-            requests: 100_000,
-            clients: 50,
-            tests: "set,get".into(),
+settings! {
+    /// `[benchmarks.redis]` settings.
+    pub struct RedisSettings {
+        /// Drop the page cache before the run.
+        pub drop_page_cache: bool = true,
+        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+        pub thp_mode: String = String::new(),
+        /// Requests in total (redis-benchmark -n).
+        pub requests: u64 = 100_000,
+        /// Parallel connections (redis-benchmark -c).
+        pub clients: u32 = 50,
+        /// Commands to benchmark (redis-benchmark -t), comma-separated.
+        pub tests: String = "set,get".into(),
+    }
+    validate(s) {
+        check_thp(&s.thp_mode)?;
+        at_least_one("requests", s.requests)?;
+        at_least_one("clients", u64::from(s.clients))?;
+        if s.clients > 10_000 {
+            return Err(format!("clients = {}: use at most 10000 (redis-benchmark's limit)", s.clients));
         }
+        if s.tests.trim().is_empty() || s.tests.starts_with('-') {
+            return Err(format!("tests = {:?}: name the commands, e.g. \"set,get\"", s.tests));
+        }
+        Ok(())
     }
 }
 
@@ -85,29 +89,16 @@ impl BenchmarkImpl for Redis {
     const NAME: &'static str = "redis";
     const DESCRIPTION: &'static str =
         "A private redis-server on a free loopback port, loaded by redis-benchmark";
-    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
-drop_page_cache = true
-# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-thp_mode = ""
-# Requests in total (redis-benchmark -n).
-requests = 100000
-# Parallel connections (redis-benchmark -c).
-clients = 50
-# Commands to benchmark (redis-benchmark -t), comma-separated.
-tests = "set,get"
-"#;
+
+    fn config_defaults() -> String {
+        settings::defaults_toml::<RedisSettings>()
+    }
 
     fn new(args: &StartArgs) -> Result<Self> {
         let settings: RedisSettings = parse(Self::NAME, &args.config_json)?;
-        check_thp(Self::NAME, &settings.thp_mode)?;
-        if settings.clients == 0 || settings.requests == 0 || settings.tests.is_empty() {
-            return Err(Error::new(
-                "[benchmarks.redis]: requests and clients must be at least 1 and tests not empty",
-            ));
-        }
         Ok(Self {
             settings,
-            machine: Machine::default(),
+            machine: Machine::new(args),
             port: 0,
             dir: None,
             server: None,
@@ -126,7 +117,7 @@ tests = "set,get"
 
     fn setup(&mut self) -> Result<()> {
         if self.dir.is_none() {
-            self.dir = Some(fresh_dir(None, Self::NAME)?);
+            self.dir = Some(fresh_dir(None, Self::NAME, &self.machine.undo)?);
         }
         self.machine
             .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
@@ -192,28 +183,30 @@ tests = "set,get"
 
 // ---------------------------------------------------------------- memcached
 
-/// Settings of [`Memcached`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MemcachedSettings {
-    pub drop_page_cache: bool,
-    pub thp_mode: String,
-    pub memory_mb: u32,
-    pub test: String,
-    pub concurrency: u32,
-    pub execute_number: u64,
-}
-
-impl Default for MemcachedSettings {
-    fn default() -> Self {
-        Self {
-            drop_page_cache: true,
-            thp_mode: String::new(),
-            memory_mb: 64,
-            test: "set".into(),
-            concurrency: 4,
-            execute_number: 10_000,
+settings! {
+    /// `[benchmarks.memcached]` settings.
+    pub struct MemcachedSettings {
+        /// Drop the page cache before the run.
+        pub drop_page_cache: bool = true,
+        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+        pub thp_mode: String = String::new(),
+        /// Item memory of the server in MiB (memcached -m).
+        pub memory_mb: u32 = 64,
+        /// Test to perform (memcslap --test): get, mget or set.
+        pub test: String = "set".into(),
+        /// Client threads (memcslap --concurrency).
+        pub concurrency: u32 = 4,
+        /// Operations per thread (memcslap --execute-number).
+        pub execute_number: u64 = 10_000,
+    }
+    validate(s) {
+        check_thp(&s.thp_mode)?;
+        if !["get", "mget", "set"].contains(&s.test.as_str()) {
+            return Err(format!("test = {:?}: use get, mget or set", s.test));
         }
+        at_least_one("memory_mb", u64::from(s.memory_mb))?;
+        at_least_one("concurrency", u64::from(s.concurrency))?;
+        at_least_one("execute_number", s.execute_number)
     }
 }
 
@@ -244,36 +237,16 @@ impl BenchmarkImpl for Memcached {
     const NAME: &'static str = "memcached";
     const DESCRIPTION: &'static str =
         "A private memcached on a free loopback port, loaded by memcslap (libmemcached-tools)";
-    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
-drop_page_cache = true
-# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-thp_mode = ""
-# Item memory of the server in MiB (memcached -m).
-memory_mb = 64
-# Test to perform (memcslap --test): get, mget or set.
-test = "set"
-# Client threads (memcslap --concurrency).
-concurrency = 4
-# Operations per thread (memcslap --execute-number).
-execute_number = 10000
-"#;
+
+    fn config_defaults() -> String {
+        settings::defaults_toml::<MemcachedSettings>()
+    }
 
     fn new(args: &StartArgs) -> Result<Self> {
         let settings: MemcachedSettings = parse(Self::NAME, &args.config_json)?;
-        check_thp(Self::NAME, &settings.thp_mode)?;
-        if !["get", "mget", "set"].contains(&settings.test.as_str()) {
-            return Err(Error::new(format!(
-                "[benchmarks.memcached] test = {:?}: use get, mget or set",
-                settings.test
-            )));
-        }
-        if settings.concurrency == 0 || settings.execute_number == 0 || settings.memory_mb == 0 {
-            return Err(Error::new("[benchmarks.memcached]: memory_mb, concurrency and execute_number must be at least 1",
-            ));
-        }
         Ok(Self {
             settings,
-            machine: Machine::default(),
+            machine: Machine::new(args),
             port: 0,
             server: None,
             client: None,

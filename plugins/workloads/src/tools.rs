@@ -10,40 +10,40 @@ use std::{
 };
 
 use kernmlops_plugin_sdk::{
-    serde_json,
+    serde_json, settings,
     workload::{self, Capture, OutputDir, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
-use serde::{Deserialize, Serialize};
 
 use crate::{
-    check_thp, finished, indicator, output_dir, parse, poll_of, reports, run_to_end, stop, Machine,
+    at_least_one, check_thp, finished, indicator, output_dir, parse, poll_of, reports, run_to_end,
+    stop, Machine,
 };
 
 // ---------------------------------------------------------------- linux_build
 
-/// Settings of [`LinuxBuild`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LinuxBuildSettings {
-    pub drop_page_cache: bool,
-    pub thp_mode: String,
-    pub source_dir: String,
-    pub jobs: u32,
-    pub target: String,
-    pub clean_first: bool,
-}
-
-impl Default for LinuxBuildSettings {
-    fn default() -> Self {
-        Self {
-            drop_page_cache: true,
-            thp_mode: String::new(),
-            source_dir: String::new(),
-            jobs: 0,
-            target: "vmlinux".into(),
-            clean_first: true,
+settings! {
+    /// `[benchmarks.linux_build]` settings.
+    pub struct LinuxBuildSettings {
+        /// Drop the page cache before the run.
+        pub drop_page_cache: bool = true,
+        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+        pub thp_mode: String = String::new(),
+        /// A configured Linux source tree (required).
+        pub source_dir: String = String::new(),
+        /// Parallel make jobs (0: one per CPU).
+        pub jobs: u32 = 0,
+        /// The make target.
+        pub target: String = "vmlinux".into(),
+        /// Run `make clean` in setup, so every run builds everything.
+        pub clean_first: bool = true,
+    }
+    validate(s) {
+        check_thp(&s.thp_mode)?;
+        if s.target.trim().is_empty() || s.target.starts_with('-') {
+            return Err(format!("target = {:?}: name a make target, e.g. \"vmlinux\"", s.target));
         }
+        Ok(())
     }
 }
 
@@ -76,26 +76,16 @@ fn is_kernel_tree(dir: &Path) -> bool {
 impl BenchmarkImpl for LinuxBuild {
     const NAME: &'static str = "linux_build";
     const DESCRIPTION: &'static str = "Builds a Linux source tree the user points to (make -jN)";
-    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
-drop_page_cache = true
-# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-thp_mode = ""
-# A configured Linux source tree (required).
-source_dir = ""
-# Parallel make jobs (0: one per CPU).
-jobs = 0
-# The make target.
-target = "vmlinux"
-# Run `make clean` in setup, so every run builds everything.
-clean_first = true
-"#;
+
+    fn config_defaults() -> String {
+        settings::defaults_toml::<LinuxBuildSettings>()
+    }
 
     fn new(args: &StartArgs) -> Result<Self> {
         let settings: LinuxBuildSettings = parse(Self::NAME, &args.config_json)?;
-        check_thp(Self::NAME, &settings.thp_mode)?;
         Ok(Self {
             settings,
-            machine: Machine::default(),
+            machine: Machine::new(args),
             work: None,
             run_dir: args.output_dir.to_string(),
             out: None,
@@ -179,26 +169,27 @@ clean_first = true
 
 // ---------------------------------------------------------------- gap
 
-/// Settings of [`Gap`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct GapSettings {
-    pub drop_page_cache: bool,
-    pub thp_mode: String,
-    pub suite_dir: String,
-    pub scale: u32,
-    pub trials: u32,
-}
-
-impl Default for GapSettings {
-    fn default() -> Self {
-        Self {
-            drop_page_cache: true,
-            thp_mode: String::new(),
-            suite_dir: String::new(),
-            scale: 20,
-            trials: 3,
+settings! {
+    /// `[benchmarks.gap]` settings.
+    pub struct GapSettings {
+        /// Drop the page cache before the run.
+        pub drop_page_cache: bool = true,
+        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
+        pub thp_mode: String = String::new(),
+        /// A built GAP benchmark suite (https://github.com/sbeamer/gapbs) holding the pr binary (required).
+        pub suite_dir: String = String::new(),
+        /// Kronecker graph of 2^scale vertices (pr -g).
+        pub scale: u32 = 20,
+        /// PageRank trials (pr -n).
+        pub trials: u32 = 3,
+    }
+    validate(s) {
+        check_thp(&s.thp_mode)?;
+        at_least_one("scale", u64::from(s.scale))?;
+        if s.scale > 31 {
+            return Err(format!("scale = {}: use at most 31 (2^31 vertices)", s.scale));
         }
+        at_least_one("trials", u64::from(s.trials))
     }
 }
 
@@ -221,29 +212,16 @@ impl BenchmarkImpl for Gap {
     const NAME: &'static str = "gap";
     const DESCRIPTION: &'static str =
         "PageRank (pr) from a GAP benchmark suite directory on a generated Kronecker graph";
-    const CONFIG_DEFAULTS: &'static str = r#"# Drop the page cache before the run.
-drop_page_cache = true
-# Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-thp_mode = ""
-# A built GAP benchmark suite (https://github.com/sbeamer/gapbs) holding the pr binary (required).
-suite_dir = ""
-# Kronecker graph of 2^scale vertices (pr -g).
-scale = 20
-# PageRank trials (pr -n).
-trials = 3
-"#;
+
+    fn config_defaults() -> String {
+        settings::defaults_toml::<GapSettings>()
+    }
 
     fn new(args: &StartArgs) -> Result<Self> {
         let settings: GapSettings = parse(Self::NAME, &args.config_json)?;
-        check_thp(Self::NAME, &settings.thp_mode)?;
-        if settings.scale == 0 || settings.trials == 0 {
-            return Err(Error::new(
-                "[benchmarks.gap]: scale and trials must be at least 1",
-            ));
-        }
         Ok(Self {
             settings,
-            machine: Machine::default(),
+            machine: Machine::new(args),
             work: None,
             run_dir: args.output_dir.to_string(),
             out: None,
