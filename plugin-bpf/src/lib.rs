@@ -109,7 +109,7 @@ pub trait BpfHooks: BpfSpec {
 
     /// Rows to put first in the tables, made once after the programs are
     /// attached (so a task created in between has a row from each side
-    /// rather than none): `batches[i]` is table `i`'s.
+    /// rather than none), at the first drain: `batches[i]` is table `i`'s.
     fn initial_records(&mut self, args: &StartArgs, batches: &mut [Batch]) -> Result<()> {
         let _ = (args, batches);
         Ok(())

@@ -113,8 +113,9 @@ pub struct BpfProbe<P: BpfHooks> {
     hooks: P,
     tables: Vec<TableDecl>,
     notes: Vec<String>,
-    /// Rows of the initial-records hook, handed over at the first drain.
-    initial: Option<Vec<Batch>>,
+    /// The start arguments, until the initial-records hook has run at the
+    /// first drain.
+    initial_args: Option<StartArgs>,
 }
 
 // SAFETY: a BpfProbe owns everything it points to (libbpf objects, the leaked
@@ -342,15 +343,14 @@ impl<P: BpfHooks> ProbeImpl for BpfProbe<P> {
             hooks,
             tables,
             notes,
-            initial: None,
+            initial_args: None,
         };
         probe.attach()?;
         probe.build_rings()?;
-        let mut initial: Vec<Batch> = probe.tables.iter().map(|_| Batch::default()).collect();
-        probe.hooks.initial_records(args, &mut initial)?;
-        if initial.iter().any(|b| b.records > 0) {
-            probe.initial = Some(initial);
-        }
+        // The initial records are made at the first drain, on the drain
+        // thread: after the attach (so nothing falls between the two) but
+        // not in the run's start-up.
+        probe.initial_args = Some(args.clone());
         Ok(probe)
     }
 
@@ -362,7 +362,9 @@ impl<P: BpfHooks> ProbeImpl for BpfProbe<P> {
                 self.slots.len()
             )));
         }
-        if let Some(initial) = self.initial.take() {
+        if let Some(args) = self.initial_args.take() {
+            let mut initial: Vec<Batch> = self.tables.iter().map(|_| Batch::default()).collect();
+            self.hooks.initial_records(&args, &mut initial)?;
             for (batch, first) in batches.iter_mut().zip(initial) {
                 batch.data.extend_from_slice(&first.data);
                 batch.records += first.records;

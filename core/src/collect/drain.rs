@@ -15,7 +15,7 @@ use std::{
         Arc, Mutex,
     },
     thread,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use abi_stable::std_types::{RResult, RVec};
@@ -108,6 +108,9 @@ pub(super) struct SinkSetup<'a> {
     pub drain_interval: Duration,
     /// Where a drain thread reports a write error, stopping the run.
     pub failure: Arc<WriteFailure>,
+    /// When `--duration` ends the run: no drain waits past it, so a short
+    /// run is not held up by a drain interval.
+    pub deadline: Option<Instant>,
 }
 
 /// Creates the probe's sinks and its drain thread.
@@ -136,12 +139,14 @@ pub(super) fn spawn(
     let thread_stats = stats.clone();
     let drain_ms = u32::try_from(setup.drain_interval.as_millis()).unwrap_or(u32::MAX);
     let failure = setup.failure.clone();
+    let deadline = setup.deadline;
     let handle = thread::Builder::new()
         .name(format!("kml-{name}"))
         .spawn(move || {
             let ends = DrainEnds {
                 stop: &stop,
                 failure: &failure,
+                deadline,
             };
             drain_loop(
                 probe,
@@ -169,15 +174,19 @@ pub(super) fn spawn(
 pub struct DrainEnds<'a> {
     pub stop: &'a AtomicBool,
     pub failure: &'a WriteFailure,
+    /// When the run's duration ends, if it has one.
+    pub deadline: Option<Instant>,
 }
 
 /// How long a drain may wait: the drain interval, or less when a sink's
-/// pending rows are due on disk sooner (rounded up to a millisecond, so a
-/// flush nearly due never spins).
-fn drain_wait(drain_ms: u32, sinks: &[IpcSink]) -> u32 {
+/// pending rows are due on disk sooner or the run's duration ends sooner
+/// (rounded up to a millisecond, so a flush nearly due never spins).
+fn drain_wait(drain_ms: u32, sinks: &[IpcSink], deadline: Option<Instant>) -> u32 {
+    let until_end = deadline.map(|d| d.saturating_duration_since(Instant::now()));
     sinks
         .iter()
         .filter_map(IpcSink::due_in)
+        .chain(until_end)
         .map(|d| u32::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u32::MAX))
         .fold(drain_ms, u32::min)
         .max(1)
@@ -209,7 +218,7 @@ pub fn drain_loop(
         let wait = if stopping {
             0
         } else {
-            drain_wait(drain_ms, &sinks)
+            drain_wait(drain_ms, &sinks, ends.deadline)
         };
         let drained = probe.drain(wait, &mut batches);
         for ((batch, sink), c) in batches.iter_mut().zip(sinks.iter_mut()).zip(counters) {

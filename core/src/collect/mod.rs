@@ -51,6 +51,7 @@ use crate::{
     plugin::{Plugin, Registry},
     sink::{self, FlushPolicy},
     system_info::SystemInfo,
+    undo::RunGuard,
 };
 
 /// Everything a run needs besides the plugins.
@@ -79,6 +80,9 @@ pub struct RunOptions {
     pub benchmark: Option<String>,
     /// Each benchmark's settings (`[benchmarks.<name>]`) as JSON.
     pub benchmark_config: BTreeMap<String, serde_json::Value>,
+    /// The run's state folder (`StartArgs::state_dir`), set by [`run`] for
+    /// a benchmark run: see [`crate::undo`].
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Which tasks probes record, applied in the kernel (0: no filter).
@@ -162,7 +166,11 @@ pub fn start_args(
         include_self: opts.include_self,
         filter_cgroup_descendants: opts.filter.cgroup_descendants,
         output_dir: "".into(),
-        state_dir: "".into(),
+        state_dir: opts
+            .state_dir
+            .as_ref()
+            .map_or_else(String::new, |d| d.display().to_string())
+            .into(),
     }
 }
 
@@ -180,6 +188,16 @@ pub fn run(
         .collection_dir
         .clone()
         .unwrap_or_else(|| opts.output.join(&collection_id));
+    // What the benchmark changes is recorded first, and undone even if this
+    // process dies.
+    let mut guard = opts
+        .benchmark
+        .as_ref()
+        .and_then(|_| tie_to_host(&collection_id, &planned_dir));
+    let opts = &RunOptions {
+        state_dir: guard.as_ref().map(|g| g.state_dir().to_owned()),
+        ..opts.clone()
+    };
     // A benchmark that cannot run is refused before anything is collected.
     let mut bench = BenchmarkRun::create(registry, opts, &planned_dir)?;
     let created = record::create_dir(opts, &collection_id)?;
@@ -207,7 +225,7 @@ pub fn run(
     write_system_info(&mut record, &sys, &collection_id)?;
 
     if let Some(b) = bench.as_mut() {
-        b.setup(&mut record)?;
+        in_cgroup(&mut guard, || b.setup(&mut record))?;
     }
     // Before the probes load, so their programs' statistics cover the run.
     let meter = overhead::CostMeter::start();
@@ -218,6 +236,7 @@ pub fn run(
         flush: opts.flush,
         drain_interval: opts.drain_interval,
         failure: Arc::default(),
+        deadline: opts.duration.map(|d| Instant::now() + d),
     };
     let running = start_probes(&selected, opts, &setup, &stop, &mut record);
     let attach_ms = attach_start.elapsed().as_secs_f64() * 1e3;
@@ -236,7 +255,7 @@ pub fn run(
     }
     announce(&running, &dir, attach_ms, bench.as_ref(), opts.duration);
     if let Some(b) = bench.as_mut().filter(|_| !stop.load(Ordering::SeqCst)) {
-        if !b.launch(&mut record) {
+        if !in_cgroup(&mut guard, || b.launch(&mut record)) {
             stop.store(true, Ordering::SeqCst);
         }
     }
@@ -244,11 +263,15 @@ pub fn run(
     let ends = DrainEnds {
         stop: &stop,
         failure: &setup.failure,
+        deadline: setup.deadline,
     };
     let stopped_by = wait_for_end(opts, ends, bench.as_mut(), &running, &mut record);
     stop.store(true, Ordering::SeqCst);
     if let Some(b) = bench.take() {
         b.finish(&mut record, stopped_by, &collection_id);
+    }
+    for left in guard.take().map(RunGuard::finish).unwrap_or_default() {
+        eprintln!("warning: the benchmark left a change behind: {left}");
     }
 
     let running_probes = running.len();
@@ -299,8 +322,40 @@ pub fn run(
     })
 }
 
-/// Starts every selected probe with its drain thread. A probe that fails to
-/// start is recorded; under `--strict` the first failure stops the run.
+/// The run's ties to this process (state folder, workload cgroup,
+/// guardian); `None`, with a warning, when they cannot be made.
+fn tie_to_host(collection_id: &str, collection: &std::path::Path) -> Option<RunGuard> {
+    match RunGuard::start(collection_id, collection) {
+        Ok(g) => {
+            for w in &g.warnings {
+                eprintln!("warning: {w}");
+            }
+            Some(g)
+        }
+        Err(e) => {
+            eprintln!(
+                "warning: the benchmark's changes to the machine are not recorded ({e}): if kernmlops is killed, undo them by hand"
+            );
+            None
+        }
+    }
+}
+
+/// Runs `f` (the benchmark's `setup` or `launch`) inside the run's workload
+/// cgroup, so every process it starts is stopped with the run.
+fn in_cgroup<T>(guard: &mut Option<RunGuard>, f: impl FnOnce() -> T) -> T {
+    match guard {
+        Some(g) => g.in_workload_cgroup(f),
+        None => f(),
+    }
+}
+
+/// Starts every selected probe with its drain thread. The probes load and
+/// attach in parallel (each is its own plugin with its own libbpf, and
+/// loading is mostly waiting on the kernel), so start-up takes as long as
+/// the slowest probe rather than all of them; their results are then taken
+/// in the order given. A probe that fails to start is recorded; under
+/// `--strict` the first failure stops the run.
 fn start_probes(
     selected: &[(&Plugin, &ProbeDecl)],
     opts: &RunOptions,
@@ -311,12 +366,29 @@ fn start_probes(
     let mut running: Vec<RunningProbe> = Vec::new();
     // Tables of this run, by name, with the probe writing each.
     let mut table_owner: BTreeMap<String, String> = BTreeMap::new();
-    for (plugin, decl) in selected {
+    let starts: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = selected
+            .iter()
+            .map(|(plugin, decl)| {
+                let name = decl.name.to_string();
+                s.spawn(move || {
+                    let t0 = Instant::now();
+                    let args = start_args(&name, opts, &opts.probe_config);
+                    let started = plugin.start_probe(&name, &args);
+                    (started, t0.elapsed().as_secs_f64() * 1e3)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| (Err("starting it panicked in the host".into()), 0.0))
+            })
+            .collect()
+    });
+    for ((plugin, decl), (started, attach_ms)) in selected.iter().zip(starts) {
         let name = decl.name.to_string();
-        let t0 = Instant::now();
-        let args = start_args(&name, opts, &opts.probe_config);
-        let started = plugin.start_probe(&name, &args);
-        let attach_ms = t0.elapsed().as_secs_f64() * 1e3;
         let mut notes = Vec::new();
         let outcome = started.and_then(|probe| {
             notes = probe.notes().into_iter().map(String::from).collect();
