@@ -25,6 +25,9 @@ pub struct Config {
     /// defaults the benchmark declares.
     #[serde(default)]
     pub benchmarks: BTreeMap<String, toml::Table>,
+    /// Power sources, slots and attribution (`[power]`).
+    #[serde(default)]
+    pub power: crate::power::PowerConfig,
     /// Where the user's settings came from, for error messages.
     #[serde(skip)]
     pub source: String,
@@ -69,6 +72,7 @@ impl Default for Config {
             },
             probes: Default::default(),
             benchmarks: Default::default(),
+            power: Default::default(),
             source: BUILT_IN.into(),
         }
     }
@@ -270,6 +274,15 @@ impl Config {
         self.component_settings("benchmarks", "benchmark", &self.benchmarks, benchmarks)
     }
 
+    /// Each power source's settings, as [`Config::probe_settings`] does for
+    /// probes, from `[power.settings.<name>]`.
+    pub fn power_settings<'a>(
+        &self,
+        sources: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<BTreeMap<String, toml::Table>, ConfigError> {
+        self.component_settings("power.settings", "power source", &self.power.settings, sources)
+    }
+
     fn component_settings<'a>(
         &self,
         section: &str,
@@ -390,6 +403,7 @@ impl Config {
         if c.flush_rows == 0 {
             return Err("collect.flush_rows: must be at least 1".into());
         }
+        self.power.check()?;
         Ok(())
     }
 }

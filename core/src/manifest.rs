@@ -187,6 +187,10 @@ pub struct Manifest {
     /// when `kernmlops repair` finds the folder still locked by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// Power sources, each zone with its scope, measured or modelled and
+    /// its energy, and the attribution (`--power`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<crate::power::PowerManifest>,
 }
 
 impl Manifest {

@@ -84,6 +84,7 @@ impl RunRecord {
             allow_insecure_plugins: registry.allow_insecure,
             collector_overhead: None,
             pid: Some(std::process::id()),
+            power: None,
         };
         Self {
             dir,

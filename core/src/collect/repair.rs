@@ -229,6 +229,7 @@ mod tests {
             allow_insecure_plugins: false,
             collector_overhead: None,
             pid: Some(1),
+            power: None,
         }
     }
 

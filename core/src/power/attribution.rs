@@ -265,8 +265,9 @@ mod tests {
         assert_eq!(a.processes[1].cgroup, "/a");
         let mut missing = t.clone();
         missing.columns.truncate(2);
-        assert!(CpuTimeReader::new(&missing)
-            .expect_err("no cgroup_id")
-            .contains("cgroup_id"));
+        assert_eq!(
+            CpuTimeReader::new(&missing).expect_err("no comm"),
+            "table cpu_time has no str column comm"
+        );
     }
 }
