@@ -24,6 +24,7 @@ pub mod settings_rules;
 pub mod sink;
 pub mod system_info;
 pub mod trust;
+pub mod undo;
 pub mod validate;
 
 /// Tunes glibc's allocator for the ingest path: freed batch buffers stay in

@@ -203,6 +203,14 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    let mut raw = std::env::args_os().skip(1);
+    if raw
+        .next()
+        .is_some_and(|a| a == kernmlops::undo::GUARDIAN_ARG)
+    {
+        let state = raw.next().map(PathBuf::from).unwrap_or_default();
+        return kernmlops::undo::guardian_main(&state);
+    }
     let cli = Cli::parse();
     kernmlops::tune_allocator();
     match dispatch(cli) {
@@ -229,6 +237,13 @@ fn trust_policy() -> &'static Policy {
 
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     let _ = TRUST.set(Policy::for_this_process(cli.allow_insecure_plugins));
+    // A run that died left its machine changes recorded: undo them first.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        for line in kernmlops::undo::recover_abandoned() {
+            eprintln!("warning: {}", trust::printable(line.as_bytes()));
+        }
+    }
     // Without --config, ./overrides.toml is the user's file when present
     // and safe: anyone able to write it could otherwise choose what runs as
     // root.
@@ -452,6 +467,7 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         benchmark_config: Config::settings_json(&bench_settings),
         config: config_value,
         command: std::env::args().collect(),
+        state_dir: None,
     };
     let summary = collect::run(&registry, &opts, stop)?;
 
