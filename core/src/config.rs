@@ -280,7 +280,12 @@ impl Config {
         &self,
         sources: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<BTreeMap<String, toml::Table>, ConfigError> {
-        self.component_settings("power.settings", "power source", &self.power.settings, sources)
+        self.component_settings(
+            "power.settings",
+            "power source",
+            &self.power.settings,
+            sources,
+        )
     }
 
     fn component_settings<'a>(
@@ -634,8 +639,14 @@ mod tests {
     fn parse_errors_quote_the_line_escaped() {
         for (bytes, needle) in [
             (&b"[collect]\nduration = \"5s\n"[..], "line 2, column"),
-            (&b"a = 1\n\x01\x02 = 3\n"[..], "line 2, column 1: `\\u{1}\\u{2} = 3`"),
-            (&b"ok = 1\n\xff\xfe = 1\n"[..], "line 2, column 1: `\\xff\\xfe = 1`: not UTF-8 text"),
+            (
+                &b"a = 1\n\x01\x02 = 3\n"[..],
+                "line 2, column 1: `\\u{1}\\u{2} = 3`",
+            ),
+            (
+                &b"ok = 1\n\xff\xfe = 1\n"[..],
+                "line 2, column 1: `\\xff\\xfe = 1`: not UTF-8 text",
+            ),
             (&b"[x"[..], "line 1, column 3: `[x`"),
         ] {
             let e = parse_toml(bytes).expect_err("invalid");
@@ -650,9 +661,18 @@ mod tests {
     #[test]
     fn zero_intervals_are_refused() {
         for (body, needle) in [
-            ("[collect]\ndrain_interval = \"0s\"\n", "collect.drain_interval"),
-            ("[collect]\nflush_interval = \"0ms\"\n", "collect.flush_interval"),
-            ("[collect]\nflush_interval = \"1ms\"\n", "shorter than the minimum, 10ms"),
+            (
+                "[collect]\ndrain_interval = \"0s\"\n",
+                "collect.drain_interval",
+            ),
+            (
+                "[collect]\nflush_interval = \"0ms\"\n",
+                "collect.flush_interval",
+            ),
+            (
+                "[collect]\nflush_interval = \"1ms\"\n",
+                "shorter than the minimum, 10ms",
+            ),
         ] {
             let cfg: Config = toml::from_str::<toml::Table>(DEFAULTS_TOML)
                 .map(|mut base| {
@@ -663,7 +683,10 @@ mod tests {
             let e = cfg.check().expect_err(body);
             assert!(e.contains(needle), "{body}: {e}");
         }
-        assert_eq!(interval("1ms", MIN_DRAIN_INTERVAL), Ok(Duration::from_millis(1)));
+        assert_eq!(
+            interval("1ms", MIN_DRAIN_INTERVAL),
+            Ok(Duration::from_millis(1))
+        );
     }
 
     #[test]
