@@ -118,3 +118,71 @@ fn root_new_plugin_scaffold_builds_loads_and_collects() {
     assert!(rows > 0, "the scaffolded probe collected no rows");
     let _ = std::fs::remove_file(target.join("release/libdemo_probe.so"));
 }
+
+/// A plugin built outside this repository: `cargo xtask new-plugin
+/// --out-of-tree` writes a crate of its own that depends on the SDK crates
+/// by path (no checkout paths in its build.rs: kernmlops-plugin-build
+/// carries the BPF headers); it builds, passes its own tests, and the host
+/// loads it from a plugin folder and collects its rows.
+#[test]
+fn root_out_of_tree_plugin_builds_loads_and_collects() {
+    if !require_root("root_out_of_tree_plugin_builds_loads_and_collects") {
+        return;
+    }
+    ensure_built();
+    let base = temp_dir("out-of-tree");
+    let crate_dir = base.join("oot_probe");
+    let target: PathBuf = artifact_dir().parent().expect("target dir").to_owned();
+    cargo(
+        &workspace_root(),
+        &workspace_root().join("target"),
+        &[
+            "xtask",
+            "new-plugin",
+            "oot_probe",
+            "--out-of-tree",
+            crate_dir.to_str().expect("utf8"),
+        ],
+    );
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).expect("Cargo.toml");
+    assert!(manifest.contains("[workspace]"), "a workspace of its own");
+    let build_rs = std::fs::read_to_string(crate_dir.join("build.rs")).expect("build.rs");
+    assert!(
+        !build_rs.contains(workspace_root().to_str().expect("utf8"))
+            && !build_rs.contains("KERNMLOPS_BPF_INCLUDE"),
+        "build.rs names no checkout path: {build_rs}"
+    );
+    // Sharing the build output reuses the SDK crates the workspace built.
+    cargo(&crate_dir, &target, &["build", "--release", "--quiet"]);
+    cargo(&crate_dir, &target, &["test", "--release", "--quiet"]);
+
+    let plugins = base.join("plugins");
+    std::fs::create_dir_all(&plugins).expect("plugin folder");
+    std::fs::copy(
+        target.join("release/liboot_probe.so"),
+        plugins.join("oot_probe.so"),
+    )
+    .expect("copy .so");
+    let _ = std::fs::remove_file(target.join("release/liboot_probe.so"));
+    let output = base.join("data");
+    let _serial = serial();
+    let done = Collector::start(&[
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "oot_probe",
+        "--duration",
+        "2s",
+        "--output",
+        output.to_str().expect("utf8"),
+    ])
+    .wait();
+    assert!(done.status.success(), "{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+    let rows: usize = read_table(&dir.join("oot_probe.arrow"))
+        .iter()
+        .map(|b| b.num_rows())
+        .sum();
+    assert!(rows > 0, "the out-of-tree probe collected no rows");
+    std::fs::remove_dir_all(&base).ok();
+}

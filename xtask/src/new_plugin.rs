@@ -20,6 +20,10 @@ pub struct Args {
     /// One line saying what the probe measures.
     #[arg(long, value_name = "TEXT")]
     description: Option<String>,
+    /// Create a plugin of its own outside this repository, in DIR (which
+    /// must not exist), depending on this checkout's SDK crates by path.
+    #[arg(long, value_name = "DIR")]
+    out_of_tree: Option<PathBuf>,
 }
 
 /// Every template file: its path in the new plugin (placeholders allowed)
@@ -122,9 +126,12 @@ pub fn run(args: &Args) -> Result<()> {
     let root = workspace_root();
     let name = args.name.as_str();
     check_name(name)?;
-    check_unused(name, &root)?;
     let description = args.description.as_deref().unwrap_or(DEFAULT_DESCRIPTION);
     check_description(description)?;
+    if let Some(dir) = &args.out_of_tree {
+        return out_of_tree(dir, name, description, &root);
+    }
+    check_unused(name, &root)?;
 
     let dest = root.join("plugins").join(name);
     // Render outside plugins/: cargo's `plugins/*` member glob refuses any
@@ -185,6 +192,49 @@ pub fn run(args: &Args) -> Result<()> {
     );
     Ok(())
 }
+
+/// Creates the plugin as a crate of its own in `dir`, with the SDK crates
+/// of the checkout at `root` as path dependencies and the workspace's lock
+/// file, so it builds with the same dependency versions.
+fn out_of_tree(dir: &Path, name: &str, description: &str, root: &Path) -> Result<()> {
+    if dir.exists() {
+        bail!("{} already exists: pick a new folder", display(dir));
+    }
+    let sdk = root
+        .canonicalize()
+        .with_context(|| format!("resolving {}", root.display()))?;
+    let files = write_plugin(dir, name, description)?;
+    fs::write(
+        dir.join("Cargo.toml"),
+        render(OUT_OF_TREE_MANIFEST, name, description)
+            .replace("__SDK__", &sdk.display().to_string()),
+    )
+    .with_context(|| format!("writing {}", dir.join("Cargo.toml").display()))?;
+    // Same versions as the SDK was built and tested with.
+    let _ = fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock"));
+    format_rust(dir, &files);
+    println!(
+        "created {}/ (outside the kernmlops workspace)",
+        display(dir)
+    );
+    for file in &files {
+        println!("  {}", file.display());
+    }
+    println!(
+        "
+next steps:
+           cd {dir}
+           cargo test                 # the declaration; the load test needs root
+           cargo build --release      # target/release/lib{name}.so
+           install -m 0644 target/release/lib{name}.so <plugin folder>/{name}.so
+           sudo kernmlops run --plugin-dir <plugin folder> --plugins {name} --duration 5s",
+        dir = display(dir)
+    );
+    Ok(())
+}
+
+/// `Cargo.toml` of a plugin outside the workspace (`__SDK__`: the checkout).
+const OUT_OF_TREE_MANIFEST: &str = include_str!("../templates/Cargo.out-of-tree.toml.tmpl");
 
 /// Checks that `name` works as a crate, Rust identifier, table and C
 /// identifier prefix.
