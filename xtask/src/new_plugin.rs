@@ -430,7 +430,7 @@ mod tests {
             "std",
             "system_info",
             "bpf_spec",
-            "open_object",
+            "bpf_probe",
         ] {
             assert!(check_name(bad).is_err(), "{bad:?} should be refused");
         }
@@ -494,10 +494,10 @@ dependencies = [
             "Demo",
         );
         for expected in [
-            "use skel::{types, DemoProbeSkel, DemoProbeSkelBuilder};",
-            "types::demo_probe_event",
-            "/demo_probe.skel.rs",
-            "pub struct DemoProbe;",
+            "probe: DemoProbe,",
+            "name: \"demo_probe\",",
+            "demo_probe(events, demo_probe_event, rate = ",
+            "probes: [BpfProbe<DemoProbe>]",
         ] {
             assert!(lib.contains(expected), "lib.rs lacks {expected:?}");
         }
