@@ -113,7 +113,9 @@ fn main() -> anyhow::Result<()> {
             sink.push(&drain, DRAIN as u64)?;
             pushed += DRAIN;
         }
-        rows = sink.finish()?;
+        let (written, finished) = sink.finish();
+        finished?;
+        rows = written;
         let wall = t.elapsed().as_secs_f64();
         let cpu = cpu_seconds() - cpu0;
         bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);

@@ -1,0 +1,174 @@
+//! The collector's footprint, as a new user meets it: time from process
+//! start to "collecting" with every probe plugin attached, the wall time of
+//! a `--duration 1ms` run of the default probes, peak RSS of the default
+//! probes and of every probe under `perf bench sched pipe`, the size of
+//! each installed plugin, and the kernel cost per event of each BPF program
+//! under that load (from the run's own `collector_overhead`).
+//!
+//! Needs root and `cargo xtask build-plugins`:
+//! `cargo run --release -p kernmlops-benchmarks --bin footprint -- [RUNS]`
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Instant,
+};
+
+use anyhow::{bail, Context, Result};
+use kernmlops_benchmarks::median;
+
+/// Every probe plugin this repository ships.
+const ALL_PROBES: &str = "quanta_runtime,process_trace,process_metadata,file_data,block_io,mm_rss_stat,collapse_huge_pages,memory_usage,perf";
+const DEFAULT_PROBES: &str = "quanta_runtime,process_trace";
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_owned)
+        .unwrap_or_default()
+}
+
+/// Milliseconds from spawning `kernmlops run` to its "collecting" line.
+fn startup_ms(bin: &Path, out: &Path, probes: &str) -> Result<f64> {
+    let t = Instant::now();
+    let mut child = Command::new(bin)
+        .args(["run", "--plugins", probes, "--duration", "1ms", "--output"])
+        .arg(out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting kernmlops")?;
+    let stderr = child.stderr.take().context("stderr")?;
+    let mut ms = None;
+    for line in BufReader::new(stderr).lines() {
+        if line?.starts_with("collecting ") && ms.is_none() {
+            ms = Some(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    child.wait()?;
+    ms.context("kernmlops never printed `collecting`")
+}
+
+/// Wall seconds of a whole `kernmlops run --duration 1ms`.
+fn short_run_s(bin: &Path, out: &Path, probes: &str) -> Result<f64> {
+    let t = Instant::now();
+    let status = Command::new(bin)
+        .args(["run", "--plugins", probes, "--duration", "1ms", "--output"])
+        .arg(out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if !status.success() {
+        bail!("kernmlops run failed ({status})");
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Collects with `probes` while `perf bench sched pipe` runs pinned to CPU
+/// 0, and returns the run's manifest.
+fn under_load(bin: &Path, out: &Path, probes: &str, loops: u32) -> Result<serde_json::Value> {
+    let mut child = Command::new(bin)
+        .args(["run", "--plugins", probes, "--output"])
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting kernmlops")?;
+    let mut stderr = BufReader::new(child.stderr.take().context("stderr")?);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if stderr.read_line(&mut line)? == 0 {
+            bail!("kernmlops exited before attaching");
+        }
+        if line.starts_with("collecting ") {
+            break;
+        }
+    }
+    let status = Command::new("taskset")
+        .args(["-c", "0", "perf", "bench", "sched", "pipe", "-l"])
+        .arg(loops.to_string())
+        .stdout(Stdio::null())
+        .status()
+        .context("running perf bench (apt-get install linux-perf)")?;
+    if !status.success() {
+        bail!("perf bench failed");
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let output = child.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let dir = stdout
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("collection ")
+                .and_then(|r| r.split_once(" in "))
+                .map(|(_, d)| d.trim().to_owned())
+        })
+        .context("no collection line")?;
+    let man: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        Path::new(&dir).join("manifest.json"),
+    )?)?;
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(man)
+}
+
+fn main() -> Result<()> {
+    let runs: usize = std::env::args()
+        .nth(1)
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(5);
+    let bin = workspace().join("target/release/kernmlops");
+    let plugins = workspace().join("plugins");
+    if !bin.is_file() {
+        bail!(
+            "{} missing: run `cargo xtask build-plugins` first",
+            bin.display()
+        );
+    }
+    let out = std::env::temp_dir().join(format!("kml-footprint-{}", std::process::id()));
+    std::fs::create_dir_all(&out)?;
+
+    let mut sizes = serde_json::Map::new();
+    for entry in std::fs::read_dir(&plugins)?.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "so") {
+            let name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+            let kib = entry.metadata()?.len().div_ceil(1024);
+            sizes.insert(name.unwrap_or_default(), kib.into());
+        }
+    }
+
+    let (mut all_start, mut default_start, mut short) = (vec![], vec![], vec![]);
+    for _ in 0..runs {
+        all_start.push(startup_ms(&bin, &out, ALL_PROBES)?);
+        default_start.push(startup_ms(&bin, &out, DEFAULT_PROBES)?);
+        short.push(short_run_s(&bin, &out, DEFAULT_PROBES)? * 1e3);
+    }
+    let loaded_default = under_load(&bin, &out, DEFAULT_PROBES, 200_000)?;
+    let loaded_all = under_load(&bin, &out, ALL_PROBES, 200_000)?;
+    let overhead = |m: &serde_json::Value| m["collector_overhead"].clone();
+    let rss_mib = |m: &serde_json::Value| {
+        m["collector_overhead"]["peak_rss_bytes"]
+            .as_f64()
+            .map(|b| (b / (1 << 20) as f64).round())
+    };
+    println!(
+        "{}",
+        serde_json::json!({
+            "benchmark": "footprint",
+            "runs": runs,
+            "plugin_kib": sizes,
+            "startup_all_probes_ms_median": median(&mut all_start).round(),
+            "startup_default_probes_ms_median": median(&mut default_start).round(),
+            "run_1ms_default_probes_wall_ms_median": median(&mut short).round(),
+            "peak_rss_mib_default_probes_under_pipe": rss_mib(&loaded_default),
+            "peak_rss_mib_all_probes_under_pipe": rss_mib(&loaded_all),
+            "default_probes_under_pipe": overhead(&loaded_default),
+        })
+    );
+    std::fs::remove_dir_all(&out).ok();
+    Ok(())
+}
