@@ -69,11 +69,36 @@ pub fn built_so(package: &str) -> PathBuf {
     p
 }
 
-/// A fresh temporary folder for one test.
+/// Temporary folders made by [`temp_dir`], removed when the test process
+/// exits, pass or fail.
+static TEMP_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+extern "C" fn remove_temp_dirs() {
+    if let Ok(dirs) = TEMP_DIRS.lock() {
+        for d in dirs.iter() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// A fresh temporary folder for one test, removed when the test process
+/// exits, whether its tests passed or failed; `KERNMLOPS_KEEP_TMP=1` keeps
+/// it for debugging.
 pub fn temp_dir(name: &str) -> PathBuf {
+    static REGISTER: Once = Once::new();
     let d = std::env::temp_dir().join(format!("kml-e2e-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("creating temp dir");
+    if std::env::var_os("KERNMLOPS_KEEP_TMP").is_none_or(|v| v != "1") {
+        REGISTER.call_once(|| {
+            // SAFETY: registers a function without arguments that only
+            // removes folders; it runs once, when the process exits.
+            unsafe { libc::atexit(remove_temp_dirs) };
+        });
+        if let Ok(mut dirs) = TEMP_DIRS.lock() {
+            dirs.push(d.clone());
+        }
+    }
     d
 }
 
