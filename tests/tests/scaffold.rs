@@ -184,5 +184,22 @@ fn root_out_of_tree_plugin_builds_loads_and_collects() {
         .map(|b| b.num_rows())
         .sum();
     assert!(rows > 0, "the out-of-tree probe collected no rows");
+
+    // The same plugin built with panic = "abort" does not compile: a panic
+    // it could not unwind would kill the host.
+    let manifest = manifest.replace("panic = \"unwind\"", "panic = \"abort\"");
+    std::fs::write(crate_dir.join("Cargo.toml"), manifest).expect("Cargo.toml");
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&crate_dir)
+        .env("CARGO_TARGET_DIR", &target)
+        .args(["check", "--release"])
+        .output()
+        .expect("running cargo check");
+    assert!(!out.status.success(), "a panic = \"abort\" plugin compiled");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("kernmlops plugins must be built with panic = \"unwind\""),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(&base).ok();
 }
