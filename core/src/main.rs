@@ -544,25 +544,9 @@ fn check_component_rules(
     probes: &[String],
     benchmarks: &[String],
 ) -> Result<()> {
-    cfg.check_rules(
-        "probes",
-        registry.config_defaults(),
-        probes,
-        |name, json| match registry.find_probe(name) {
-            Some((plugin, _)) => kernmlops::settings_rules::check(plugin, name, json),
-            None => Ok(()),
-        },
-    )?;
-    cfg.check_rules(
-        "benchmarks",
-        registry.benchmark_defaults(),
-        benchmarks,
-        |name, json| match registry.find_benchmark(name) {
-            Ok((plugin, _)) => kernmlops::settings_rules::check(plugin, name, json),
-            Err(_) => Ok(()),
-        },
-    )?;
-    Ok(())
+    Ok(kernmlops::settings_rules::check_all(
+        cfg, registry, probes, benchmarks,
+    )?)
 }
 
 /// The id BPF sees for a cgroup v2 folder: its inode number.

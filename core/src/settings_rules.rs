@@ -19,7 +19,40 @@ use std::{
 use abi_stable::{library::LibHeader, std_types::RResult};
 use kernmlops_plugin_api::PluginMod_Ref;
 
-use crate::plugin::{Plugin, ROOT_MODULE_SYMBOL};
+use crate::{
+    config::{Config, ConfigError},
+    plugin::{Plugin, Registry, ROOT_MODULE_SYMBOL},
+};
+
+/// Runs the rules of every configured probe and benchmark, and of the
+/// `probes` and `benchmarks` a run uses, on their settings (each plugin's
+/// `check_config`), as `kernmlops run` and `config show` do before anything
+/// is set up.
+pub fn check_all(
+    cfg: &Config,
+    registry: &Registry,
+    probes: &[String],
+    benchmarks: &[String],
+) -> Result<(), ConfigError> {
+    cfg.check_rules(
+        "probes",
+        registry.config_defaults(),
+        probes,
+        |name, json| match registry.find_probe(name) {
+            Some((plugin, _)) => check(plugin, name, json),
+            None => Ok(()),
+        },
+    )?;
+    cfg.check_rules(
+        "benchmarks",
+        registry.benchmark_defaults(),
+        benchmarks,
+        |name, json| match registry.find_benchmark(name) {
+            Ok((plugin, _)) => check(plugin, name, json),
+            Err(_) => Ok(()),
+        },
+    )
+}
 
 /// Runs `component`'s own rules on `config_json` (the object it would get).
 /// `Ok` for plugins built before components could be checked.
