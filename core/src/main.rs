@@ -51,6 +51,8 @@ enum Command {
   kernmlops run --duration 30s
   kernmlops run --plugins quanta_runtime,process_trace --output /data/runs
   kernmlops run --plugins quanta_runtime --ring-size 64MiB --strict
+  kernmlops run --plugins quanta_runtime,process_trace --power auto --benchmark stress_ng
+  kernmlops run --duration 1m --power rapl,estimate --power-interval 500ms
 
 Each run writes <output>/<collection_id>/<table>.arrow, system_info.arrow and
 manifest.json, and prints each table's rows and lost events. If the process is
@@ -78,6 +80,21 @@ killed, `kernmlops repair <collection folder>` makes the files readable.")]
         /// and whether it opens, instead of the whole list.
         #[arg(long, value_name = "EVENT")]
         resolve: Option<String>,
+    },
+    /// List the installed power sources, whether each can be read on this
+    /// machine and why not, and the zones each sees (scope, socket,
+    /// measured or modelled, update interval).
+    #[command(after_help = "Examples:
+  kernmlops power-list
+  kernmlops power-list --json
+  sudo kernmlops power-list    # RAPL's energy_uj is readable by root only
+
+Reading a source here starts it with your [power.settings.<name>] and reads
+every zone once; `kernmlops run --power` records the ones that work.")]
+    PowerList {
+        /// Print JSON (a `sources` array, `refused` and `attribution`).
+        #[arg(long)]
+        json: bool,
     },
     /// Print the configuration: every key with its default, or the merged
     /// result of the defaults, your file and each probe's settings.
@@ -200,6 +217,22 @@ struct RunArgs {
     /// leaves it out in the kernel, so it is not in its own data).
     #[arg(long)]
     include_self: bool,
+    /// Record energy from these power sources, in order of preference
+    /// (comma-separated; `auto`: every source that works here, meters
+    /// before models; `none`: no power) into the energy and
+    /// energy_attribution tables [default: power.sources; the bare flag is
+    /// auto]. `kernmlops power-list` shows the sources.
+    #[arg(
+        long,
+        value_name = "SOURCES",
+        num_args = 0..=1,
+        default_missing_value = "auto",
+        value_delimiter = ','
+    )]
+    power: Option<Vec<String>>,
+    /// Length of a power slot, e.g. 1s, 500ms [default: power.interval].
+    #[arg(long, value_name = "DURATION")]
+    power_interval: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -272,6 +305,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Repair { collection } => repair(&collection),
         Command::Config { what } => config_command(&cfg, cli.plugin_dir.as_deref(), what),
         Command::PerfList { json, resolve } => perf_list(json, resolve.as_deref()),
+        Command::PowerList { json } => power_list(&cfg, cli.plugin_dir.as_deref(), json),
         Command::Export {
             parquet: _,
             data,
@@ -407,6 +441,7 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         registry.find_benchmark(b).map_err(anyhow::Error::msg)?;
     }
     check_component_rules(cfg, &registry, &probes, args.benchmark.as_slice())?;
+    let (power, power_settings) = power_options(cfg, &registry, &args)?;
     report_refused(&registry);
     preflight::require_bpf_privileges("run").map_err(anyhow::Error::msg)?;
     preflight::require_btf().map_err(anyhow::Error::msg)?;
@@ -431,6 +466,7 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
     config_value["probes"] = serde_json::json!(Config::settings_json(&settings));
     config_value["benchmarks"] = serde_json::json!(Config::settings_json(&bench_settings));
     config_value["config_file"] = serde_json::json!(cfg.source);
+    config_value["power"]["settings"] = serde_json::json!(power_settings);
     config_value["filter"] = serde_json::json!({
         "tgid": args.tgid,
         "pid": args.pid,
@@ -468,6 +504,7 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         config: config_value,
         command: std::env::args().collect(),
         state_dir: None,
+        power,
     };
     let summary = collect::run(&registry, &opts, stop)?;
 
@@ -499,6 +536,9 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
     );
     if let Some(cost) = &summary.overhead {
         println!("  {}", cost.summary());
+    }
+    if let Some(power) = &summary.power {
+        print!("{}", kernmlops::power::render_summary(power));
     }
     if args.graphs {
         graphs(cfg, plugin_flag, &summary.dir)?;
@@ -712,7 +752,13 @@ fn config_command(
                     "\n# (no plugin folder found: probe and benchmark settings are not listed)"
                 ),
                 Some(r) => {
-                    for (section, list) in [("probes", &probes), ("benchmarks", &benchmarks)] {
+                    let power = kernmlops::power::registry::PowerSources::of(r).defaults();
+                    let sections = [
+                        ("probes", &probes),
+                        ("benchmarks", &benchmarks),
+                        ("power.settings", &power),
+                    ];
+                    for (section, list) in sections {
                         for (name, text) in list {
                             if !text.trim().is_empty() {
                                 println!(
@@ -736,6 +782,10 @@ fn config_command(
             doc.insert(
                 "collect".into(),
                 toml::Value::try_from(&cfg.collect).context("showing [collect]")?,
+            );
+            doc.insert(
+                "power".into(),
+                toml::Value::try_from(&cfg.power).context("showing [power]")?,
             );
             for (section, settings) in [("probes", probe_settings), ("benchmarks", bench_settings)]
             {
@@ -892,6 +942,40 @@ fn dump(cfg: &Config, data: Option<PathBuf>, collection: Option<String>) -> Resu
     let tables = kernmlops::dump::summarize_collection(&dir).map_err(anyhow::Error::msg)?;
     for t in &tables {
         print!("{}", kernmlops::dump::render(t));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The run's power options: `[power]` with `--power` and
+/// `--power-interval` over it, and each source's settings checked against
+/// the defaults it declares (also returned, for the manifest).
+fn power_options(
+    cfg: &Config,
+    registry: &Registry,
+    args: &RunArgs,
+) -> Result<(kernmlops::power::PowerOptions, serde_json::Value)> {
+    let declared = kernmlops::power::registry::PowerSources::of(registry).defaults();
+    let settings = cfg.power_settings(declared.iter().map(|(n, t)| (n.as_str(), t.as_str())))?;
+    let json = Config::settings_json(&settings);
+    let opts = kernmlops::power::PowerOptions::new(
+        &cfg.power,
+        args.power.as_deref(),
+        args.power_interval.as_deref(),
+        json.clone(),
+    )?;
+    Ok((opts, serde_json::json!(json)))
+}
+
+/// `kernmlops power-list`.
+fn power_list(cfg: &Config, plugin_flag: Option<&Path>, json: bool) -> Result<ExitCode> {
+    let reg = load_registry(cfg, plugin_flag)?;
+    let declared = kernmlops::power::registry::PowerSources::of(&reg).defaults();
+    let settings = cfg.power_settings(declared.iter().map(|(n, t)| (n.as_str(), t.as_str())))?;
+    let listing = kernmlops::power::list::list(&reg, &Config::settings_json(&settings));
+    if json {
+        println!("{}", serde_json::to_string_pretty(&listing)?);
+    } else {
+        print!("{}", kernmlops::power::list::render(&listing));
     }
     Ok(ExitCode::SUCCESS)
 }

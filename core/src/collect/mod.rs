@@ -83,6 +83,8 @@ pub struct RunOptions {
     /// The run's state folder (`StartArgs::state_dir`), set by [`run`] for
     /// a benchmark run: see [`crate::undo`].
     pub state_dir: Option<PathBuf>,
+    /// Power sources, slots and attribution (`--power`, `[power]`).
+    pub power: crate::power::PowerOptions,
 }
 
 /// Which tasks probes record, applied in the kernel (0: no filter).
@@ -135,6 +137,8 @@ pub struct Summary {
     pub attach_ms: f64,
     /// What collecting cost.
     pub overhead: Option<CollectorOverhead>,
+    /// Power sources, zones, energy and attribution, when recorded.
+    pub power: Option<crate::power::PowerManifest>,
 }
 
 /// A new collection id: UTC start time and 48 random bits, so runs started
@@ -200,6 +204,9 @@ pub fn run(
     };
     // A benchmark that cannot run is refused before anything is collected.
     let mut bench = BenchmarkRun::create(registry, opts, &planned_dir)?;
+    // So are power sources that cannot be read as asked.
+    let power = crate::power::prepare(registry, &opts.power)
+        .map_err(|e| RunError::Selection(e.to_string()))?;
     let created = record::create_dir(opts, &collection_id)?;
     if created.id != collection_id {
         // Another run took that id first: the benchmark gets the new folder.
@@ -253,6 +260,11 @@ pub fn run(
             manifest: record.manifest_path(),
         });
     }
+    let power = power.and_then(|p| {
+        let started = p.start(registry, &dir, &collection_id, opts.flush);
+        started.map_err(|e| eprintln!("error: power: {e}")).ok()
+    });
+    record.man.power = power.as_ref().map(|p| p.manifest.clone());
     announce(&running, &dir, attach_ms, bench.as_ref(), opts.duration);
     if let Some(b) = bench.as_mut().filter(|_| !stop.load(Ordering::SeqCst)) {
         if !in_cgroup(&mut guard, || b.launch(&mut record)) {
@@ -300,6 +312,12 @@ pub fn run(
             }
         }
     }
+    if let Some(p) = power.map(crate::power::PowerRunning::finish) {
+        p.tables.iter().for_each(|(t, rows)| record.host_table(t, *rows));
+        p.errors.into_iter().for_each(|e| record.error(e));
+        probe_stats.extend(p.probe_stats);
+        record.man.power = Some(p.manifest);
+    }
     let rows = record.man.tables.values().map(|t| t.rows).sum();
     let cost = meter.finish(&probe_stats, rows);
     write_overhead(&mut record, &cost, &collection_id);
@@ -319,6 +337,7 @@ pub fn run(
         errors: record.man.errors.clone(),
         attach_ms,
         overhead: record.man.collector_overhead.clone(),
+        power: record.man.power.clone(),
     })
 }
 

@@ -149,6 +149,7 @@ pub fn prepare(registry: &Registry, opts: &PowerOptions) -> Result<Option<Prepar
     let interval_us = u64::try_from(opts.interval.as_micros()).unwrap_or(u64::MAX);
     let mut started: Vec<(StartedSource, bool, usize)> = Vec::new();
     let mut unavailable = Vec::new();
+    let mut warnings = Vec::new();
     for (name, explicit, pos) in order {
         let Some(inst) = installed.find(&name) else {
             continue;
@@ -159,7 +160,7 @@ pub fn prepare(registry: &Registry, opts: &PowerOptions) -> Result<Option<Prepar
             .map_or_else(|| "{}".to_owned(), |v| v.to_string());
         let mut skip = |reason: String| {
             if explicit {
-                eprintln!("warning: power source {name} not used: {reason}");
+                warnings.push(format!("power source {name} not used: {reason}"));
             }
             unavailable.push(Unavailable {
                 name: name.clone(),
@@ -169,6 +170,8 @@ pub fn prepare(registry: &Registry, opts: &PowerOptions) -> Result<Option<Prepar
         };
         let source = match inst.start(&config) {
             Ok(s) => s,
+            // The user's settings are wrong: say so, whoever chose the source.
+            Err(e) if e.starts_with("[power.settings.") => return Err(PowerError::Config(e)),
             Err(e) => {
                 skip(e);
                 continue;
@@ -223,6 +226,9 @@ pub fn prepare(registry: &Registry, opts: &PowerOptions) -> Result<Option<Prepar
         } else {
             format!("no power source works here: {}", why.join("; "))
         }));
+    }
+    for w in warnings {
+        eprintln!("warning: {w}");
     }
     // Named sources in the order given; those `auto` found where it
     // stood, meters before models.

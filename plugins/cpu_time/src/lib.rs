@@ -1,22 +1,25 @@
 //! cpu_time: on-CPU time per process (tgid) per interval, accumulated in
-//! the kernel by a `tp_btf/sched_switch` program that adds each run to its
-//! process's total in a hash map: no record per context switch, so its cost
-//! per switch is a map lookup and an atomic add. User space reads the
-//! totals (one batched map read) at each interval's end, adds the part of
-//! the runs still going on each CPU, and makes one row per process that
-//! ran, plus one row for the idle tasks (`tgid` 0, `comm` `idle`).
+//! the kernel by a `tp_btf/sched_switch` program, with no record per
+//! context switch and no clock read: the scheduler's own task clock, just
+//! stamped into the tasks being switched, gives each run's length. Each CPU
+//! keeps, in its own slot of a per-CPU array, who runs since when, its idle
+//! time and the time of the last process that ran on it; that time goes
+//! into the process's total in a hash map only when another process runs
+//! there. A CPU alternating between one process and idle touches no shared
+//! map.
 //!
-//! This is the activity the host splits energy by (`--power`): it starts
-//! this probe itself with `interval = "0s"` (a row per process at every
-//! drain) and drains it at each power slot's end. Processes shorter than an
-//! interval are counted: their time stays in the map after they exit, and
-//! an entry is removed only once its process is gone and it has not grown
-//! for two intervals.
+//! At each interval's end user space wakes a thread pinned to every CPU,
+//! so each CPU switches and the runs going on are counted up to then,
+//! reads the totals (one batched map read) and the per-CPU slots, and makes
+//! one row per process that ran, plus one row for the idle tasks (`tgid`
+//! 0, `comm` `idle`). Times are the scheduler's task time, which leaves out
+//! interrupt and steal time.
 
 use std::{
     collections::HashMap,
     os::fd::AsFd,
     path::{Path, PathBuf},
+    sync::{Arc, Condvar, Mutex},
     time::{Duration, Instant},
 };
 
@@ -34,9 +37,6 @@ use kernmlops_plugin_bpf::{
 pub type Event = skel::types::cpu_time_event;
 type Value = skel::types::cpu_time_value;
 type CpuNow = skel::types::cpu_now;
-
-/// `cpu_now.tgid` of a CPU running a task the filters leave out.
-const UNRECORDED: u32 = u32::MAX;
 
 settings! {
     /// `[probes.cpu_time]` settings.
@@ -153,19 +153,6 @@ fn read_record<R: Record>(bytes: &[u8]) -> Option<R> {
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<R>()) })
 }
 
-/// CLOCK_BOOTTIME in nanoseconds, `bpf_ktime_get_boot_ns`'s clock.
-fn boottime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
-
 /// What one process has accumulated, as last read.
 #[derive(Debug, Clone)]
 struct Seen {
@@ -185,20 +172,46 @@ pub struct CpuTime {
     last_us: u64,
     seen: HashMap<u32, Seen>,
     cgroups: Cgroups,
+    kicker: Kicker,
     notes: Vec<String>,
 }
 
-/// The on-CPU time per key (tgid) from the map's totals and the runs going
-/// on now (`running`: per CPU, since when and under which key), at `now_ns`.
-pub fn totals(
-    map: impl IntoIterator<Item = (u32, u64)>,
-    running: &[(u64, u32)],
-    now_ns: u64,
-) -> HashMap<u32, u64> {
+/// What one CPU's slot of `cpu_now` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuView {
+    /// Who runs there now (0 idle).
+    pub tgid: u32,
+    /// The idle task's time there.
+    pub idle_ns: u64,
+    /// Processes (0: none) whose time the CPU keeps, not yet in the map.
+    pub pending: [(u32, u64); 8],
+}
+
+impl From<CpuNow> for CpuView {
+    fn from(c: CpuNow) -> Self {
+        let mut pending = [(0, 0); 8];
+        for (slot, (t, ns)) in pending
+            .iter_mut()
+            .zip(c.pending_tgid.iter().zip(&c.pending_ns))
+        {
+            *slot = (*t, *ns);
+        }
+        Self {
+            tgid: c.tgid,
+            idle_ns: c.idle_ns,
+            pending,
+        }
+    }
+}
+
+/// The on-CPU time per key (tgid; 0 for idle) up to every CPU's last
+/// switch: the map's totals, and each CPU's pending and idle time.
+pub fn totals(map: impl IntoIterator<Item = (u32, u64)>, cpus: &[CpuView]) -> HashMap<u32, u64> {
     let mut out: HashMap<u32, u64> = map.into_iter().collect();
-    for &(since, key) in running {
-        if since != 0 && key != UNRECORDED && now_ns > since {
-            *out.entry(key).or_default() += now_ns - since;
+    for c in cpus {
+        *out.entry(0).or_default() += c.idle_ns;
+        for &(tgid, ns) in c.pending.iter().filter(|p| p.0 != 0) {
+            *out.entry(tgid).or_default() += ns;
         }
     }
     out
@@ -208,6 +221,8 @@ impl CpuTime {
     /// Reads the totals and appends one row per process that ran since the
     /// last read, and the idle row.
     fn snapshot(&mut self, batch: &mut Batch) -> Result<()> {
+        // Every CPU switches now, so what runs is counted up to here.
+        self.kicker.kick();
         let maps = self
             .inner
             .hooks()
@@ -224,25 +239,25 @@ impl CpuTime {
                 described.insert(k, v);
             }
         }
-        // The map first, then who runs now: a switch in between is counted
-        // at the next read, never twice.
-        let running: Vec<(u64, u32)> = maps
+        // The map first, then the CPUs: time moved from a CPU's pending
+        // count into the map in between is counted at the next read, never
+        // twice.
+        let cpus: Vec<CpuView> = maps
             .cpu_now
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
             .map_err(map_error("reading map cpu_now"))?
             .unwrap_or_default()
             .iter()
             .filter_map(|b| read_record::<CpuNow>(b))
-            .map(|c| (c.since_ns, c.tgid))
+            .map(CpuView::from)
             .collect();
-        let now_ns = boottime_ns();
-        let now_us = now_ns / 1000;
-        let totals = totals(
-            described.iter().map(|(&k, v)| (k, v.cpu_ns)),
-            &running,
-            now_ns,
-        );
-        let running_keys: Vec<u32> = running.iter().map(|r| r.1).collect();
+        let now_us = sys::clock::uptime_us();
+        let totals = totals(described.iter().map(|(&k, v)| (k, v.cpu_ns)), &cpus);
+        // Processes a CPU still holds time of, or runs.
+        let running_keys: Vec<u32> = cpus
+            .iter()
+            .flat_map(|c| std::iter::once(c.tgid).chain(c.pending.iter().map(|p| p.0)))
+            .collect();
         self.cgroups.learn(described.values().map(|v| v.cgroup_id));
         let mut gone = Vec::new();
         let mut keys: Vec<u32> = totals.keys().copied().collect();
@@ -321,8 +336,10 @@ impl ProbeImpl for CpuTime {
     fn start(args: &StartArgs, settings: Settings) -> Result<Self> {
         let interval = settings.interval.get();
         let inner = BpfProbe::<CpuTimeBpf>::start(args, settings)?;
+        let kicker = Kicker::start();
+        // The first switch on each CPU tells the program who runs there.
+        kicker.kick();
         let started_us = sys::clock::uptime_us();
-        kick_every_cpu();
         let mut notes = inner.notes();
         if !args.include_self && args.self_tgid != 0 {
             notes.push(format!(
@@ -337,6 +354,7 @@ impl ProbeImpl for CpuTime {
             last_us: started_us,
             seen: HashMap::new(),
             cgroups: Cgroups::new(),
+            kicker,
             notes: notes
                 .into_iter()
                 .filter(|n| !n.starts_with("the collector's own process") || !args.include_self)
@@ -389,16 +407,108 @@ impl ProbeImpl for CpuTime {
     }
 }
 
-/// Makes every online CPU switch once, right after attach, so the program
-/// learns who runs on each CPU: a thread pinned to each sleeps a
-/// millisecond. Best effort: a CPU it cannot reach starts on its next
-/// switch.
-fn kick_every_cpu() {
-    let Ok(text) = std::fs::read_to_string("/sys/devices/system/cpu/online") else {
+/// One thread pinned to each online CPU (real-time priority where
+/// allowed, so it preempts a busy CPU at once), woken together to make
+/// every CPU switch.
+struct Kicker {
+    shared: Arc<KickState>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct KickState {
+    /// (generation, threads that ran in it, quit)
+    state: Mutex<(u64, usize, bool)>,
+    wake: Condvar,
+    done: Condvar,
+}
+
+impl Kicker {
+    fn start() -> Self {
+        let shared = Arc::new(KickState::default());
+        let threads = online_cpus()
+            .into_iter()
+            .filter(|&cpu| cpu < libc::CPU_SETSIZE as usize)
+            .filter_map(|cpu| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("kml-kick-{cpu}"))
+                    .spawn(move || kick_thread(cpu, &shared))
+                    .ok()
+            })
+            .collect();
+        Self { shared, threads }
+    }
+
+    /// Wakes every thread and waits (at most 50 ms) until each has run.
+    fn kick(&self) {
+        let Ok(mut s) = self.shared.state.lock() else {
+            return;
+        };
+        s.0 += 1;
+        s.1 = 0;
+        self.shared.wake.notify_all();
+        let deadline = Instant::now() + Duration::from_millis(50);
+        while s.1 < self.threads.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            s = match self.shared.done.wait_timeout(s, left) {
+                Ok((s, _)) => s,
+                Err(_) => return,
+            };
+        }
+    }
+}
+
+impl Drop for Kicker {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.shared.state.lock() {
+            s.2 = true;
+        }
+        self.shared.wake.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn kick_thread(cpu: usize, shared: &KickState) {
+    // SAFETY: cpu_set_t is plain data; CPU_SET stays inside it (cpu <
+    // CPU_SETSIZE); sched_setaffinity and sched_setscheduler with pid 0
+    // change this thread only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+        let param = libc::sched_param { sched_priority: 1 };
+        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param);
+    }
+    let mut seen = 0;
+    let Ok(mut s) = shared.state.lock() else {
         return;
     };
-    let cpus: Vec<usize> = text
-        .trim()
+    loop {
+        while s.0 == seen && !s.2 {
+            s = match shared.wake.wait(s) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+        }
+        if s.2 {
+            return;
+        }
+        seen = s.0;
+        s.1 += 1;
+        shared.done.notify_one();
+    }
+}
+
+/// The online CPUs, from `/sys/devices/system/cpu/online` (`0-3,5`).
+fn online_cpus() -> Vec<usize> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    text.trim()
         .split(',')
         .flat_map(|part| match part.split_once('-') {
             Some((a, b)) => match (a.parse::<usize>(), b.parse::<usize>()) {
@@ -407,30 +517,7 @@ fn kick_every_cpu() {
             },
             None => part.parse().into_iter().collect(),
         })
-        .collect();
-    let threads: Vec<_> = cpus
-        .into_iter()
-        .filter(|&cpu| cpu < libc::CPU_SETSIZE as usize)
-        .filter_map(|cpu| {
-            std::thread::Builder::new()
-                .name("kml-cpu-kick".into())
-                .spawn(move || {
-                    // SAFETY: cpu_set_t is plain data; CPU_SET stays inside
-                    // it (cpu < CPU_SETSIZE); sched_setaffinity(0) pins
-                    // this thread only.
-                    unsafe {
-                        let mut set: libc::cpu_set_t = std::mem::zeroed();
-                        libc::CPU_SET(cpu, &mut set);
-                        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                })
-                .ok()
-        })
-        .collect();
-    for t in threads {
-        let _ = t.join();
-    }
+        .collect()
 }
 
 /// Cgroup v2 ids to paths (relative to the mount), from walks of the
@@ -510,19 +597,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn running_tasks_are_credited_up_to_now() {
+    fn pending_and_idle_time_are_added_to_the_totals() {
+        let cpu = |tgid, idle_ns, pending: &[(u32, u64)]| {
+            let mut c = CpuView {
+                tgid,
+                idle_ns,
+                pending: [(0, 0); 8],
+            };
+            c.pending[..pending.len()].copy_from_slice(pending);
+            c
+        };
         let t = totals(
-            [(0, 100), (7, 1_000)],
-            &[(900, 7), (0, 9), (950, 0), (100, UNRECORDED), (2_000, 8)],
-            1_000,
+            [(7, 1_000), (5, 10)],
+            &[
+                cpu(7, 40, &[(7, 30), (8, 2)]),
+                cpu(0, 60, &[(5, 20)]),
+                cpu(9, 0, &[]),
+            ],
         );
-        assert_eq!(t[&7], 1_100, "the map's total plus the run going on");
-        assert_eq!(t[&0], 150, "idle counts like any key");
+        assert_eq!(t[&7], 1_030, "the map's total and the pending time");
+        assert_eq!(t[&5], 30, "pending on another CPU");
+        assert_eq!(t[&8], 2, "pending only");
+        assert_eq!(t[&0], 100, "idle: each CPU's idle time");
         assert!(
             !t.contains_key(&9),
-            "a CPU with no switch yet credits nobody"
+            "running since the last switch: not yet"
         );
-        assert!(!t.contains_key(&UNRECORDED));
-        assert!(!t.contains_key(&8), "a run starting after now adds nothing");
     }
 }

@@ -155,7 +155,7 @@ pub fn discover(root: &SysfsRoot, default_interval: Duration) -> Result<Vec<Sens
     let entries = std::fs::read_dir(&class).map_err(|e| {
         let hint = if root.is_real() {
             virtual_machine()
-                .map(|vm| format!("; this is {vm}, which has no power sensors"))
+                .map(|vm| format!("; this is {vm}, and hypervisors rarely expose power sensors"))
                 .unwrap_or_default()
         } else {
             String::new()
