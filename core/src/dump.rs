@@ -2,7 +2,10 @@
 //! lost events, time span, and min/mean/max of every numeric column), to
 //! see at a glance what a run recorded.
 
-use std::{fmt::Write as _, fs::File, path::Path};
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+};
 
 use arrow_array::{
     cast::AsArray,
@@ -12,10 +15,13 @@ use arrow_array::{
     },
     Array, ArrayRef, ArrowPrimitiveType, PrimitiveArray,
 };
-use arrow_ipc::reader::FileReader;
 use arrow_schema::DataType;
 
-use crate::{export, manifest::Manifest};
+use crate::{
+    collection::{self, CollectionError},
+    export,
+    manifest::Manifest,
+};
 
 /// Min, mean and max of a numeric column's non-null values.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -105,16 +111,21 @@ fn add_column(stats: &mut ColumnStats, col: &ArrayRef) -> bool {
     true
 }
 
+/// Why a collection cannot be summarised.
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    #[error(transparent)]
+    Read(#[from] CollectionError),
+    #[error("{0}")]
+    Find(String),
+    #[error("no collection under {}", .0.display())]
+    NoCollection(PathBuf),
+}
+
 /// Summarises one Arrow IPC table file.
-pub fn summarize_file(table: &str, path: &Path) -> Result<TableSummary, String> {
-    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let reader = FileReader::try_new(file, None).map_err(|e| {
-        format!(
-            "{}: {e} (if the run crashed, run `kernmlops repair` on its folder)",
-            path.display()
-        )
-    })?;
-    let schema = reader.schema();
+pub fn summarize_file(table: &str, path: &Path) -> Result<TableSummary, DumpError> {
+    let read = collection::read_table(path)?;
+    let schema = &read.schema;
     let mut columns: Vec<Option<ColumnStats>> = schema
         .fields()
         .iter()
@@ -128,8 +139,7 @@ pub fn summarize_file(table: &str, path: &Path) -> Result<TableSummary, String> 
     let ts_index = schema.index_of("ts_uptime_us").ok();
     let mut span: Option<(u64, u64)> = None;
     let mut rows = 0u64;
-    for batch in reader {
-        let batch = batch.map_err(|e| format!("{}: {e}", path.display()))?;
+    for batch in &read.batches {
         rows += batch.num_rows() as u64;
         for (i, slot) in columns.iter_mut().enumerate() {
             if let Some(stats) = slot {
@@ -159,10 +169,11 @@ pub fn summarize_file(table: &str, path: &Path) -> Result<TableSummary, String> 
 
 /// Summaries of every table of a collection folder, with lost events from
 /// its manifest when it has one.
-pub fn summarize_collection(dir: &Path) -> Result<Vec<TableSummary>, String> {
+pub fn summarize_collection(dir: &Path) -> Result<Vec<TableSummary>, DumpError> {
     let man = Manifest::read(dir).ok();
     let mut out = Vec::new();
-    for (table, path) in export::table_files(dir)? {
+    for table in collection::table_names(dir)? {
+        let path = dir.join(format!("{table}.arrow"));
         let mut s = summarize_file(&table, &path)?;
         s.lost_events = man
             .as_ref()
@@ -174,13 +185,14 @@ pub fn summarize_collection(dir: &Path) -> Result<Vec<TableSummary>, String> {
 }
 
 /// The newest collection under `data`, by its manifest's start time.
-pub fn newest_collection(data: &Path) -> Result<std::path::PathBuf, String> {
-    export::find_collections(data, &[])?
+pub fn newest_collection(data: &Path) -> Result<PathBuf, DumpError> {
+    export::find_collections(data, &[])
+        .map_err(DumpError::Find)?
         .into_iter()
         .filter_map(|d| Manifest::read(&d).ok().map(|m| (m.start.unix_us, d)))
         .max_by_key(|(t, d)| (*t, d.clone()))
         .map(|(_, d)| d)
-        .ok_or_else(|| format!("no collection under {}", data.display()))
+        .ok_or_else(|| DumpError::NoCollection(data.to_owned()))
 }
 
 fn number(v: f64) -> String {

@@ -7,6 +7,7 @@
 
 pub mod clock;
 pub mod collect;
+pub mod collection;
 pub mod config;
 pub mod decode;
 pub mod dump;

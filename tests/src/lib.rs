@@ -333,53 +333,37 @@ pub fn only_collection(output: &Path) -> PathBuf {
     dirs[0].clone()
 }
 
-/// Reads every batch of an Arrow IPC file.
+/// Reads every batch of an Arrow IPC file, through the host's collection
+/// reader.
 pub fn read_table(path: &Path) -> Vec<RecordBatch> {
-    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let reader = arrow_ipc::reader::FileReader::try_new(f, None)
-        .unwrap_or_else(|e| panic!("{} is not a readable Arrow file: {e}", path.display()));
-    reader
-        .map(|b| b.unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-        .collect()
+    kernmlops::collection::read_table(path)
+        .unwrap_or_else(|e| panic!("{} is not a readable Arrow file: {e}", path.display()))
+        .batches
 }
 
-/// Values of a u32/u64 column across batches, as u64.
+fn table_of(batches: &[RecordBatch]) -> kernmlops::collection::Table {
+    kernmlops::collection::Table {
+        name: "table".into(),
+        schema: batches.first().map_or_else(
+            || std::sync::Arc::new(arrow_schema::Schema::empty()),
+            |b| b.schema(),
+        ),
+        batches: batches.to_vec(),
+    }
+}
+
+/// Values of an unsigned integer column across batches, as u64.
 pub fn column_u64(batches: &[RecordBatch], name: &str) -> Vec<u64> {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::{UInt32Type, UInt64Type};
-    let mut out = Vec::new();
-    for b in batches {
-        let col = b
-            .column_by_name(name)
-            .unwrap_or_else(|| panic!("no column {name}"));
-        match col.data_type() {
-            arrow_schema::DataType::UInt64 => {
-                out.extend(col.as_primitive::<UInt64Type>().values().iter().copied())
-            }
-            arrow_schema::DataType::UInt32 => out.extend(
-                col.as_primitive::<UInt32Type>()
-                    .values()
-                    .iter()
-                    .map(|&v| u64::from(v)),
-            ),
-            t => panic!("column {name} is {t}, not an unsigned integer"),
-        }
-    }
-    out
+    table_of(batches)
+        .u64s(name)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Values of a string column across batches (nulls as None).
+/// Values of a text column across batches (nulls as None).
 pub fn column_str(batches: &[RecordBatch], name: &str) -> Vec<Option<String>> {
-    use arrow_array::{cast::AsArray, Array};
-    let mut out = Vec::new();
-    for b in batches {
-        let col = b
-            .column_by_name(name)
-            .unwrap_or_else(|| panic!("no column {name}"));
-        let s = col.as_string::<i32>();
-        out.extend((0..s.len()).map(|i| (!s.is_null(i)).then(|| s.value(i).to_owned())));
-    }
-    out
+    table_of(batches)
+        .strings(name)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The collection's manifest.
