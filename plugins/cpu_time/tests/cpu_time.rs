@@ -82,20 +82,29 @@ fn root_a_busy_process_gets_its_cpu_time_and_every_cpu_is_accounted() {
             .any(|(t, c)| *t == u64::from(pid) && c == "sh"),
         "the process's name is recorded"
     );
-    // In each read after the first, busy + idle time covers every CPU for
-    // the interval (within 5%, or 2 ms for short intervals).
+    // Busy + idle time covers every CPU for the reads' span: within 5% over
+    // the run, within 15% (or 5 ms a CPU) per read. The scheduler's task
+    // clock leaves out interrupt and steal time, and a read's CPU times end
+    // at its CPUs' last switch, a little before its timestamp.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let mut by_slot: std::collections::BTreeMap<(u64, u64), u64> = Default::default();
     for i in first_rows as usize..tgids.len() {
         *by_slot.entry((start[i], end[i])).or_default() += cpu[i];
     }
     assert!(by_slot.len() >= 10, "{} reads", by_slot.len());
+    let (mut all_cpu, mut all_span) = (0, 0);
     for ((s, e), total) in by_slot {
         let want = (e - s) * cpus;
         let off = total.abs_diff(want);
         assert!(
-            off * 20 <= want || off <= 2_000 * cpus,
+            off * 100 <= want * 15 || off <= 5_000 * cpus,
             "slot {s}..{e}: {total} us of CPU time for {want} us of {cpus} CPUs"
         );
+        all_cpu += total;
+        all_span += want;
     }
+    assert!(
+        all_cpu.abs_diff(all_span) * 20 <= all_span,
+        "{all_cpu} us of CPU time over {all_span} us of {cpus} CPUs"
+    );
 }

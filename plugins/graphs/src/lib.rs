@@ -9,6 +9,7 @@ use kernmlops_plugin_sdk::{export_plugin, GraphImpl, Result, StartArgs};
 mod data;
 mod experiment;
 mod plot;
+pub mod power;
 
 use data::{group, Collection};
 use plot::{Axis, Figure, Kind, Series};
@@ -17,7 +18,7 @@ pub use plot::{FONT_PATH, MAX_POINTS, SIZE};
 export_plugin! {
     description: "Graphs: quanta run length and queued time, memory usage, block I/O queue depth and latency, perf counter rates",
     probes: [],
-    graphs: [QuantaRuntime, QuantaQueued, MemoryUsage, BlockIo, PerfCounters, experiment::ExperimentResults],
+    graphs: [QuantaRuntime, QuantaQueued, MemoryUsage, BlockIo, PerfCounters, experiment::ExperimentResults, power::Power, power::EnergyByProcess],
 }
 
 const GIB: f64 = (1u64 << 30) as f64;

@@ -90,7 +90,10 @@ int BPF_PROG(cpu_time_switch, bool preempt, struct task_struct *prev,
 	if (!c)
 		return 0;
 	__u64 since = c->since_ns;
-	__u32 key = c->tgid;
+	/* The task switched out ran since this CPU's last switch. (Its key,
+	 * not the one saved at that switch: where a switch goes unseen, the
+	 * time goes to the task that really leaves, and its name matches.) */
+	__u32 key = key_of(prev);
 
 	c->since_ns = now;
 	c->tgid = key_of(next);
