@@ -419,6 +419,13 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
     let drain_interval = config::interval(&c.drain_interval, config::MIN_DRAIN_INTERVAL)
         .map_err(anyhow::Error::msg)
         .context("collect.drain_interval")?;
+    for (what, path) in [
+        ("--output", args.output.as_deref()),
+        ("--collection-dir", args.collection_dir.as_deref()),
+        ("collect.output", Some(Path::new(&c.output))),
+    ] {
+        check_printable_path(what, path)?;
+    }
     if let Some(tgid) = args.tgid {
         check_task("--tgid", tgid, false)?;
     }
@@ -552,6 +559,23 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         );
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// Refuses a folder name holding a control character (a pasted escape
+/// sequence, a stray newline): it would make a folder nobody can type, and
+/// echo the character to the terminal.
+fn check_printable_path(what: &str, path: Option<&Path>) -> Result<()> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if bytes.iter().any(|&b| b < 0x20 || b == 0x7f) {
+        bail!(
+            "{what} {}: the path holds a control character; give a plain folder name",
+            trust::printable(bytes)
+        );
+    }
+    Ok(())
 }
 
 /// Refuses a `--tgid` (process) or `--pid` (thread) that is not running:
