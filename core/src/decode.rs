@@ -76,6 +76,9 @@ pub struct HostColumn {
     pub unit: &'static str,
     pub description: String,
     pub values: ArrayRef,
+    /// Whether the column may hold nulls in some collection, so its schema
+    /// is the same in every one.
+    pub nullable: bool,
 }
 
 impl HostColumn {
@@ -90,19 +93,32 @@ impl HostColumn {
             unit,
             description: description.into(),
             values,
+            nullable: false,
         }
+    }
+
+    /// Marks the column as one that may hold nulls.
+    pub fn nullable(mut self) -> Self {
+        self.nullable = true;
+        self
     }
 }
 
 /// A table the host builds itself, laid out like declared ones:
 /// `collection_id` first, then the columns, each with its unit and
-/// description, and the table's name and description in the schema.
+/// description, and the table's name and description in the schema. The
+/// same rules as for declared tables are checked: snake_case table and
+/// column names, unique columns, reserved names left alone, `ts_uptime_us`
+/// a u64 in microseconds, a description for every column, as many values
+/// in every column.
 pub fn host_table(
     table: &str,
     description: &str,
     collection_id: &str,
     columns: Vec<HostColumn>,
 ) -> Result<RecordBatch, ArrowError> {
+    check_host_table(table, &columns)
+        .map_err(|e| ArrowError::InvalidArgumentError(format!("host table {table}: {e}")))?;
     let rows = columns.first().map_or(0, |c| c.values.len());
     let mut fields = vec![collection_id_field()];
     let mut arrays = vec![collection_id_column(collection_id, rows)];
@@ -121,6 +137,42 @@ pub fn host_table(
     meta.insert("table".to_owned(), table.to_owned());
     meta.insert("description".to_owned(), description.to_owned());
     RecordBatch::try_new(Arc::new(Schema::new(fields).with_metadata(meta)), arrays)
+}
+
+fn check_host_table(table: &str, columns: &[HostColumn]) -> Result<(), String> {
+    use kernmlops_sys::names::is_snake_case;
+    if !is_snake_case(table) {
+        return Err("the table name is not snake_case".into());
+    }
+    let rows = columns.first().map_or(0, |c| c.values.len());
+    let mut seen = std::collections::BTreeSet::new();
+    for c in columns {
+        if !is_snake_case(&c.name) {
+            return Err(format!("column {:?} is not snake_case", c.name));
+        }
+        if c.name == COLLECTION_ID_COLUMN || !seen.insert(c.name.as_str()) {
+            return Err(format!("column {} is declared twice or reserved", c.name));
+        }
+        if c.description.is_empty() {
+            return Err(format!("column {} has no description", c.name));
+        }
+        if c.values.len() != rows {
+            return Err(format!(
+                "column {} has {} values, not {rows}",
+                c.name,
+                c.values.len()
+            ));
+        }
+        if c.name == kernmlops_plugin_api::TIMESTAMP_COLUMN
+            && (c.values.data_type() != &DataType::UInt64 || c.unit != "us")
+        {
+            return Err(format!(
+                "{} must be a u64 in us",
+                kernmlops_plugin_api::TIMESTAMP_COLUMN
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The Arrow schema of a declared table: `collection_id`, then the declared

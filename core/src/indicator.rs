@@ -273,13 +273,15 @@ impl RunFigures {
                 "",
                 "the benchmark's overall score, if it gives one",
                 Arc::new(Float64Array::from(vec![i.overall_score])),
-            ),
+            )
+            .nullable(),
             HostColumn::new(
                 "exit_code",
                 "",
                 "the benchmark's exit code (null when the host stopped it)",
                 Arc::new(Int32Array::from(vec![self.exit_code])),
-            ),
+            )
+            .nullable(),
             HostColumn::new(
                 "wall_time_s",
                 "s",

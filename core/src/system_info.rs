@@ -8,10 +8,13 @@ use arrow_array::{
     ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array,
     UInt64Array,
 };
-use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use serde::Serialize;
 
-use crate::{clock, decode, features::KernelFeatures};
+use crate::{
+    clock,
+    decode::{self, HostColumn},
+    features::KernelFeatures,
+};
 
 /// Facts about this machine, read once per run. `None`: not exposed here
 /// (a VM without cpufreq, say).
@@ -219,87 +222,178 @@ impl SystemInfo {
         collection_start_unix_us: i64,
         plugins: &[String],
     ) -> Result<RecordBatch, arrow_schema::ArrowError> {
-        let mut cols: Vec<(Field, ArrayRef)> = vec![
+        let mut cols = vec![HostColumn::new(
+            "ts_uptime_us",
+            "us",
+            "when the collection started (CLOCK_BOOTTIME)",
+            Arc::new(UInt64Array::from(vec![ts_uptime_us])) as ArrayRef,
+        )];
+        let f = &self.features;
+        for (name, desc, v) in [
             (
-                decode::collection_id_field(),
-                decode::collection_id_column(collection_id, 1),
+                "hostname",
+                "the machine's host name",
+                self.hostname.as_str(),
             ),
             (
-                Field::new("ts_uptime_us", DataType::UInt64, false),
-                Arc::new(UInt64Array::from(vec![ts_uptime_us])),
+                "os",
+                "the operating system (os-release PRETTY_NAME)",
+                &self.os,
             ),
-        ];
-        let mut text = |name: &str, v: &str| {
-            cols.push((
-                Field::new(name, DataType::Utf8, false),
+            ("kernel_release", "uname -r", &self.kernel_release),
+            ("kernel_version", "uname -v", &self.kernel_version),
+            ("architecture", "uname -m", &self.architecture),
+            ("cpu_vendor", "the CPU's vendor id", &self.cpu_vendor),
+            ("cpu_model", "the CPU's model name", &self.cpu_model),
+            (
+                "thp_enabled",
+                "transparent huge pages mode at the start",
+                &self.thp_enabled,
+            ),
+            (
+                "thp_defrag",
+                "transparent huge pages defrag mode at the start",
+                &self.thp_defrag,
+            ),
+            (
+                "plugins",
+                "plugins of the run, comma-separated",
+                &plugins.join(","),
+            ),
+            (
+                "kernel_features",
+                "tracing features the kernel has, comma-separated",
+                &f.available_list(),
+            ),
+        ] {
+            cols.push(HostColumn::new(
+                name,
+                "",
+                desc,
                 Arc::new(StringArray::from(vec![v])),
             ));
-        };
-        text("hostname", &self.hostname);
-        text("os", &self.os);
-        text("kernel_release", &self.kernel_release);
-        text("kernel_version", &self.kernel_version);
-        text("architecture", &self.architecture);
-        text("cpu_vendor", &self.cpu_vendor);
-        text("cpu_model", &self.cpu_model);
-        text("thp_enabled", &self.thp_enabled);
-        text("thp_defrag", &self.thp_defrag);
-        text("plugins", &plugins.join(","));
-        text("kernel_features", &self.features.available_list());
-        for (name, v) in [
-            ("sockets", self.sockets),
-            ("cores", self.cores),
-            ("logical_cores", self.logical_cores),
+        }
+        for (name, desc, v) in [
+            ("sockets", "CPU packages", self.sockets),
+            ("cores", "physical cores", self.cores),
+            (
+                "logical_cores",
+                "logical CPUs (hardware threads)",
+                self.logical_cores,
+            ),
         ] {
-            cols.push((
-                Field::new(name, DataType::UInt32, false),
+            cols.push(HostColumn::new(
+                name,
+                "count",
+                desc,
                 Arc::new(UInt32Array::from(vec![v])),
             ));
         }
-        for (name, v) in [
-            ("memory_bytes", Some(self.memory_bytes)),
-            ("swap_bytes", Some(self.swap_bytes)),
-            ("hugepages_total", Some(self.hugepages_total)),
-            ("hugepage_size_bytes", Some(self.hugepage_size_bytes)),
-            ("swappiness", self.swappiness),
-            ("cpu_min_freq_khz", self.cpu_min_freq_khz),
-            ("cpu_max_freq_khz", self.cpu_max_freq_khz),
-            ("l1d_cache_bytes", self.l1d_cache_bytes),
-            ("l1i_cache_bytes", self.l1i_cache_bytes),
-            ("l2_cache_bytes", self.l2_cache_bytes),
-            ("l3_cache_bytes", self.l3_cache_bytes),
+        for (name, unit, desc, v) in [
+            ("memory_bytes", "bytes", "MemTotal", Some(self.memory_bytes)),
+            ("swap_bytes", "bytes", "SwapTotal", Some(self.swap_bytes)),
+            (
+                "hugepages_total",
+                "count",
+                "persistent huge pages configured",
+                Some(self.hugepages_total),
+            ),
+            (
+                "hugepage_size_bytes",
+                "bytes",
+                "the default huge page size",
+                Some(self.hugepage_size_bytes),
+            ),
+            ("swappiness", "", "vm.swappiness", self.swappiness),
+            (
+                "cpu_min_freq_khz",
+                "kHz",
+                "lowest CPU frequency (cpufreq; null without it)",
+                self.cpu_min_freq_khz,
+            ),
+            (
+                "cpu_max_freq_khz",
+                "kHz",
+                "highest CPU frequency (cpufreq; null without it)",
+                self.cpu_max_freq_khz,
+            ),
+            (
+                "l1d_cache_bytes",
+                "bytes",
+                "CPU 0's L1 data cache",
+                self.l1d_cache_bytes,
+            ),
+            (
+                "l1i_cache_bytes",
+                "bytes",
+                "CPU 0's L1 instruction cache",
+                self.l1i_cache_bytes,
+            ),
+            (
+                "l2_cache_bytes",
+                "bytes",
+                "CPU 0's L2 cache",
+                self.l2_cache_bytes,
+            ),
+            (
+                "l3_cache_bytes",
+                "bytes",
+                "CPU 0's L3 cache",
+                self.l3_cache_bytes,
+            ),
         ] {
-            cols.push((
-                Field::new(name, DataType::UInt64, true),
-                Arc::new(UInt64Array::from(vec![v])),
-            ));
+            cols.push(
+                HostColumn::new(name, unit, desc, Arc::new(UInt64Array::from(vec![v]))).nullable(),
+            );
         }
-        let f = &self.features;
-        for (name, v) in [
-            ("is_vm", self.is_vm),
-            ("has_btf", f.btf.available),
-            ("has_kprobes", f.kprobes.available),
-            ("has_uprobes", f.uprobes.available),
-            ("has_fentry", f.fentry.available),
-            ("has_hardware_pmu", f.hardware_pmu.available),
+        for (name, desc, v) in [
+            ("is_vm", "a virtual machine (hypervisor flag)", self.is_vm),
+            ("has_btf", "the kernel has BTF", f.btf.available),
+            ("has_kprobes", "kprobes can be used", f.kprobes.available),
+            ("has_uprobes", "uprobes can be used", f.uprobes.available),
+            (
+                "has_fentry",
+                "fentry/fexit programs load",
+                f.fentry.available,
+            ),
+            (
+                "has_hardware_pmu",
+                "hardware performance counters open",
+                f.hardware_pmu.available,
+            ),
         ] {
-            cols.push((
-                Field::new(name, DataType::Boolean, false),
+            cols.push(HostColumn::new(
+                name,
+                "",
+                desc,
                 Arc::new(BooleanArray::from(vec![v])),
             ));
         }
-        let utc = || DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
-        for (name, v) in [
-            ("boot_time", self.boot_time_unix_us),
-            ("collection_time", collection_start_unix_us),
+        for (name, desc, v) in [
+            (
+                "boot_time",
+                "when the machine booted (UTC)",
+                self.boot_time_unix_us,
+            ),
+            (
+                "collection_time",
+                "when the collection started (UTC)",
+                collection_start_unix_us,
+            ),
         ] {
-            cols.push((
-                Field::new(name, utc(), false),
+            cols.push(HostColumn::new(
+                name,
+                "",
+                desc,
                 Arc::new(TimestampMicrosecondArray::from(vec![v]).with_timezone("UTC")),
             ));
         }
-        let (fields, arrays): (Vec<Field>, Vec<ArrayRef>) = cols.into_iter().unzip();
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
+        decode::host_table(
+            "system_info",
+            "The machine, the kernel and the run, one row",
+            collection_id,
+            cols,
+        )
     }
 }
 

@@ -255,13 +255,15 @@ impl CollectorOverhead {
                     "ns",
                     "time per event (per row for the host); null without events",
                     Arc::new(Float64Array::from(per)),
-                ),
+                )
+                .nullable(),
                 col(
                     "peak_rss_bytes",
                     "bytes",
                     "the host's largest resident set (host row only)",
                     Arc::new(UInt64Array::from(rss)),
-                ),
+                )
+                .nullable(),
             ],
         )
     }
