@@ -15,11 +15,13 @@ fi
 # the vendored libbpf. Run and test: perf (independent counts), stress tools,
 # util-linux (setpriv, unshare), python3 for the read-back tests, and the
 # workloads the benchmarks run (fio, stress-ng, redis, memcached), the
-# font graphs are drawn with, and libpfm4, which the perf probe and
-# perf-list load at run time to resolve model-specific event names.
+# font graphs are drawn with, libpfm4, which the perf probe and
+# perf-list load at run time to resolve model-specific event names, and
+# Slurm with munge (scripts/slurm-local runs a one-node cluster from them
+# for the Slurm executor's tests; no system service is started).
 packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc util-linux python3 python3-pip
     fio stress-ng redis-server redis-tools memcached libmemcached-tools fonts-dejavu-core
-    libpfm4)
+    libpfm4 slurm-wlm munge)
 optional=(bpftool)
 if grep -qi ubuntu /etc/os-release 2>/dev/null; then
     optional+=(linux-tools-common "linux-tools-$(uname -r)")
@@ -62,11 +64,12 @@ if ! command -v cargo >/dev/null 2>&1; then
     . "$HOME/.cargo/env"
 fi
 
-# Python readers for the read-back tests and for users' first look.
-if ! python3 -c 'import pyarrow, polars' >/dev/null 2>&1; then
-    say "installing pyarrow and polars"
-    python3 -m pip install -q pyarrow polars 2>/dev/null \
-        || python3 -m pip install -q --break-system-packages pyarrow polars
+# Python readers for the read-back tests and for users' first look; DuckDB
+# reads the exported Hive-partitioned dataset in the dataset tests.
+if ! python3 -c 'import pyarrow, polars, duckdb' >/dev/null 2>&1; then
+    say "installing pyarrow, polars and duckdb"
+    python3 -m pip install -q pyarrow polars duckdb 2>/dev/null \
+        || python3 -m pip install -q --break-system-packages pyarrow polars duckdb
 fi
 
 # tracefs: tp/ programs attach through it (kernmlops also mounts it itself).

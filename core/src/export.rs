@@ -1,23 +1,86 @@
 //! `kernmlops export --parquet`: turns collection folders (`manifest.json`
 //! plus one `<table>.arrow` per table) into the dataset layout researchers
-//! train from, `<to>/{curated,baseline,failed}/<table>/<collection_id>.<benchmark>.parquet`.
+//! train from, in one of two layouts ([`Layout`]):
+//!
+//! - classes (the default):
+//!   `<to>/{curated,baseline,failed}/<table>/<collection_id>.<benchmark>.parquet`;
+//! - Hive-partitioned:
+//!   `<to>/<table>/run_class=<class>/benchmark=<benchmark>/<collection_id>.parquet`,
+//!   so Spark, DataFusion, DuckDB and polars read every collection of a
+//!   table, from any number of machines, as one table with `run_class` and
+//!   `benchmark` as partition columns.
 //!
 //! The Arrow schema travels inside each Parquet file (types, field
-//! metadata, the dictionary-encoded `collection_id`), so readers get the
-//! declared types back.
+//! metadata), so readers get the declared types back. In the Hive layout
+//! dictionary-encoded columns (`collection_id`) become plain strings: every
+//! file of a table then has the same schema, which engines need to union
+//! the files and to join them (with an experiment's `results.parquet`, on
+//! `collection_id`).
 
 use std::{
     fs::File,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
+use arrow_array::{cast::AsArray, Array, ArrayRef, RecordBatch, StringArray};
 use arrow_ipc::reader::FileReader;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::{arrow::ArrowWriter, basic::Compression, file::properties::WriterProperties};
 
 use crate::manifest::{Manifest, RunClass, Status};
 
 /// The run classes a collection is exported under.
 pub const CLASSES: [&str; 3] = ["curated", "baseline", "failed"];
+
+/// The partition columns of the Hive layout, outermost first.
+pub const HIVE_PARTITIONS: [&str; 2] = ["run_class", "benchmark"];
+
+/// Where an export puts each table file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// `<to>/<class>/<table>/<collection_id>.<benchmark>.parquet`, the
+    /// declared schema as it is.
+    #[default]
+    Classes,
+    /// `<to>/<table>/run_class=<class>/benchmark=<benchmark>/<collection_id>.parquet`,
+    /// dictionary columns as plain strings.
+    Hive,
+}
+
+impl Layout {
+    /// Where one table of one collection goes.
+    pub fn path(self, to: &Path, table: &str, class: &str, bench: &str, id: &str) -> PathBuf {
+        match self {
+            Self::Classes => to
+                .join(class)
+                .join(table)
+                .join(format!("{id}.{bench}.parquet")),
+            Self::Hive => to
+                .join(table)
+                .join(format!("run_class={}", hive_value(class)))
+                .join(format!("benchmark={}", hive_value(bench)))
+                .join(format!("{id}.parquet")),
+        }
+    }
+}
+
+/// A partition value as Hive writes it: characters outside letters,
+/// digits, `_`, `-` and `.` as `%XX`.
+pub fn hive_value(v: &str) -> String {
+    let mut out = String::new();
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if out.is_empty() || out.starts_with('.') {
+        out.insert_str(0, "%00");
+    }
+    out
+}
 
 /// One Parquet file written.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,8 +176,15 @@ pub fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
     Ok(tables)
 }
 
-/// Exports one collection folder under `to`, overwriting earlier exports.
+/// Exports one collection folder under `to` in the classes layout,
+/// overwriting earlier exports.
 pub fn export_collection(dir: &Path, to: &Path) -> Result<Outcome, String> {
+    export_collection_as(dir, to, Layout::Classes)
+}
+
+/// Exports one collection folder under `to` in `layout`, overwriting
+/// earlier exports of it (also under another run class).
+pub fn export_collection_as(dir: &Path, to: &Path, layout: Layout) -> Result<Outcome, String> {
     let man = Manifest::read(dir).map_err(|e| format!("{}/manifest.json: {e}", dir.display()))?;
     let collection_id = if man.collection_id.is_empty() {
         dir.file_name()
@@ -135,11 +205,11 @@ pub fn export_collection(dir: &Path, to: &Path) -> Result<Outcome, String> {
     let bench = benchmark_label(&man);
     let mut files = Vec::new();
     for (table, src) in table_files(dir)? {
-        let dst = to
-            .join(class)
-            .join(&table)
-            .join(format!("{collection_id}.{bench}.parquet"));
-        let rows = arrow_to_parquet(&src, &dst)?;
+        let dst = layout.path(to, &table, class, &bench, &collection_id);
+        let rows = match layout {
+            Layout::Classes => arrow_to_parquet(&src, &dst)?,
+            Layout::Hive => arrow_to_parquet_plain(&src, &dst, &table)?,
+        };
         files.push(Written {
             table,
             path: dst,
@@ -150,10 +220,7 @@ pub fn export_collection(dir: &Path, to: &Path) -> Result<Outcome, String> {
     // repaired since) must not stay there too.
     for other in CLASSES.iter().filter(|c| **c != class) {
         for w in &files {
-            let stale = to
-                .join(other)
-                .join(&w.table)
-                .join(format!("{collection_id}.{bench}.parquet"));
+            let stale = layout.path(to, &w.table, other, &bench, &collection_id);
             if stale.is_file() {
                 std::fs::remove_file(&stale).map_err(|e| format!("{}: {e}", stale.display()))?;
             }
@@ -170,6 +237,75 @@ pub fn export_collection(dir: &Path, to: &Path) -> Result<Outcome, String> {
 /// same schema, written atomically (a reader sees the old or the new file).
 /// Returns the row count.
 pub fn arrow_to_parquet(src: &Path, dst: &Path) -> Result<u64, String> {
+    copy_to_parquet(src, dst, |schema| Ok((schema, None)))
+}
+
+/// [`arrow_to_parquet`] with every dictionary-encoded string column as a
+/// plain string column (field metadata kept), for the Hive layout; a
+/// column named like a partition column is refused.
+pub fn arrow_to_parquet_plain(src: &Path, dst: &Path, table: &str) -> Result<u64, String> {
+    copy_to_parquet(src, dst, |schema| {
+        if let Some(f) = schema
+            .fields()
+            .iter()
+            .find(|f| HIVE_PARTITIONS.contains(&f.name().as_str()))
+        {
+            return Err(format!(
+                "table {table} has a column named {}, a partition column of the Hive layout; export it with --layout classes",
+                f.name()
+            ));
+        }
+        let plain = plain_schema(&schema);
+        let changed = plain != schema;
+        Ok((plain, changed.then_some(plain_batch as BatchMap)))
+    })
+}
+
+/// A batch transformation, given the schema it must produce.
+type BatchMap = fn(&RecordBatch, &SchemaRef) -> Result<RecordBatch, String>;
+
+/// `schema` with dictionary-of-string fields as plain `Utf8` fields.
+fn plain_schema(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Dictionary(_, v) if **v == DataType::Utf8 => {
+                f.as_ref().clone().with_data_type(DataType::Utf8)
+            }
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// A batch with its dictionary-of-string columns decoded to plain strings.
+fn plain_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, String> {
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|c| match c.as_any_dictionary_opt() {
+            Some(dict) if *dict.values().data_type() == DataType::Utf8 => {
+                let values = dict.values().as_string::<i32>();
+                let keys = dict.normalized_keys();
+                let strings: StringArray = (0..c.len())
+                    .map(|i| (!c.is_null(i)).then(|| values.value(keys[i])))
+                    .collect();
+                Arc::new(strings) as ArrayRef
+            }
+            _ => c.clone(),
+        })
+        .collect();
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())
+}
+
+/// Copies `src` into `dst` (atomically) with the schema and batch
+/// transformation `prepare` chooses from the file's schema.
+fn copy_to_parquet(
+    src: &Path,
+    dst: &Path,
+    prepare: impl FnOnce(SchemaRef) -> Result<(SchemaRef, Option<BatchMap>), String>,
+) -> Result<u64, String> {
     let open = File::open(src).map_err(|e| format!("{}: {e}", src.display()))?;
     let reader = FileReader::try_new(open, None).map_err(|e| {
         format!(
@@ -177,6 +313,7 @@ pub fn arrow_to_parquet(src: &Path, dst: &Path) -> Result<u64, String> {
             src.display()
         )
     })?;
+    let (schema, map) = prepare(reader.schema())?;
     let parent = dst
         .parent()
         .ok_or_else(|| format!("{}: no parent folder", dst.display()))?;
@@ -186,11 +323,15 @@ pub fn arrow_to_parquet(src: &Path, dst: &Path) -> Result<u64, String> {
     let props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .build();
-    let mut writer = ArrowWriter::try_new(out, reader.schema(), Some(props))
+    let mut writer = ArrowWriter::try_new(out, schema.clone(), Some(props))
         .map_err(|e| format!("{}: {e}", tmp.display()))?;
     let mut rows = 0u64;
     for batch in reader {
         let batch = batch.map_err(|e| format!("{}: {e}", src.display()))?;
+        let batch = match map {
+            Some(f) => f(&batch, &schema).map_err(|e| format!("{}: {e}", src.display()))?,
+            None => batch,
+        };
         rows += batch.num_rows() as u64;
         writer
             .write(&batch)
@@ -208,7 +349,8 @@ pub(crate) mod tests {
     use std::{collections::HashMap, sync::Arc};
 
     use arrow_array::{
-        types::Int32Type, DictionaryArray, RecordBatch, RecordBatchReader, StringArray, UInt64Array,
+        cast::AsArray, types::Int32Type, Array, DictionaryArray, RecordBatch, RecordBatchReader,
+        StringArray, UInt64Array,
     };
     use arrow_ipc::writer::FileWriter;
     use arrow_schema::{DataType, Field, Schema};
@@ -348,6 +490,93 @@ pub(crate) mod tests {
             matches!(&out, Outcome::Skipped { reason, .. } if reason.contains("kernmlops repair")),
             "{out:?}"
         );
+    }
+
+    #[test]
+    fn hive_layout_partitions_tables_with_plain_collection_ids() {
+        let data = tempdir("hive");
+        let to = data.join("dataset");
+        let a = collection(&data, "a1", "curated", Some("fio"));
+        let b = collection(&data, "b2", "baseline", None);
+        for dir in [&a, &b] {
+            export_collection_as(dir, &to, Layout::Hive).expect("export");
+        }
+        let path = to.join("ticks/run_class=curated/benchmark=fio/a1.parquet");
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).expect("open"))
+            .expect("parquet")
+            .build()
+            .expect("reader");
+        let schema = reader.schema();
+        // A plain string, so files of many collections union and join.
+        assert_eq!(
+            schema
+                .field_with_name("collection_id")
+                .expect("id")
+                .data_type(),
+            &DataType::Utf8
+        );
+        assert_eq!(
+            schema
+                .field_with_name("ts_uptime_us")
+                .expect("ts")
+                .metadata()
+                .get("unit")
+                .map(String::as_str),
+            Some("us")
+        );
+        let batches: Vec<RecordBatch> = reader.map(|b| b.expect("batch")).collect();
+        let ids: Vec<String> = batches
+            .iter()
+            .flat_map(|b| {
+                let c = b
+                    .column_by_name("collection_id")
+                    .expect("id")
+                    .as_string::<i32>()
+                    .clone();
+                (0..c.len()).map(move |i| c.value(i).to_owned())
+            })
+            .collect();
+        assert_eq!(ids, ["c1", "c1", "c1"]);
+        assert!(to
+            .join("ticks/run_class=baseline/benchmark=none/b2.parquet")
+            .is_file());
+        // Exported again under another class: only the new place holds it.
+        std::fs::write(b.join("manifest.json"), manifest_json("b2", "failed", None))
+            .expect("manifest");
+        export_collection_as(&b, &to, Layout::Hive).expect("again");
+        assert!(to
+            .join("ticks/run_class=failed/benchmark=none/b2.parquet")
+            .is_file());
+        assert!(!to
+            .join("ticks/run_class=baseline/benchmark=none/b2.parquet")
+            .exists());
+        // Partition values are escaped as Hive does.
+        assert_eq!(hive_value("fio"), "fio");
+        assert_eq!(hive_value("a b/c=d"), "a%20b%2Fc%3Dd");
+        // A column named like a partition column cannot be partitioned.
+        let odd = data.join("odd");
+        std::fs::create_dir_all(&odd).expect("mkdir");
+        std::fs::write(
+            odd.join("manifest.json"),
+            manifest_json("o3", "curated", None),
+        )
+        .expect("manifest");
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "benchmark",
+            DataType::Utf8,
+            false,
+        )]));
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec!["x"]))])
+                .expect("batch");
+        let mut w =
+            FileWriter::try_new(File::create(odd.join("t.arrow")).expect("create"), &schema)
+                .expect("writer");
+        w.write(&batch).expect("write");
+        w.finish().expect("finish");
+        let err = export_collection_as(&odd, &to, Layout::Hive).expect_err("refused");
+        assert!(err.contains("--layout classes"), "{err}");
+        export_collection_as(&odd, &to, Layout::Classes).expect("classes layout");
     }
 
     #[test]

@@ -117,18 +117,30 @@ every zone once; `kernmlops run --power` records the ones that work.")]
         collection: PathBuf,
     },
     /// Write collections as the training dataset:
-    /// <to>/{curated,baseline,failed}/<table>/<collection_id>.<benchmark>.parquet.
+    /// <to>/{curated,baseline,failed}/<table>/<collection_id>.<benchmark>.parquet,
+    /// or Hive-partitioned (--layout hive).
     #[command(after_help = "Examples:
   kernmlops export --parquet
   kernmlops export --parquet --data /data/runs --to /data/dataset 3f2a
+  kernmlops export --parquet --layout hive --data experiments/sweep/runs --to /data/dataset
 
 The class is the run's: curated, baseline or failed. <benchmark> is `none`
 without one. Exporting again overwrites. Read the result in Python with
-python/kernmlops_data.py: read_parquet_dir(\"data/curated\").")]
+python/kernmlops_data.py: read_parquet_dir(\"data/curated\").
+
+--layout hive writes <to>/<table>/run_class=<class>/benchmark=<benchmark>/<collection_id>.parquet
+with collection_id as a plain string: Spark, DataFusion, DuckDB and polars read all
+collections of a table as one table, e.g. in DuckDB
+  SELECT * FROM read_parquet('/data/dataset/quanta_runtime/**/*.parquet', hive_partitioning = true)
+and join an experiment's results.parquet on collection_id.")]
     Export {
         /// Write Parquet files (the only format).
         #[arg(long, required = true)]
         parquet: bool,
+        /// `classes`: <to>/<class>/<table>/<id>.<benchmark>.parquet; `hive`:
+        /// <to>/<table>/run_class=<class>/benchmark=<benchmark>/<id>.parquet.
+        #[arg(long, value_enum, default_value_t = ExportLayout::Classes)]
+        layout: ExportLayout,
         /// Folder holding the collections [default: collect.output, "data"].
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
@@ -150,6 +162,15 @@ python/kernmlops_data.py: read_parquet_dir(\"data/curated\").")]
     /// Sweep a benchmark over variables with repeats, resume after a crash,
     /// and summarise the results (see `kernmlops experiment --help`).
     Experiment(kernmlops::experiment::cli::ExperimentArgs),
+}
+
+/// `kernmlops export --layout`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum ExportLayout {
+    /// One folder per run class, then per table.
+    Classes,
+    /// One folder per table, partitioned by run_class and benchmark.
+    Hive,
 }
 
 #[derive(Subcommand, Debug)]
@@ -308,10 +329,17 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::PowerList { json } => power_list(&cfg, cli.plugin_dir.as_deref(), json),
         Command::Export {
             parquet: _,
+            layout,
             data,
             to,
             collections,
-        } => export(&cfg, data, to, &collections),
+        } => {
+            let layout = match layout {
+                ExportLayout::Classes => kernmlops::export::Layout::Classes,
+                ExportLayout::Hive => kernmlops::export::Layout::Hive,
+            };
+            export(&cfg, data, to, &collections, layout)
+        }
         Command::Dump { data, collection } => dump(&cfg, data, collection),
         Command::Experiment(args) => {
             let flags = (cli.config.as_deref(), cli.plugin_dir.as_deref());
@@ -874,13 +902,16 @@ fn export(
     data: Option<PathBuf>,
     to: Option<PathBuf>,
     selectors: &[String],
+    layout: kernmlops::export::Layout,
 ) -> Result<ExitCode> {
     let data = data.unwrap_or_else(|| PathBuf::from(&cfg.collect.output));
     let to = to.unwrap_or_else(|| data.clone());
     let dirs = kernmlops::export::find_collections(&data, selectors).map_err(anyhow::Error::msg)?;
     let (mut files, mut rows) = (0, 0);
     for dir in dirs {
-        match kernmlops::export::export_collection(&dir, &to).map_err(anyhow::Error::msg)? {
+        match kernmlops::export::export_collection_as(&dir, &to, layout)
+            .map_err(anyhow::Error::msg)?
+        {
             kernmlops::export::Outcome::Exported {
                 collection_id,
                 class,

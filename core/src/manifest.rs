@@ -191,6 +191,47 @@ pub struct Manifest {
     /// its energy, and the attribution (`--power`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power: Option<crate::power::PowerManifest>,
+    /// The Slurm job (and array task) and node that ran the collection,
+    /// when it ran inside one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmEntry>,
+}
+
+/// Where Slurm placed a run, from the environment Slurm gives the job's
+/// processes (`SLURM_JOB_ID`, `SLURM_ARRAY_JOB_ID`, `SLURM_ARRAY_TASK_ID`,
+/// `SLURMD_NODENAME`, `SLURM_CLUSTER_NAME`, `SLURM_JOB_PARTITION`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SlurmEntry {
+    /// This job's own id (an array task has one of its own).
+    pub job_id: u64,
+    /// The job array's id, for an array task.
+    pub array_job_id: Option<u64>,
+    /// The index within the array, for an array task.
+    pub array_task_id: Option<u32>,
+    /// The node the job ran on, by Slurm's name for it.
+    pub node: Option<String>,
+    pub cluster: Option<String>,
+    pub partition: Option<String>,
+}
+
+impl SlurmEntry {
+    /// The entry of this process, when it runs inside a Slurm job.
+    pub fn from_env() -> Option<Self> {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// The entry from variables looked up by `var`.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Option<Self> {
+        let text = |k: &str| var(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        Some(Self {
+            job_id: text("SLURM_JOB_ID")?.parse().ok()?,
+            array_job_id: text("SLURM_ARRAY_JOB_ID").and_then(|v| v.parse().ok()),
+            array_task_id: text("SLURM_ARRAY_TASK_ID").and_then(|v| v.parse().ok()),
+            node: text("SLURMD_NODENAME"),
+            cluster: text("SLURM_CLUSTER_NAME"),
+            partition: text("SLURM_JOB_PARTITION"),
+        })
+    }
 }
 
 impl Manifest {

@@ -85,6 +85,7 @@ impl RunRecord {
             collector_overhead: None,
             pid: Some(std::process::id()),
             power: None,
+            slurm: manifest::SlurmEntry::from_env(),
         };
         Self {
             dir,

@@ -230,6 +230,7 @@ mod tests {
             collector_overhead: None,
             pid: Some(1),
             power: None,
+            slurm: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! `kernmlops experiment`: run, resume, status, results, and the hidden
-//! `exec` that performs one planned run (what a cluster task calls).
+//! `exec` that performs one planned run (what a cluster task calls); runs
+//! go to the local executor or, with `--executor slurm`, to Slurm.
 
 use std::{
     collections::BTreeMap,
@@ -23,8 +24,9 @@ use super::{
     progress::Progress,
     record::{plugin_difference, plugin_set, Adaptive, ExpDir, Lock, Record, FORMAT},
     results::{self, Results},
+    slurm::{SlurmExecutor, SlurmOptions, SlurmView},
     spec::{Order, Spec},
-    state::{self, RunState},
+    state::{self, Observed, RunState, StateView},
     stats, ExperimentError, Result,
 };
 use crate::{clock, config::Config, plugin::Registry};
@@ -38,9 +40,12 @@ use crate::{clock, config::Config, plugin::Registry};
   kernmlops experiment status experiments/sweep
   kernmlops experiment resume experiments/sweep
   kernmlops experiment results experiments/sweep
+  kernmlops experiment run sweep.toml --dir /shared/sweep --executor slurm --partition batch --time 00:10:00
+  kernmlops experiment resume /shared/sweep --executor slurm
 
 Each run is a full collection in <dir>/runs/<run_id>/; run_id is a hash of the
-run's configuration, repeat and seed. See README.md, \"Experiments\", for the file.")]
+run's configuration, repeat and seed. See README.md, \"Experiments\", for the file
+and \"Experiments on a Slurm cluster\".")]
 pub struct ExperimentArgs {
     #[command(subcommand)]
     pub command: ExperimentCommand,
@@ -54,6 +59,14 @@ pub enum ExperimentCommand {
   kernmlops experiment run examples/experiments/fio_sweep.toml
   kernmlops experiment run sweep.toml --dir experiments/sweep --dry-run
   kernmlops experiment run sweep.toml --adaptive --metric read_iops --max-repeats 8
+  kernmlops experiment run sweep.toml --dir /shared/sweep --executor slurm --time 00:10:00
+  kernmlops experiment run sweep.toml --dir /shared/sweep --executor slurm --partition batch \\
+      --sbatch-arg=--account=lab --sbatch-arg=--constraint=skylake
+
+With --executor slurm the runs are submitted as one Slurm job array (a task per
+run, each on a whole node: --exclusive) and the command returns at once with the
+job id; the folder must be on storage every node sees. Follow with `experiment
+status`, read what has finished with `experiment results`.
 
 The folder (default experiments/<name>-<UTC time>) gets a copy of the file
 (experiment.toml), the merged base configuration (config.toml), the record
@@ -66,13 +79,20 @@ results.arrow and graphs/. A global --config FILE is merged under the file's
     /// refused by the host.
     #[command(after_help = "Examples:
   kernmlops experiment resume experiments/fio_sweep-20261123-101500
-  kernmlops experiment resume experiments/sweep --retry-failed")]
+  kernmlops experiment resume experiments/sweep --retry-failed
+  kernmlops experiment resume /shared/sweep --executor slurm --time 00:20:00
+
+Runs Slurm still has queued or running are left to it; with --executor slurm,
+only what is missing is submitted.")]
     Resume(ResumeArgs),
-    /// Show each planned run's state: pending, running, done, failed or cut
-    /// off.
+    /// Show each planned run's state: pending, queued, running, done, failed
+    /// or cut off.
     #[command(after_help = "Examples:
   kernmlops experiment status experiments/sweep
-  kernmlops experiment status experiments/sweep --json")]
+  kernmlops experiment status experiments/sweep --json
+
+States come from the experiment folder; for runs submitted to Slurm, refined
+by Slurm's own view (squeue, and sacct where the cluster keeps accounting).")]
     Status {
         /// The experiment folder.
         dir: PathBuf,
@@ -114,6 +134,13 @@ Works while runs are still going: it reads what has finished.")]
         /// Redo the run if it failed before.
         #[arg(long)]
         retry_failed: bool,
+        /// Warm-up runs (not recorded) before the run, on this machine.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        warmup: u32,
+        /// Refuse to run unless this kernmlops binary has this SHA-256 (the
+        /// submitting binary's).
+        #[arg(long, value_name = "HEX")]
+        binary_sha256: Option<String>,
     },
 }
 
@@ -167,6 +194,63 @@ pub struct CommonArgs {
     /// Do not render graphs at the end.
     #[arg(long)]
     pub no_graphs: bool,
+    #[command(flatten)]
+    pub executor: ExecutorArgs,
+}
+
+/// Where runs are carried out.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExecutorKind {
+    /// One after another on this machine.
+    #[default]
+    Local,
+    /// One Slurm job array, a task per run on an exclusive node.
+    Slurm,
+}
+
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ExecutorArgs {
+    /// Where runs are carried out: `local` (one after another here) or
+    /// `slurm` (submitted as one job array, a task per run on a whole node;
+    /// returns at once).
+    #[arg(long, value_enum, default_value_t = ExecutorKind::Local)]
+    pub executor: ExecutorKind,
+    /// With --executor slurm: the partition [default: the cluster's].
+    #[arg(long, value_name = "NAME")]
+    pub partition: Option<String>,
+    /// With --executor slurm: each task's time limit, as sbatch takes it
+    /// (MM, MM:SS, HH:MM:SS, D-HH:MM:SS).
+    #[arg(long, value_name = "TIME")]
+    pub time: Option<String>,
+    /// With --executor slurm: one more sbatch option, passed as given
+    /// (repeatable), e.g. --sbatch-arg=--account=lab.
+    #[arg(long = "sbatch-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub sbatch_args: Vec<String>,
+}
+
+impl ExecutorArgs {
+    /// The Slurm options, refused with the local executor.
+    fn slurm(&self) -> Result<Option<SlurmOptions>> {
+        let opts = SlurmOptions {
+            partition: self.partition.clone(),
+            time: self.time.clone(),
+            sbatch_args: self.sbatch_args.clone(),
+        };
+        match self.executor {
+            ExecutorKind::Slurm => {
+                opts.check()?;
+                Ok(Some(opts))
+            }
+            ExecutorKind::Local => {
+                if opts.partition.is_some() || opts.time.is_some() || !opts.sbatch_args.is_empty() {
+                    return Err(ExperimentError::Usage(
+                        "--partition, --time and --sbatch-arg go with --executor slurm".into(),
+                    ));
+                }
+                Ok(None)
+            }
+        }
+    }
 }
 
 /// What the command line gives beyond the subcommand.
@@ -227,13 +311,18 @@ pub fn main(args: ExperimentArgs, env: &Env) -> Result<ExitCode> {
             run_id,
             allow_plugin_change,
             retry_failed,
-        } => exec(
-            &ExpDir::new(dir),
-            &run_id,
-            allow_plugin_change,
-            retry_failed,
-            env,
-        ),
+            warmup,
+            binary_sha256,
+        } => {
+            let dir = ExpDir::new(dir);
+            let what = ExecArgs {
+                allow: allow_plugin_change,
+                retry_failed,
+                warmup,
+                binary_sha256,
+            };
+            exec(&dir, &run_id, &what, env).inspect_err(|e| log_error(&dir, &run_id, e))
+        }
     }
 }
 
@@ -361,6 +450,7 @@ fn install_signals() -> Result<Arc<AtomicBool>> {
 }
 
 fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
+    let slurm = args.common.executor.slurm()?;
     let spec = Spec::load(&args.file)?;
     let dir = ExpDir::new(args.dir.clone().unwrap_or_else(|| default_dir(&spec.name)));
     let existing = if dir.record().is_file() {
@@ -484,6 +574,11 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
     if args.dry_run {
         print_plan(&spec, &runs, seed, seed_from, order, &identity, &dir);
         return Ok(ExitCode::SUCCESS);
+    }
+    // Slurm missing, or refusing these options: said before anything is
+    // written.
+    if let Some(options) = slurm {
+        slurm_executor(options, spec.warmup, &args.common).preflight(runs.len())?;
     }
 
     dir.create()?;
@@ -677,9 +772,13 @@ fn context(
 }
 
 fn resume(args: ResumeArgs, env: &Env) -> Result<ExitCode> {
+    let slurm = args.common.executor.slurm()?;
     let dir = ExpDir::new(args.dir);
     let mut record = Record::read(&dir)?;
     let plugin_dir = resolve_plugin_dir(env, Some(&record))?;
+    if let Some(options) = slurm {
+        slurm_executor(options, record.warmup, &args.common).preflight(record.runs.len())?;
+    }
     dir.create()?;
     let _lock = experiment_lock(&dir)?;
     let plugins = plugin_set(&plugin_dir)?;
@@ -721,16 +820,22 @@ fn drive(
     let stop = install_signals()?;
     let ctx = context(dir, &record, plugin_dir, common, env, stop.clone())?;
     let mut progress = Progress::new(&record.variables);
-    let mut executor = LocalExecutor;
-    let observed = state::observe(dir, &record, &[]);
+    let mut executor: Box<dyn Executor> = match common.executor.slurm()? {
+        Some(options) => Box::new(slurm_executor(options, record.warmup, common)),
+        None => Box::new(LocalExecutor),
+    };
+    let local = executor.name() == "local";
+    let observed = observe(dir, &record).1;
     // Runs still going in another process (a `kernmlops run` finishing
     // after its experiment was killed) are waited for, then redone if they
-    // were cut off.
+    // were cut off. Runs Slurm has queued or running are left to it.
     let todo: Vec<PlannedRun> = record
         .runs
         .iter()
         .zip(&observed)
-        .filter(|(_, o)| o.needs_run(common.retry_failed) || o.state == RunState::Running)
+        .filter(|(_, o)| {
+            o.needs_run(common.retry_failed) || (local && o.state == RunState::Running)
+        })
         .map(|(r, _)| r.clone())
         .collect();
     let already = record.runs.len() - todo.len();
@@ -741,7 +846,19 @@ fn drive(
             todo.len()
         );
     }
-    if let Some(first) = todo.first() {
+    let waiting = observed
+        .iter()
+        .filter(|o| matches!(o.state, RunState::Queued | RunState::Running))
+        .count();
+    if !local && todo.is_empty() && waiting > 0 {
+        eprintln!(
+            "nothing to submit: {waiting} run(s) are queued or running (see `kernmlops experiment status {}`)",
+            dir.root.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Slurm tasks warm up on their own nodes.
+    if let Some(first) = todo.first().filter(|_| local) {
         for n in 1..=record.warmup {
             if stop.load(Ordering::Relaxed) {
                 break;
@@ -754,14 +871,26 @@ fn drive(
             }
         }
     }
-    execute(&mut executor, &ctx, &todo, &mut progress)?;
+    let dispatched =
+        execute(executor.as_mut(), &ctx, &todo, &mut progress).map_err(|e| match e {
+            ExperimentError::SlurmRefused(m) => ExperimentError::SlurmRefused(format!(
+            "{m}; the plan is kept: `kernmlops experiment resume {} --executor slurm` submits it",
+            dir.root.display()
+        )),
+            e => e,
+        })?;
+    if let Some((id, n)) = dispatched {
+        progress.finish();
+        print_submitted(dir, &id, n);
+        return Ok(ExitCode::SUCCESS);
+    }
 
     // Adaptive repeats: one more run for each combination whose interval
     // is still too wide, round after round.
     if let Some(a) = record.adaptive.clone() {
         let mut round = 0u64;
         while !stop.load(Ordering::Relaxed) {
-            let observed = state::observe(dir, &record, &[]);
+            let observed = observe(dir, &record).1;
             let results = Results::collect(dir, &record, &observed);
             let column = format!("result_{}", a.metric);
             if results.rows > 0 && results.column(&column).is_none() {
@@ -811,7 +940,15 @@ fn drive(
             record.runs.extend(extra.iter().cloned());
             record.updated_utc = clock::rfc3339(clock::unix_us());
             record.write(dir)?;
-            execute(&mut executor, &ctx, &extra, &mut progress)?;
+            if let Some((id, n)) = execute(executor.as_mut(), &ctx, &extra, &mut progress)? {
+                progress.finish();
+                print_submitted(dir, &id, n);
+                println!(
+                    "adaptive repeats go on with `kernmlops experiment resume {} --executor slurm` once these are done",
+                    dir.root.display()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
         }
     }
     progress.finish();
@@ -828,23 +965,50 @@ fn drive(
     Ok(code)
 }
 
-/// Runs `runs` with `executor`.
+/// Runs `runs` with `executor`; the job id and run count when a scheduler
+/// took them.
 fn execute(
     executor: &mut dyn Executor,
     ctx: &RunContext,
     runs: &[PlannedRun],
     observer: &mut dyn RunObserver,
-) -> Result<()> {
+) -> Result<Option<(String, usize)>> {
     if runs.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
-    match executor.execute(ctx, runs, observer)? {
-        Dispatch::Completed(_) => {}
-        Dispatch::Submitted { id, runs } => {
-            observer.note(&format!("submitted {runs} runs as {id}"));
-        }
+    Ok(match executor.execute(ctx, runs, observer)? {
+        Dispatch::Completed(_) => None,
+        Dispatch::Submitted { id, runs } => Some((id, runs)),
+    })
+}
+
+fn slurm_executor(options: SlurmOptions, warmup: u32, common: &CommonArgs) -> SlurmExecutor {
+    SlurmExecutor {
+        options,
+        warmup,
+        allow_plugin_change: common.allow_plugin_change,
     }
-    Ok(())
+}
+
+/// What was submitted, and how to follow it.
+fn print_submitted(dir: &ExpDir, id: &str, runs: usize) {
+    let d = dir.root.display();
+    println!(
+        "submitted {runs} run{} to Slurm as job {id} (an array task per run, each on a whole node)",
+        if runs == 1 { "" } else { "s" }
+    );
+    println!("follow:  kernmlops experiment status {d}   (squeue --jobs {id})");
+    println!("results: kernmlops experiment results {d}   (what has finished so far)");
+    println!("redo what died: kernmlops experiment resume {d} --executor slurm");
+}
+
+/// Every planned run's state: the folder's, refined by Slurm's view when
+/// runs were submitted to Slurm.
+fn observe(dir: &ExpDir, record: &Record) -> (Option<SlurmView>, Vec<Observed>) {
+    let view = SlurmView::load(dir);
+    let views: Vec<&dyn StateView> = view.iter().map(|v| v as &dyn StateView).collect();
+    let observed = state::observe(dir, record, &views);
+    (view, observed)
 }
 
 /// Writes the results (and graphs), prints the summary; failure when runs
@@ -855,7 +1019,7 @@ fn report(
     draw: Option<(&Env, &Path)>,
     only: &[String],
 ) -> Result<ExitCode> {
-    let observed = state::observe(dir, record, &[]);
+    let observed = observe(dir, record).1;
     let results = Results::collect(dir, record, &observed);
     results.write(dir)?;
     let counts = state::counts(&observed);
@@ -933,7 +1097,7 @@ fn report(
 
 fn status(dir: &ExpDir, json: bool) -> Result<ExitCode> {
     let record = Record::read(dir)?;
-    let observed = state::observe(dir, &record, &[]);
+    let (view, observed) = observe(dir, &record);
     let counts = state::counts(&observed);
     if json {
         let runs: Vec<Json> = record
@@ -941,24 +1105,35 @@ fn status(dir: &ExpDir, json: bool) -> Result<ExitCode> {
             .iter()
             .zip(&observed)
             .map(|(r, o)| {
-                serde_json::json!({
+                let mut run = serde_json::json!({
                     "run_id": r.run_id,
                     "combo_id": r.combo_id,
                     "repeat": r.repeat,
                     "variables": r.variables,
                     "state": o.state,
                     "detail": o.detail,
-                })
+                });
+                if let Some(task) = view.as_ref().and_then(|v| v.task_of(&r.run_id)) {
+                    run["slurm_task"] = Json::from(task);
+                }
+                run
             })
             .collect();
         let counts: BTreeMap<&str, usize> = counts.iter().map(|(s, n)| (s.as_str(), *n)).collect();
-        let doc = serde_json::json!({
+        let mut doc = serde_json::json!({
             "name": record.name,
             "dir": dir.root.display().to_string(),
             "runs": runs,
             "counts": counts,
             "stale": state::stale(dir, &record),
         });
+        if let Some(v) = &view {
+            doc["slurm"] = serde_json::json!({
+                "jobs": v.jobs,
+                "unavailable": v.unavailable,
+                "no_history": v.no_history,
+            });
+        }
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         return Ok(ExitCode::SUCCESS);
     }
@@ -973,6 +1148,14 @@ fn status(dir: &ExpDir, json: bool) -> Result<ExitCode> {
         record.runs.len(),
         count_text.join(", ")
     );
+    if let Some(v) = &view {
+        match &v.unavailable {
+            Some(why) => {
+                println!("note: Slurm could not be asked ({why}); states from the folder alone")
+            }
+            None => println!("{}", super::slurm::describe(v)),
+        }
+    }
     let labels: Vec<String> = record
         .runs
         .iter()
@@ -1008,13 +1191,39 @@ fn status(dir: &ExpDir, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn exec(
-    dir: &ExpDir,
-    run_id: &str,
+/// What `experiment exec` is asked beyond the run.
+struct ExecArgs {
     allow: bool,
     retry_failed: bool,
-    env: &Env,
-) -> Result<ExitCode> {
+    warmup: u32,
+    binary_sha256: Option<String>,
+}
+
+/// Appends a failed `exec`'s error to the run's log, where the folder's
+/// view of the run finds it (a node whose plugins differ, say).
+fn log_error(dir: &ExpDir, run_id: &str, e: &ExperimentError) {
+    if matches!(
+        e,
+        ExperimentError::NotAnExperiment { .. } | ExperimentError::UnknownRun { .. }
+    ) {
+        return;
+    }
+    let log = dir.log(run_id);
+    let line = format!(
+        "== {} on {}: experiment exec {run_id}\nerror: {}\n",
+        clock::rfc3339(clock::unix_us()),
+        super::record::hostname(),
+        crate::trust::printable(e.to_string().as_bytes())
+    );
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+}
+
+fn exec(dir: &ExpDir, run_id: &str, what: &ExecArgs, env: &Env) -> Result<ExitCode> {
+    let (allow, retry_failed) = (what.allow, what.retry_failed);
     let record = Record::read(dir)?;
     let run = record
         .find(run_id)
@@ -1023,6 +1232,18 @@ fn exec(
             run_id: run_id.to_owned(),
         })?
         .clone();
+    if let Some(want) = &what.binary_sha256 {
+        let exe = std::env::current_exe().map_err(ExperimentError::io("/proc/self/exe"))?;
+        let have = super::record::sha256_file(&exe)?;
+        if !have.eq_ignore_ascii_case(want) {
+            return Err(ExperimentError::BinaryChanged(format!(
+                "this machine's kernmlops ({}, SHA-256 {}) is not the binary that submitted the run ({}); install the same build on every node",
+                exe.display(),
+                &have[..12.min(have.len())],
+                &want[..12.min(want.len())]
+            )));
+        }
+    }
     let plugin_dir = resolve_plugin_dir(env, Some(&record))?;
     check_plugins(&record, &plugin_set(&plugin_dir)?, allow)?;
     let stop = install_signals()?;
@@ -1034,11 +1255,25 @@ fn exec(
         retry_failed,
         allow_plugin_change: allow,
         no_graphs: true,
+        executor: ExecutorArgs::default(),
     };
-    let mut ctx = context(dir, &record, &plugin_dir, &common, env, stop)?;
+    let mut ctx = context(dir, &record, &plugin_dir, &common, env, stop.clone())?;
     ctx.busy_wait = Duration::ZERO;
     if !dir.config(run_id).is_file() {
         write_run_config(dir, &run)?;
+    }
+    // Warm-up runs on this machine, unless the run needs nothing more.
+    let (before, _, _) = state::classify(&dir.run(run_id), None);
+    if before != RunState::Done {
+        for n in 1..=what.warmup {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let status = perform_warmup(&ctx, &run, n, &mut || {})?;
+            if !status.success() {
+                eprintln!("warning: warm-up {n} ended with {status}");
+            }
+        }
     }
     let outcome = perform_run(&ctx, &run, &mut || {})?;
     let o = &outcome.observed;

@@ -4,8 +4,9 @@
 //! <dir>/runs/<run_id>` as a child process whose output goes to the run's
 //! log. An [`Executor`] decides where and when runs are performed:
 //! [`LocalExecutor`] performs them one after another on this machine; a
-//! cluster executor submits them (each task calling `kernmlops experiment
-//! exec DIR RUN_ID`, which is [`perform_run`]) and returns at once.
+//! cluster executor (`slurm::SlurmExecutor`) submits them (each task
+//! calling `kernmlops experiment exec DIR RUN_ID`, which is
+//! [`perform_run`]) and returns at once.
 
 use std::{
     fs::OpenOptions,
@@ -221,8 +222,9 @@ pub fn perform_run(
     })
 }
 
-/// Runs the first planned run's configuration without recording it, into
-/// `warmup/` (removed afterwards).
+/// Runs a planned run's configuration without recording it, into
+/// `warmup/<run_id>-<n>` (removed afterwards, and `warmup/` with it once
+/// empty: tasks on other machines may be warming up beside it).
 pub fn perform_warmup(
     ctx: &RunContext,
     run: &PlannedRun,
@@ -247,7 +249,9 @@ pub fn perform_warmup(
         None,
         tick,
     );
-    let _ = std::fs::remove_dir_all(&base);
+    let _ = std::fs::remove_dir_all(&collection);
+    let _ = std::fs::remove_file(&config_path);
+    let _ = std::fs::remove_dir(&base);
     status
 }
 
@@ -276,6 +280,10 @@ pub fn run_command(ctx: &RunContext, collection: &Path, config: &Path) -> Comman
     }
     cmd
 }
+
+/// How long a run may take to stop by itself once the experiment was told
+/// to stop, before it is sent SIGTERM.
+const FORWARD_STOP_AFTER: Duration = Duration::from_secs(3);
 
 /// Starts `kernmlops run` for `collection` and waits for it, output
 /// appended to `log`. With a `run_id`, its pid file says who runs it.
@@ -334,7 +342,13 @@ fn launch(
     if let Some(p) = &pid_file {
         write_atomic(p, format!("{} {}\n", child.id(), hostname()).as_bytes())?;
     }
-    let mut signalled: Option<Instant> = None;
+    // When told to stop: the child often got the same signal (Ctrl+C
+    // reaches the terminal's whole process group; Slurm signals every
+    // process of a cancelled or timed-out job), and a second one would make
+    // it exit at once instead of stopping cleanly. So it gets a moment to
+    // stop by itself, then SIGTERM, then SIGKILL.
+    let mut stopping: Option<Instant> = None;
+    let mut forwarded = false;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -342,16 +356,13 @@ fn launch(
             Err(e) => return Err(ExperimentError::io(log)(e)),
         }
         if ctx.stop.load(Ordering::Relaxed) {
-            match signalled {
-                None => {
-                    signal(child.id(), libc::SIGTERM);
-                    signalled = Some(Instant::now());
-                }
+            let since = *stopping.get_or_insert_with(Instant::now);
+            if !forwarded && since.elapsed() >= FORWARD_STOP_AFTER {
+                signal(child.id(), libc::SIGTERM);
+                forwarded = true;
+            } else if since.elapsed() > FORWARD_STOP_AFTER + Duration::from_secs(30) {
                 // It had long enough to stop cleanly.
-                Some(t) if t.elapsed() > Duration::from_secs(30) => {
-                    let _ = child.kill();
-                }
-                Some(_) => {}
+                let _ = child.kill();
             }
         }
         tick();

@@ -17,6 +17,8 @@
 //! - [`state`]: where each planned run stands, read from its folder.
 //! - [`executor`]: the [`executor::Executor`] trait and the local executor;
 //!   [`executor::perform_run`] carries out one planned run.
+//! - [`slurm`]: the Slurm executor (one job array per submission, a task
+//!   per run on an exclusive node) and Slurm's view of the runs.
 //! - [`results`]: `results.parquet` / `results.arrow`, one row per run.
 //! - [`stats`]: mean, standard deviation, Student-t confidence intervals and
 //!   adaptive stopping.
@@ -30,6 +32,7 @@ pub mod progress;
 pub mod record;
 pub mod results;
 pub mod rng;
+pub mod slurm;
 pub mod spec;
 pub mod state;
 pub mod stats;
@@ -86,6 +89,15 @@ pub enum ExperimentError {
     /// The plugins could not be loaded or checked.
     #[error("{0}")]
     Plugins(String),
+    /// A Slurm tool is not installed here.
+    #[error("{program} not found: Slurm's client tools are not installed here (Debian: slurm-client; scripts/slurm-local runs a one-node cluster), or use --executor local; nothing was submitted")]
+    SlurmMissing { program: String },
+    /// sbatch refused a submission (or could not reach the controller).
+    #[error("Slurm refused the submission, nothing was submitted: {0}")]
+    SlurmRefused(String),
+    /// This node's `kernmlops` is not the binary that submitted the run.
+    #[error("{0}")]
+    BinaryChanged(String),
 }
 
 impl ExperimentError {

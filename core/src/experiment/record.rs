@@ -12,6 +12,7 @@
 //! <dir>/partial/<run_id>-<n>/  runs cut off mid-way, moved aside
 //! <dir>/logs/<run_id>.log      each run's output, every attempt
 //! <dir>/locks/                 who is running what
+//! <dir>/slurm/                 Slurm submissions (see `slurm`)
 //! <dir>/results.parquet, results.arrow, graphs/
 //! ```
 
@@ -94,6 +95,10 @@ impl ExpDir {
     }
     pub fn warmup(&self) -> PathBuf {
         self.root.join("warmup")
+    }
+    /// Slurm submissions: `submit-<n>.{runs,sh,json}`.
+    pub fn slurm(&self) -> PathBuf {
+        self.root.join("slurm")
     }
 
     /// Creates the folder and its sub-folders.

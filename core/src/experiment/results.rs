@@ -6,7 +6,8 @@
 //! Columns, in order: the variables (typed from their values: integers
 //! stay integers; null where a conditional variable does not apply); the
 //! run (`repeat`, `run_id`, `combo_id`, `collection_id`, `status`,
-//! `run_class`, `exit_code`, `duration_s`: the collection's, `wall_time_s`:
+//! `run_class`, `hostname`, `slurm_job`: `<array job>_<task>` when Slurm
+//! ran it, `exit_code`, `duration_s`: the collection's, `wall_time_s`:
 //! the benchmark's, `overall_score`); every `@result` figure as
 //! `result_<key>` and `@parameters` entry as `param_<key>`; the 16
 //! `ru_*` rusage figures; `rows_<table>` and `lost_<table>` per table; and
@@ -168,7 +169,7 @@ impl Results {
             Some(ColumnType::String),
             run_col(&|r, _, _| Json::from(r.combo_id.clone())),
         );
-        for key in ["collection_id", "status", "run_class"] {
+        for key in ["collection_id", "status", "run_class", "hostname"] {
             push(
                 key.into(),
                 Role::Run,
@@ -176,6 +177,21 @@ impl Results {
                 run_col(&|_, m, _| m[key].clone()),
             );
         }
+        // The Slurm task that ran it (`<array job>_<task>`), if one did.
+        push(
+            "slurm_job".into(),
+            Role::Run,
+            Some(ColumnType::String),
+            run_col(&|_, m, _| {
+                let s = &m["slurm"];
+                match (s["array_job_id"].as_u64(), s["array_task_id"].as_u64()) {
+                    (Some(j), Some(t)) => Json::from(format!("{j}_{t}")),
+                    _ => s["job_id"]
+                        .as_u64()
+                        .map_or(Json::Null, |j| Json::from(j.to_string())),
+                }
+            }),
+        );
         push(
             "exit_code".into(),
             Role::Run,

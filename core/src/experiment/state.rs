@@ -1,7 +1,7 @@
 //! Where each planned run stands, read from the experiment folder alone:
 //! its collection's `manifest.json`, the run's lock and pid file, and its
-//! log. Other views (a cluster scheduler's queue) refine what the folder
-//! says through [`StateView`].
+//! log. Other views (a cluster scheduler's queue: `slurm::SlurmView`)
+//! refine what the folder says through [`StateView`].
 
 use std::path::Path;
 
@@ -19,6 +19,9 @@ use super::{
 pub enum RunState {
     /// Not carried out yet.
     Pending,
+    /// Handed to a scheduler, waiting for a machine (known from the
+    /// scheduler's view only; the folder cannot tell it from pending).
+    Queued,
     /// Being carried out now.
     Running,
     /// Finished with a complete collection.
@@ -36,6 +39,7 @@ impl RunState {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
+            Self::Queued => "queued",
             Self::Running => "running",
             Self::Done => "done",
             Self::Failed => "failed",
@@ -58,11 +62,12 @@ pub struct Observed {
 impl Observed {
     /// Whether a resume carries this run out (again): pending and cut-off
     /// runs, runs that left no collection, and, when asked, failed ones.
+    /// Queued runs are the scheduler's to carry out.
     pub fn needs_run(&self, retry_failed: bool) -> bool {
         match self.state {
             RunState::Pending | RunState::CutOff => true,
             RunState::Failed => retry_failed || !self.has_collection,
-            RunState::Running | RunState::Done => false,
+            RunState::Running | RunState::Queued | RunState::Done => false,
         }
     }
 }
@@ -152,10 +157,7 @@ pub fn live(dir: &ExpDir, run_id: &str) -> Option<String> {
 /// lives. A process on another machine cannot be checked from here and
 /// counts as alive (a scheduler's [`StateView`] knows better).
 pub fn run_process(dir: &ExpDir, run_id: &str) -> Option<String> {
-    let text = std::fs::read_to_string(dir.run_pid(run_id)).ok()?;
-    let mut parts = text.split_whitespace();
-    let pid: u32 = parts.next()?.parse().ok()?;
-    let host = parts.next().unwrap_or("");
+    let (pid, host) = pid_file(dir, run_id)?;
     if host != hostname() {
         return Some(format!("pid {pid} on {host}"));
     }
@@ -163,6 +165,15 @@ pub fn run_process(dir: &ExpDir, run_id: &str) -> Option<String> {
     String::from_utf8_lossy(&cmdline)
         .contains(run_id)
         .then(|| format!("pid {pid} on {host}"))
+}
+
+/// The pid and host a run's pid file names (left behind when its process
+/// was killed outright).
+pub fn pid_file(dir: &ExpDir, run_id: &str) -> Option<(u32, String)> {
+    let text = std::fs::read_to_string(dir.run_pid(run_id)).ok()?;
+    let mut parts = text.split_whitespace();
+    let pid: u32 = parts.next()?.parse().ok()?;
+    Some((pid, parts.next().unwrap_or("").to_owned()))
 }
 
 /// The last `error:` line of a run's log, if it has one.
@@ -227,6 +238,7 @@ pub fn counts(observed: &[Observed]) -> Vec<(RunState, usize)> {
         RunState::Done,
         RunState::Failed,
         RunState::Running,
+        RunState::Queued,
         RunState::CutOff,
         RunState::Pending,
     ]
@@ -312,6 +324,7 @@ mod tests {
         assert!(o(RunState::CutOff, false).needs_run(false));
         assert!(!o(RunState::Done, true).needs_run(true));
         assert!(!o(RunState::Running, false).needs_run(true));
+        assert!(!o(RunState::Queued, false).needs_run(true));
         // A failed run keeps its data unless asked to retry; one that left
         // nothing is tried again.
         assert!(!o(RunState::Failed, true).needs_run(false));
