@@ -192,7 +192,7 @@ fn mutated_run(rng: &mut Rng, plugins: &Path, output: &Path, here: &Path) -> Vec
     .collect();
     for _ in 0..=rng.below(3) {
         match rng.below(6) {
-            0 | 1 | 2 => {
+            0..=2 => {
                 let flag = *rng.pick(FLAGS);
                 let value = rng.pick(&bad_values(flag, here)).clone();
                 if let Some(i) = args.iter().position(|a| a == flag) {
