@@ -577,6 +577,7 @@ pub(crate) mod tests {
         let err = export_collection_as(&odd, &to, Layout::Hive).expect_err("refused");
         assert!(err.contains("--layout classes"), "{err}");
         export_collection_as(&odd, &to, Layout::Classes).expect("classes layout");
+        let _ = std::fs::remove_dir_all(&data);
     }
 
     #[test]
