@@ -174,9 +174,13 @@ fn root_stopping_early_kills_the_whole_workload() {
 fn benchmark_that_cannot_run_is_refused_before_collecting() {
     let (done, output) = run_with("bench-refuse", "refuse", &["--plugins", "ticker"]);
     assert!(!done.status.success());
+    // Refused while the configuration is checked (the plugin's own rules),
+    // naming the file and the key.
     assert!(
-        done.stderr
-            .starts_with("error: benchmark shell: fixture: shell refuses this script"),
+        done.stderr.starts_with("error: ")
+            && done.stderr.contains(
+                "bench.toml: benchmarks.shell.script: fixture: shell refuses this script"
+            ),
         "{}",
         done.stderr
     );
