@@ -693,6 +693,12 @@ fn plugins(cfg: &Config, plugin_flag: Option<&Path>) -> Result<ExitCode> {
                 tables.join(", ")
             );
         }
+        for ps in p.power_sources().unwrap_or_default() {
+            println!(
+                "    power source {}: {} (`kernmlops power-list` shows its zones)",
+                ps.name, ps.description
+            );
+        }
         for probe in &p.probes {
             println!("    probe {}: {}", probe.name, probe.description);
             for t in probe.tables.iter() {
