@@ -38,7 +38,7 @@ pub enum SinkError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: {source}")]
+    #[error("{path}: {}", arrow_message(source))]
     Arrow { path: PathBuf, source: ArrowError },
     /// Not an Arrow IPC file (empty, cut before its schema, or another
     /// format): nothing in it can be recovered.
@@ -81,6 +81,15 @@ impl SinkError {
         };
         io.and_then(std::io::Error::raw_os_error)
             .is_some_and(|c| c == libc::ENOSPC || c == libc::EDQUOT)
+    }
+}
+
+/// An Arrow error as a reader wants it: an I/O error as the system's own
+/// words (`No space left on device`), without Arrow's `Io error:`.
+fn arrow_message(e: &ArrowError) -> String {
+    match e {
+        ArrowError::IoError(_, io) => io.to_string(),
+        other => other.to_string(),
     }
 }
 
@@ -360,7 +369,7 @@ impl IpcSink {
 fn one_line(e: &SinkError) -> String {
     match e {
         SinkError::Io { source, .. } => source.to_string(),
-        SinkError::Arrow { source, .. } => source.to_string(),
+        SinkError::Arrow { source, .. } => arrow_message(source),
         SinkError::NotArrow { reason, .. } => reason.clone(),
         SinkError::NoSpace {
             needed, available, ..
