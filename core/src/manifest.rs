@@ -222,7 +222,11 @@ impl SlurmEntry {
 
     /// The entry from variables looked up by `var`.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Option<Self> {
-        let text = |k: &str| var(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let text = |k: &str| {
+            var(k)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
         Some(Self {
             job_id: text("SLURM_JOB_ID")?.parse().ok()?,
             array_job_id: text("SLURM_ARRAY_JOB_ID").and_then(|v| v.parse().ok()),

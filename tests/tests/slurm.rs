@@ -311,6 +311,20 @@ fn root_slurm_sweep_of_4_runs_completes_with_job_task_and_node_in_each_manifest(
         assert_eq!(r["slurm_task"], format!("{job}_{i}"), "{r}");
     }
     assert_eq!(st["slurm"]["jobs"], serde_json::json!([job]));
+    // Results work while runs are still going: what has finished so far.
+    let out = experiment(
+        Some(&cluster),
+        &plugins,
+        &["results", s(&dir), "--no-graphs"],
+    );
+    assert!(
+        out.status.success(),
+        "{}
+{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(dir.join("results.parquet").is_file());
 
     let st = wait_for(
         &cluster,

@@ -1083,7 +1083,20 @@ fn report(
         .iter()
         .filter(|o| o.state != RunState::Done)
         .count();
+    // Runs still under way (a Slurm array) are not a failure of the
+    // results: they are read again next time.
+    let under_way = observed
+        .iter()
+        .filter(|o| matches!(o.state, RunState::Queued | RunState::Running))
+        .count();
     Ok(if unfinished == 0 {
+        ExitCode::SUCCESS
+    } else if unfinished == under_way {
+        println!(
+            "note: {under_way} of {} runs are still queued or running; `kernmlops experiment results {}` again reads them once done",
+            record.runs.len(),
+            dir.root.display()
+        );
         ExitCode::SUCCESS
     } else {
         eprintln!(
