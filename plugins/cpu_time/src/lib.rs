@@ -340,13 +340,7 @@ impl ProbeImpl for CpuTime {
         // The first switch on each CPU tells the program who runs there.
         kicker.kick();
         let started_us = sys::clock::uptime_us();
-        let mut notes = inner.notes();
-        if !args.include_self && args.self_tgid != 0 {
-            notes.push(format!(
-                "the collector's own process ({}) is left out: its CPU time counts as neither busy nor idle",
-                args.self_tgid
-            ));
-        }
+        let notes = inner.notes();
         Ok(Self {
             inner,
             interval,
@@ -355,10 +349,7 @@ impl ProbeImpl for CpuTime {
             seen: HashMap::new(),
             cgroups: Cgroups::new(),
             kicker,
-            notes: notes
-                .into_iter()
-                .filter(|n| !n.starts_with("the collector's own process") || !args.include_self)
-                .collect(),
+            notes,
         })
     }
 
