@@ -238,11 +238,13 @@ fn result_rows(dir: &Path) -> Vec<(String, String)> {
     serde_json::from_str(&text(&out.stdout)).expect("rows JSON")
 }
 
+/// The short host name, Slurm's name for the node `slurm-local` runs.
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .expect("hostname")
-        .trim()
-        .to_owned()
+    let out = Command::new("hostname")
+        .arg("-s")
+        .output()
+        .expect("hostname");
+    text(&out.stdout).trim().to_owned()
 }
 
 fn require(test: &str) -> bool {
