@@ -34,8 +34,8 @@ use abi_stable::{
     StableAbi,
 };
 use kernmlops_plugin_api::{
-    BenchmarkBox, BenchmarkDecl, GraphBox, GraphDecl, PluginInfo, PluginMod_Ref, PluginResult,
-    ProbeBox, ProbeDecl, StartArgs,
+    BenchmarkBox, BenchmarkDecl, GraphBox, GraphDecl, PluginError, PluginInfo, PluginMod_Ref,
+    PluginResult, ProbeBox, ProbeDecl, StartArgs,
 };
 use sha2::{Digest, Sha256};
 
@@ -342,6 +342,19 @@ impl Plugin {
     /// Whether this plugin is one shipped in this repository.
     pub fn is_in_tree(&self) -> bool {
         IN_TREE_PLUGINS.contains(&self.name())
+    }
+
+    /// Runs a component's own settings rules on the JSON object it would
+    /// be given, without starting it (`Ok` for plugins built before
+    /// components could be checked).
+    pub fn check_config(&self, component: &str, config_json: &str) -> Result<(), PluginError> {
+        match self.module.check_config() {
+            None => Ok(()),
+            Some(f) => match f(component.into(), config_json.into()) {
+                RResult::ROk(()) => Ok(()),
+                RResult::RErr(e) => Err(e),
+            },
+        }
     }
 
     /// Creates, loads and attaches one of this plugin's probes.
