@@ -130,11 +130,22 @@ fn root_estimate_splits_modelled_energy_by_cpu_time_and_conserves_it() {
         .spawn()
         .expect("starting stress-ng");
     let pid = stress.id();
+    // stress-ng and the workers it forks (other stress-ng processes on the
+    // machine are not ours).
+    let mut ours = std::collections::BTreeSet::from([u64::from(pid)]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while state(pid) != 'Z' {
         assert!(Instant::now() < deadline, "stress-ng did not end");
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        ours.extend(
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u64>().ok()),
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert!(ours.len() >= 2, "stress-ng's worker was seen: {ours:?}");
     let proc_us = proc_cpu_us(pid);
     stress.wait().expect("reaping stress-ng");
     // Let the slot holding stress-ng's end be written.
@@ -194,7 +205,13 @@ fn root_estimate_splits_modelled_energy_by_cpu_time_and_conserves_it() {
     }
 
     // stress-ng's CPU time against /proc, and its share per slot.
-    let is_stress = |i: usize| comm[i].starts_with("stress-ng");
+    let is_stress = |i: usize| ours.contains(&tgid[i]);
+    assert!(
+        (0..ts.len())
+            .filter(|&i| is_stress(i))
+            .all(|i| comm[i].starts_with("stress-ng")),
+        "stress-ng's rows are named after it"
+    );
     let stress_us: u64 = (0..ts.len())
         .filter(|&i| is_stress(i))
         .map(|i| cpu[i])
