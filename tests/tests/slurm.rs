@@ -5,7 +5,8 @@
 //! cancelled while it runs (`scancel`) is the only run `experiment resume
 //! --executor slurm` submits again, and the results hold each run once;
 //! Slurm missing, or sbatch refusing the options, is one error line with
-//! nothing submitted and nothing written.
+//! nothing submitted and nothing written; a node whose plugins differ from
+//! the experiment's record refuses its runs, with that reason.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -655,4 +656,80 @@ fn root_slurm_missing_or_refusing_is_one_error_with_nothing_submitted_or_lost() 
         .collect();
     assert_eq!(subs.len(), 3, "only the first submission's files: {subs:?}");
     assert_eq!(cluster.active_jobs(), Vec::<String>::new());
+}
+
+#[test]
+fn root_slurm_node_with_other_plugins_fails_its_runs_with_the_reason() {
+    let test = "root_slurm_node_with_other_plugins_fails_its_runs_with_the_reason";
+    if !require(test) {
+        return;
+    }
+    let _serial = serial();
+    let plugins = plugins("slurm-plugins");
+    let work = temp_dir("slurm-plugins");
+    let file = sweep(&work, "slurm_plugins", 1);
+    let dir = work.join("exp");
+    let cluster = Cluster::up();
+
+    // Submitted held; the plugin folder the tasks will see changes before
+    // they run.
+    let out = experiment(
+        Some(&cluster),
+        &plugins,
+        &[
+            "run",
+            s(&file),
+            "--dir",
+            s(&dir),
+            "--executor",
+            "slurm",
+            "--sbatch-arg=--hold",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let job = submitted_job(&text(&out.stdout), 4);
+    let extra = plugins.join("process_trace.so");
+    std::fs::copy(built_so("process_trace"), &extra).expect("copying a plugin");
+    let out = cluster.tool("scontrol", &["release", &job]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // Every task refuses its run with the reason; no data is mixed in.
+    let st = wait_for(
+        &cluster,
+        &plugins,
+        &dir,
+        Duration::from_secs(120),
+        "4 runs refused",
+        |st| count(st, "failed") == 4,
+    );
+    for r in st["runs"].as_array().expect("runs") {
+        let detail = r["detail"].as_str().unwrap_or("");
+        assert!(
+            detail.contains("plugins differ") && detail.contains("process_trace.so is new"),
+            "{r}"
+        );
+        let id = r["run_id"].as_str().expect("run_id");
+        assert!(
+            !dir.join("runs").join(id).exists(),
+            "{id} has no collection"
+        );
+    }
+
+    // With the folder as recorded again, resume submits them all again.
+    std::fs::remove_file(&extra).expect("removing the plugin");
+    let out = experiment(
+        Some(&cluster),
+        &plugins,
+        &["resume", s(&dir), "--executor", "slurm"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    submitted_job(&text(&out.stdout), 4);
+    wait_for(
+        &cluster,
+        &plugins,
+        &dir,
+        Duration::from_secs(120),
+        "4 runs done",
+        |st| count(st, "done") == 4,
+    );
 }
