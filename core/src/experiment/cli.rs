@@ -872,13 +872,7 @@ fn drive(
         }
     }
     let dispatched =
-        execute(executor.as_mut(), &ctx, &todo, &mut progress).map_err(|e| match e {
-            ExperimentError::SlurmRefused(m) => ExperimentError::SlurmRefused(format!(
-            "{m}; the plan is kept: `kernmlops experiment resume {} --executor slurm` submits it",
-            dir.root.display()
-        )),
-            e => e,
-        })?;
+        execute(executor.as_mut(), &ctx, &todo, &mut progress).map_err(|e| plan_kept(dir, e))?;
     if let Some((id, n)) = dispatched {
         progress.finish();
         print_submitted(dir, &id, n);
@@ -940,7 +934,9 @@ fn drive(
             record.runs.extend(extra.iter().cloned());
             record.updated_utc = clock::rfc3339(clock::unix_us());
             record.write(dir)?;
-            if let Some((id, n)) = execute(executor.as_mut(), &ctx, &extra, &mut progress)? {
+            let dispatched = execute(executor.as_mut(), &ctx, &extra, &mut progress)
+                .map_err(|e| plan_kept(dir, e))?;
+            if let Some((id, n)) = dispatched {
                 progress.finish();
                 print_submitted(dir, &id, n);
                 println!(
@@ -980,6 +976,17 @@ fn execute(
         Dispatch::Completed(_) => None,
         Dispatch::Submitted { id, runs } => Some((id, runs)),
     })
+}
+
+/// A refused submission's error, saying how to submit the kept plan.
+fn plan_kept(dir: &ExpDir, e: ExperimentError) -> ExperimentError {
+    match e {
+        ExperimentError::SlurmRefused(m) => ExperimentError::SlurmRefused(format!(
+            "{m}; the plan is kept: `kernmlops experiment resume {} --executor slurm` submits it",
+            dir.root.display()
+        )),
+        e => e,
+    }
 }
 
 fn slurm_executor(options: SlurmOptions, warmup: u32, common: &CommonArgs) -> SlurmExecutor {
