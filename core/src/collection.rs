@@ -12,13 +12,13 @@ use std::{
 use arrow_array::{
     cast::AsArray,
     types::{
-        Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type,
-        UInt32Type, UInt64Type, UInt8Type,
+        Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type,
+        TimestampMicrosecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
     },
     Array, ArrayRef, RecordBatch,
 };
 use arrow_ipc::reader::FileReader;
-use arrow_schema::{DataType, SchemaRef};
+use arrow_schema::{DataType, SchemaRef, TimeUnit};
 
 use crate::manifest::Manifest;
 
@@ -136,6 +136,11 @@ fn open_reader(path: &Path) -> Result<FileReader<File>> {
     })
 }
 
+/// The schema of an Arrow IPC file, without reading its rows.
+pub fn read_schema(path: &Path) -> Result<SchemaRef> {
+    Ok(open_reader(path)?.schema())
+}
+
 /// Reads a whole Arrow IPC file (a collection's table, an experiment's
 /// `results.arrow`).
 pub fn read_table(path: &Path) -> Result<Table> {
@@ -195,6 +200,15 @@ impl Table {
         }
     }
 
+    /// Which rows of a column are null.
+    pub fn nulls(&self, column: &str) -> Result<Vec<bool>> {
+        let mut out = Vec::with_capacity(self.rows());
+        for a in self.arrays(column)? {
+            out.extend((0..a.len()).map(|i| a.is_null(i)));
+        }
+        Ok(out)
+    }
+
     /// An unsigned integer or boolean column, widened to u64 (nulls as 0).
     pub fn u64s(&self, column: &str) -> Result<Vec<u64>> {
         let mut out = Vec::with_capacity(self.rows());
@@ -222,7 +236,7 @@ impl Table {
         Ok(out)
     }
 
-    /// A signed integer column, widened to i64 (nulls as 0).
+    /// A signed integer or timestamp column, widened to i64 (nulls as 0).
     pub fn i64s(&self, column: &str) -> Result<Vec<i64>> {
         let mut out = Vec::with_capacity(self.rows());
         for a in self.arrays(column)? {
@@ -240,6 +254,9 @@ impl Table {
                 DataType::Int16 => widen!(Int16Type),
                 DataType::Int32 => widen!(Int32Type),
                 DataType::Int64 => widen!(Int64Type),
+                DataType::Timestamp(TimeUnit::Microsecond, _) => {
+                    widen!(TimestampMicrosecondType)
+                }
                 t => return Err(self.wrong_type(column, t, "a signed integer")),
             }
         }

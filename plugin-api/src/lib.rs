@@ -116,7 +116,7 @@ pub type PluginResult<T> = RResult<T, PluginError>;
 /// A plain integer so that newer plugins can declare kinds an older host
 /// does not know: the host rejects them by validation, naming the column.
 #[repr(transparent)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ColumnKind(pub u32);
 
 impl ColumnKind {
@@ -219,6 +219,56 @@ pub struct GraphDecl {
     pub description: RString,
     /// Tables the graph reads; it is offered when all of them exist.
     pub tables: RVec<RString>,
+    /// A column set: every table whose columns (besides `collection_id`)
+    /// are exactly these is given to the graph too, and the graph is
+    /// offered when there is one (tables named at run time, like the perf
+    /// probe's one per counter). Empty when unused.
+    pub tables_with_columns: RVec<RString>,
+}
+
+/// The values of one column handed to a graph, in the one of `u64s`,
+/// `i64s`, `f64s`, `texts` its `kind` names (nulls as 0, NaN or "").
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Default)]
+pub struct GraphColumn {
+    pub name: RString,
+    /// `U64` (unsigned integers and booleans), `I64` (signed integers and
+    /// timestamps), `F64` or `STR` (text, labels, dictionary text).
+    pub kind: ColumnKind,
+    /// The field's metadata (`unit`, `description`, ...) as a JSON object,
+    /// with `arrow_type`, the column's type in the file.
+    pub metadata_json: RString,
+    pub u64s: RVec<u64>,
+    pub i64s: RVec<i64>,
+    pub f64s: RVec<f64>,
+    pub texts: RVec<RString>,
+    /// Which rows are null (empty when none is).
+    pub nulls: RVec<bool>,
+}
+
+/// One table handed to a graph.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Default)]
+pub struct GraphTable {
+    pub name: RString,
+    /// The schema's metadata as a JSON object.
+    pub metadata_json: RString,
+    pub rows: u64,
+    pub columns: RVec<GraphColumn>,
+}
+
+/// What a graph renders from: the collection's manifest (or an
+/// experiment's record) and the tables the graph asked for, read by the
+/// host, so graph plugins need no Arrow reader of their own.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Default)]
+pub struct GraphInput {
+    /// The folder the data comes from, for titles and messages.
+    pub dir: RString,
+    /// `manifest.json` of a collection, or `experiment.json` of an
+    /// experiment, as JSON text.
+    pub manifest_json: RString,
+    pub tables: RVec<GraphTable>,
 }
 
 /// A workload benchmark the host can run while collecting.
@@ -369,12 +419,21 @@ pub type ProbeBox = Probe_TO<'static, RBox<()>>;
 /// A graph renderer.
 #[sabi_trait]
 pub trait Graph: Send {
-    /// Renders from the collection in `collection_dir` into `out_dir`,
-    /// returning the paths written.
+    /// Renders from the files of the collection in `collection_dir` into
+    /// `out_dir`, returning the paths written. Graphs built with the
+    /// current SDK render from [`Graph::render_input`] and refuse this.
     #[sabi(last_prefix_field)]
     fn render(
         &mut self,
         collection_dir: RStr<'_>,
+        out_dir: RStr<'_>,
+    ) -> PluginResult<RVec<RString>>;
+
+    /// Renders from the tables the host read for the graph into `out_dir`,
+    /// returning the paths written.
+    fn render_input(
+        &mut self,
+        input: &GraphInput,
         out_dir: RStr<'_>,
     ) -> PluginResult<RVec<RString>>;
 }

@@ -12,9 +12,9 @@ use abi_stable::{
     std_types::{RResult, RStr, RString, RVec},
 };
 use kernmlops_plugin_api::{
-    Batch, Benchmark, BenchmarkBox, BpfProgramStats, BenchmarkDecl, BenchmarkStatus, Benchmark_TO, ErrorKind, Graph,
-    GraphBox, GraphDecl, Graph_TO, PluginError, PluginInfo, PluginResult, Probe, ProbeBox,
-    Probe_TO, StartArgs, TableDecl, DATA_CONTRACT_VERSION,
+    Batch, Benchmark, BenchmarkBox, BenchmarkDecl, BenchmarkStatus, Benchmark_TO, BpfProgramStats,
+    ErrorKind, Graph, GraphBox, GraphDecl, GraphInput, Graph_TO, PluginError, PluginInfo,
+    PluginResult, Probe, ProbeBox, Probe_TO, StartArgs, TableDecl, DATA_CONTRACT_VERSION,
 };
 
 use crate::{settings, BenchmarkImpl, GraphImpl, ProbeImpl};
@@ -302,6 +302,10 @@ pub fn graph_decl<G: GraphImpl>() -> GraphDecl {
         name: G::NAME.into(),
         description: G::DESCRIPTION.into(),
         tables: G::TABLES.iter().map(|t| RString::from(*t)).collect(),
+        tables_with_columns: G::TABLES_WITH_COLUMNS
+            .iter()
+            .map(|c| RString::from(*c))
+            .collect(),
     }
 }
 
@@ -319,13 +323,27 @@ impl<G: GraphImpl> Graph for GuardedGraph<G> {
     fn render(
         &mut self,
         collection_dir: RStr<'_>,
+        _out_dir: RStr<'_>,
+    ) -> PluginResult<RVec<RString>> {
+        RResult::RErr(PluginError::new(
+            ErrorKind::OTHER,
+            format!(
+                "graph {} renders from the host's data (render_input), not from the files of {collection_dir}",
+                G::NAME
+            ),
+        ))
+    }
+
+    fn render_input(
+        &mut self,
+        input: &GraphInput,
         out_dir: RStr<'_>,
     ) -> PluginResult<RVec<RString>> {
         let inner = &mut self.inner;
         guarded("rendering", || {
             inner
                 .render(
-                    std::path::Path::new(collection_dir.as_str()),
+                    crate::graph::GraphData::new(input),
                     std::path::Path::new(out_dir.as_str()),
                 )
                 .map(|files| {

@@ -17,6 +17,7 @@
 // Lets `settings!` name this crate the same way inside it as in plugins.
 extern crate self as kernmlops_plugin_sdk;
 
+pub mod graph;
 mod guard;
 pub mod indicator;
 pub mod power;
@@ -184,13 +185,16 @@ pub trait GraphImpl: Sized + Send + 'static {
     const DESCRIPTION: &'static str;
     /// Tables it reads; the host offers it when all of them exist.
     const TABLES: &'static [&'static str];
+    /// A column set: every table whose columns (besides `collection_id`)
+    /// are exactly these is given too (tables named at run time).
+    const TABLES_WITH_COLUMNS: &'static [&'static str] = &[];
 
     fn new(args: &StartArgs) -> Result<Self>;
-    /// Renders from `collection_dir` into `out_dir`, returning the files
-    /// written (PNG and SVG).
+    /// Renders from the tables the host read (`data`) into `out_dir`,
+    /// returning the files written (PNG and SVG).
     fn render(
         &mut self,
-        collection_dir: &std::path::Path,
+        data: graph::GraphData<'_>,
         out_dir: &std::path::Path,
     ) -> Result<Vec<std::path::PathBuf>>;
 }

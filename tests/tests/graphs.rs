@@ -10,7 +10,7 @@ use std::{
 
 use graphs::{BlockIo, MemoryUsage, PerfCounters, QuantaQueued, QuantaRuntime};
 use kernmlops_e2e::*;
-use kernmlops_plugin_sdk::GraphImpl;
+use kernmlops_plugin_sdk::{graph::GraphData, GraphImpl};
 use kernmlops_plugin_testing::start_args;
 
 const CONFIG: &str = "[probes.memory_usage]\ninterval = \"100ms\"\n\n\
@@ -122,9 +122,18 @@ fn check_files(graph: &str, files: &[PathBuf], figures: usize) {
     }
 }
 
+/// Renders `G` in-process from what the host would hand it for `dir`
+/// (nothing when its tables are not there).
 fn render<G: GraphImpl>(dir: &Path, out: &Path) -> Vec<PathBuf> {
+    let Some(tables) = kernmlops::graph::tables_matching(G::TABLES, G::TABLES_WITH_COLUMNS, dir)
+        .expect("listing tables")
+    else {
+        return Vec::new();
+    };
+    let input = kernmlops::graph::collection_input(dir, &tables).expect("reading tables");
+    std::fs::create_dir_all(out).expect("creating graph folder");
     let mut g = G::new(&start_args("{}")).expect("creating graph");
-    let files = g.render(dir, out).expect("rendering");
+    let files = g.render(GraphData::new(&input), out).expect("rendering");
     for f in &files {
         assert!(
             f.starts_with(out),
@@ -179,8 +188,21 @@ fn perf_counters_without_perf_tables_render_nothing() {
         r#"{"collection_id":"x","benchmark":null,"start":{"uptime_us":1}}"#,
     )
     .expect("writing manifest");
-    let files = render::<PerfCounters>(&dir, &dir.join("graphs"));
+    // The host does not offer it...
+    let tables =
+        kernmlops::graph::tables_matching(&[], graphs_columns(), &dir).expect("listing tables");
+    assert!(tables.is_none(), "{tables:?}");
+    // ...and given no tables it draws nothing.
+    let input = kernmlops::graph::collection_input(&dir, &[]).expect("reading manifest");
+    let mut g = PerfCounters::new(&start_args("{}")).expect("creating graph");
+    let files = g
+        .render(GraphData::new(&input), &dir.join("graphs"))
+        .expect("rendering");
     assert!(files.is_empty(), "{files:?}");
+}
+
+fn graphs_columns() -> &'static [&'static str] {
+    <PerfCounters as GraphImpl>::TABLES_WITH_COLUMNS
 }
 
 /// `kernmlops run --graphs` renders the collection's graphs through the

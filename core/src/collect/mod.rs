@@ -313,7 +313,9 @@ pub fn run(
         }
     }
     if let Some(p) = power.map(crate::power::PowerRunning::finish) {
-        p.tables.iter().for_each(|(t, rows)| record.host_table(t, *rows));
+        p.tables
+            .iter()
+            .for_each(|(t, rows)| record.host_table(t, *rows));
         p.errors.into_iter().for_each(|e| record.error(e));
         probe_stats.extend(p.probe_stats);
         record.man.power = Some(p.manifest);

@@ -1,16 +1,14 @@
 //! Graphs of an experiment's results: the graph plugin's
-//! `experiment_results` graph, given the experiment folder as its
-//! collection folder, reads `results.arrow` and draws into `graphs/`.
+//! `experiment_results` graph, given the experiment's `results.arrow` (as
+//! table `results`, read by the host) and its record, draws into
+//! `graphs/`.
 
 use std::path::PathBuf;
 
-use abi_stable::std_types::RResult;
+use kernmlops_plugin_api::GraphInput;
 
 use super::{record::ExpDir, ExperimentError, Result};
-use crate::{
-    collect::{start_args, RunOptions},
-    plugin::Registry,
-};
+use crate::{collection, graph, plugin::Registry};
 
 /// The graph that draws results.
 pub const GRAPH: &str = "experiment_results";
@@ -38,24 +36,24 @@ pub fn render(registry: &Registry, dir: &ExpDir) -> Result<Vec<PathBuf>> {
     };
     let out = dir.graphs();
     std::fs::create_dir_all(&out).map_err(ExperimentError::io(&out))?;
-    let (Some(root), Some(out_text)) = (dir.root.to_str(), out.to_str()) else {
+    let Some(root) = dir.root.to_str() else {
         return Err(ExperimentError::Usage(format!(
             "{} is not a UTF-8 path",
             dir.root.display()
         )));
     };
-    let args = start_args(GRAPH, &RunOptions::default(), &Default::default());
-    let mut graph = plugin
-        .start_graph(GRAPH, &args)
-        .map_err(ExperimentError::Plugins)?;
-    match graph.render(root.into(), out_text.into()) {
-        RResult::ROk(files) => Ok(files
-            .into_iter()
-            .map(|f| PathBuf::from(f.as_str()))
-            .collect()),
-        RResult::RErr(e) => Err(ExperimentError::Plugins(format!(
-            "graph {GRAPH} (plugin {}): {e}",
-            plugin.name()
-        ))),
-    }
+    let results = dir.root.join("results.arrow");
+    let mut table = collection::read_table(&results)
+        .and_then(|t| graph::graph_table(&t))
+        .map_err(|e| ExperimentError::Plugins(format!("graph {GRAPH}: {e}")))?;
+    table.name = "results".into();
+    let record = std::fs::read_to_string(dir.root.join("experiment.json")).unwrap_or_default();
+    let input = GraphInput {
+        dir: root.into(),
+        manifest_json: record.into(),
+        tables: vec![table].into(),
+    };
+    graph::render_one(plugin, GRAPH, &input, &out).map_err(|e| {
+        ExperimentError::Plugins(format!("graph {GRAPH} (plugin {}): {e}", plugin.name()))
+    })
 }

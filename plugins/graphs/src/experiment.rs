@@ -8,15 +8,14 @@
 
 use std::{
     collections::BTreeMap,
-    fs::File,
     path::{Path, PathBuf},
     sync::OnceLock,
 };
 
-use arrow_array::{cast::AsArray, types, Array, RecordBatch};
-use arrow_ipc::reader::FileReader;
-use arrow_schema::DataType;
-use kernmlops_plugin_sdk::{serde_json, Error, GraphImpl, Result, StartArgs};
+use kernmlops_plugin_sdk::{
+    graph::{GraphData, TableView},
+    serde_json, Error, GraphImpl, Result, StartArgs,
+};
 use plotters::{
     coord::Shift,
     prelude::*,
@@ -40,8 +39,8 @@ impl GraphImpl for ExperimentResults {
         Ok(Self)
     }
 
-    fn render(&mut self, dir: &Path, out: &Path) -> Result<Vec<PathBuf>> {
-        let results = Results::read(&dir.join("results.arrow"))?;
+    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
+        let results = Results::from_table(data.table("results")?)?;
         let mut files = Vec::new();
         for fig in figures(&results) {
             files.extend(fig.render(out)?);
@@ -97,20 +96,14 @@ pub struct Results {
 }
 
 impl Results {
-    pub fn read(path: &Path) -> Result<Self> {
-        let fail =
-            |e: &dyn std::fmt::Display| Error::new(format!("reading {}: {e}", path.display()));
-        let reader = FileReader::try_new(File::open(path).map_err(|e| fail(&e))?, None)
-            .map_err(|e| fail(&e))?;
-        let schema = reader.schema();
-        let batches: Vec<RecordBatch> = reader
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| fail(&e))?;
+    /// The results from the `results` table the host read from
+    /// `results.arrow`.
+    pub fn from_table(t: TableView<'_>) -> Result<Self> {
         let mut columns = Vec::new();
-        for (i, field) in schema.fields().iter().enumerate() {
-            let meta = field.metadata();
-            let levels = meta
-                .get("kernmlops.levels")
+        for name in t.column_names() {
+            let meta = t.column_metadata(name);
+            let levels = meta["kernmlops.levels"]
+                .as_str()
                 .and_then(|t| serde_json::from_str::<Vec<serde_json::Value>>(t).ok())
                 .unwrap_or_default()
                 .into_iter()
@@ -122,25 +115,52 @@ impl Results {
                     other => other.to_string(),
                 })
                 .collect();
-            let mut cells = Vec::new();
-            for b in &batches {
-                cells.extend(cells_of(b.column(i).as_ref()));
-            }
+            let arrow_type = t.arrow_type(name);
+            let nulls = t.nulls(name)?;
+            let cells: Vec<Cell> = match arrow_type.as_str() {
+                "Int64" | "Float64" => t
+                    .f64s(name)?
+                    .into_iter()
+                    .zip(&nulls)
+                    .map(|(v, &null)| if null { Cell::Null } else { Cell::Num(v) })
+                    .collect(),
+                "Boolean" => t
+                    .u64s(name)?
+                    .into_iter()
+                    .zip(&nulls)
+                    .map(|(v, &null)| {
+                        if null {
+                            Cell::Null
+                        } else {
+                            Cell::Text((v != 0).to_string())
+                        }
+                    })
+                    .collect(),
+                "Utf8" => t
+                    .strings(name)?
+                    .into_iter()
+                    .zip(&nulls)
+                    .map(|(v, &null)| if null { Cell::Null } else { Cell::Text(v) })
+                    .collect(),
+                _ => (0..t.rows()).map(|_| Cell::Null).collect(),
+            };
             columns.push(Column {
-                name: field.name().clone(),
-                role: meta.get("kernmlops.role").cloned().unwrap_or_default(),
-                numeric: matches!(field.data_type(), DataType::Int64 | DataType::Float64),
+                name: name.to_owned(),
+                role: meta["kernmlops.role"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                numeric: matches!(arrow_type.as_str(), "Int64" | "Float64"),
                 levels,
                 cells,
             });
         }
         Ok(Self {
-            experiment: schema
-                .metadata()
-                .get("kernmlops.experiment")
-                .cloned()
-                .unwrap_or_default(),
-            rows: batches.iter().map(RecordBatch::num_rows).sum(),
+            experiment: t.metadata()["kernmlops.experiment"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            rows: t.rows(),
             columns,
         })
     }
@@ -148,23 +168,6 @@ impl Results {
     fn column(&self, name: &str) -> Option<&Column> {
         self.columns.iter().find(|c| c.name == name)
     }
-}
-
-fn cells_of(a: &dyn Array) -> Vec<Cell> {
-    let cell = |i: usize, f: &dyn Fn(usize) -> Cell| if a.is_null(i) { Cell::Null } else { f(i) };
-    (0..a.len())
-        .map(|i| match a.data_type() {
-            DataType::Int64 => cell(i, &|i| {
-                Cell::Num(a.as_primitive::<types::Int64Type>().value(i) as f64)
-            }),
-            DataType::Float64 => cell(i, &|i| {
-                Cell::Num(a.as_primitive::<types::Float64Type>().value(i))
-            }),
-            DataType::Boolean => cell(i, &|i| Cell::Text(a.as_boolean().value(i).to_string())),
-            DataType::Utf8 => cell(i, &|i| Cell::Text(a.as_string::<i32>().value(i).to_owned())),
-            _ => Cell::Null,
-        })
-        .collect()
 }
 
 /// The 0.975 quantile of Student's t with `df` degrees of freedom: exact

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kernmlops_plugin_sdk::{export_plugin, GraphImpl, Result, StartArgs};
+use kernmlops_plugin_sdk::{export_plugin, graph::GraphData, GraphImpl, Result, StartArgs};
 
 mod data;
 mod experiment;
@@ -24,8 +24,14 @@ export_plugin! {
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// A scatter of one u64 column of `table` over time, on a log y axis.
-fn scatter(dir: &Path, out: &Path, table: &str, column: &str, what: &str) -> Result<Vec<PathBuf>> {
-    let c = Collection::open(dir)?;
+fn scatter(
+    data: GraphData<'_>,
+    out: &Path,
+    table: &str,
+    column: &str,
+    what: &str,
+) -> Result<Vec<PathBuf>> {
+    let c = Collection::new(data)?;
     let t = c.table(table)?;
     let ts = t.u64s("ts_uptime_us")?;
     let ys = t.u64s(column)?;
@@ -65,9 +71,9 @@ impl GraphImpl for QuantaRuntime {
         Ok(Self)
     }
 
-    fn render(&mut self, dir: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
         scatter(
-            dir,
+            data,
             out,
             "quanta_runtime",
             "quanta_run_length_us",
@@ -89,9 +95,9 @@ impl GraphImpl for QuantaQueued {
         Ok(Self)
     }
 
-    fn render(&mut self, dir: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
         scatter(
-            dir,
+            data,
             out,
             "quanta_queued_time",
             "quanta_queued_time_us",
@@ -113,8 +119,8 @@ impl GraphImpl for MemoryUsage {
         Ok(Self)
     }
 
-    fn render(&mut self, dir: &Path, out: &Path) -> Result<Vec<PathBuf>> {
-        let c = Collection::open(dir)?;
+    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
+        let c = Collection::new(data)?;
         let t = c.table("memory_usage")?;
         let ts = t.u64s("ts_uptime_us")?;
         let mut series = Vec::new();
@@ -171,8 +177,8 @@ impl GraphImpl for BlockIo {
         Ok(Self)
     }
 
-    fn render(&mut self, dir: &Path, out: &Path) -> Result<Vec<PathBuf>> {
-        let c = Collection::open(dir)?;
+    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
+        let c = Collection::new(data)?;
         let t = c.table("block_io")?;
         let ts = t.u64s("ts_uptime_us")?;
         let depth = t.u64s("queue_depth")?;
@@ -232,18 +238,19 @@ impl GraphImpl for PerfCounters {
     const NAME: &'static str = "perf_counters";
     const DESCRIPTION: &'static str =
         "Per perf counter table: per-CPU rate (events/ms, corrected for multiplexing) and cumulative count";
-    // Counter tables are named after the configured counters, so they are
-    // found at render time (tables with exactly the perf columns).
+    // Counter tables are named after the configured counters: the host
+    // gives every table with exactly the perf columns.
     const TABLES: &'static [&'static str] = &[];
+    const TABLES_WITH_COLUMNS: &'static [&'static str] = data::PERF_COLUMNS;
 
     fn new(_args: &StartArgs) -> Result<Self> {
         Ok(Self)
     }
 
-    fn render(&mut self, dir: &Path, out: &Path) -> Result<Vec<PathBuf>> {
-        let c = Collection::open(dir)?;
+    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
+        let c = Collection::new(data)?;
         let mut files = Vec::new();
-        for table in c.perf_tables()? {
+        for table in c.perf_tables() {
             let t = c.table(&table)?;
             let ts = t.u64s("ts_uptime_us")?;
             let cpu = t.u64s("cpu")?;

@@ -9,7 +9,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use kernmlops_plugin_sdk::{serde_json, GraphImpl, Result, StartArgs};
+use kernmlops_plugin_sdk::{graph::GraphData, serde_json, GraphImpl, Result, StartArgs};
 
 use crate::{
     data::Collection,
@@ -26,11 +26,8 @@ struct PowerFacts {
     bench: (Option<u64>, Option<u64>),
 }
 
-fn facts(dir: &Path) -> PowerFacts {
-    let m: serde_json::Value = std::fs::read_to_string(dir.join("manifest.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
+fn facts(c: &Collection) -> PowerFacts {
+    let m: serde_json::Value = c.manifest().unwrap_or_default();
     let mut modelled = HashMap::new();
     for s in m["power"]["sources"].as_array().into_iter().flatten() {
         let source = s["name"].as_str().unwrap_or("");
@@ -80,9 +77,9 @@ impl GraphImpl for Power {
         Ok(Self)
     }
 
-    fn render(&mut self, dir: &Path, out: &Path) -> Result<Vec<PathBuf>> {
-        let c = Collection::open(dir)?;
-        let f = facts(dir);
+    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
+        let c = Collection::new(data)?;
+        let f = facts(&c);
         let t = c.table("energy")?;
         let start = t.u64s("slot_start_us")?;
         let end = t.u64s("ts_uptime_us")?;
@@ -208,9 +205,9 @@ impl GraphImpl for EnergyByProcess {
         Ok(Self)
     }
 
-    fn render(&mut self, dir: &Path, out: &Path) -> Result<Vec<PathBuf>> {
-        let c = Collection::open(dir)?;
-        let f = facts(dir);
+    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
+        let c = Collection::new(data)?;
+        let f = facts(&c);
         let t = c.table("energy_attribution")?;
         let scope = t.strings("scope")?;
         let source = t.strings("source")?;
