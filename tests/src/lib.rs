@@ -352,8 +352,12 @@ fn table_of(batches: &[RecordBatch]) -> kernmlops::collection::Table {
     }
 }
 
-/// Values of an unsigned integer column across batches, as u64.
+/// Values of an unsigned integer column across batches, as u64 (none for
+/// a table without batches: no rows, and so no schema to check).
 pub fn column_u64(batches: &[RecordBatch], name: &str) -> Vec<u64> {
+    if batches.is_empty() {
+        return Vec::new();
+    }
     table_of(batches)
         .u64s(name)
         .unwrap_or_else(|e| panic!("{e}"))
@@ -361,6 +365,9 @@ pub fn column_u64(batches: &[RecordBatch], name: &str) -> Vec<u64> {
 
 /// Values of a text column across batches (nulls as None).
 pub fn column_str(batches: &[RecordBatch], name: &str) -> Vec<Option<String>> {
+    if batches.is_empty() {
+        return Vec::new();
+    }
     table_of(batches)
         .strings(name)
         .unwrap_or_else(|e| panic!("{e}"))
@@ -370,4 +377,93 @@ pub fn column_str(batches: &[RecordBatch], name: &str) -> Vec<Option<String>> {
 pub fn manifest(dir: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(dir.join("manifest.json")).expect("reading manifest.json");
     serde_json::from_str(&text).expect("manifest.json is JSON")
+}
+
+/// A child process killed when the test ends, pass or fail.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl KillOnDrop {
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A cgroup v2 folder of the test's own (`<name>-<pid>` under the mount),
+/// removed on drop with its sub-folders, their processes killed first, so
+/// a failing test leaves nothing running.
+pub struct TestCgroup {
+    pub dir: PathBuf,
+    /// Its path as `/proc/<pid>/cgroup` shows it.
+    pub path: String,
+}
+
+impl TestCgroup {
+    /// `None` without cgroup v2 or when the folder cannot be made.
+    pub fn create(name: &str) -> Option<Self> {
+        let mount = cgroup2_mount()?;
+        let leaf = format!("{name}-{}", std::process::id());
+        let dir = mount.join(&leaf);
+        std::fs::create_dir(&dir).ok()?;
+        Some(Self {
+            dir,
+            path: format!("/{leaf}"),
+        })
+    }
+
+    /// A sub-folder, made now.
+    pub fn child(&self, name: &str) -> PathBuf {
+        let dir = self.dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        dir
+    }
+
+    /// Processes directly in the cgroup.
+    pub fn procs(&self) -> Vec<i32> {
+        procs_of(&self.dir)
+    }
+}
+
+fn procs_of(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect()
+}
+
+/// `dir` and every cgroup below it, deepest first.
+fn cgroup_tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.extend(cgroup_tree(&e.path()));
+            }
+        }
+    }
+    out.push(dir.to_owned());
+    out
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        for dir in cgroup_tree(&self.dir) {
+            for pid in procs_of(&dir) {
+                // SAFETY: killing processes this test put in its own cgroup.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while !procs_of(&dir).is_empty() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+    }
 }

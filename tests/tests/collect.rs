@@ -503,16 +503,6 @@ fn root_startup_is_recorded_per_probe() {
     eprintln!("process start to attached: {to_attach:?}");
 }
 
-/// A child process killed when the test ends, pass or fail.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// With a busy machine, `--tgid` and `--cgroup` keep only the chosen
 /// process's rows, filtered in the kernel.
 #[test]

@@ -614,3 +614,98 @@ fn root_experiment_adaptive_repeats_until_the_interval_is_tight() {
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&plugins);
 }
+
+/// An experiment with power sources: each run records energy, and the
+/// results carry it per zone, labelled modelled, equal to each run's
+/// manifest; two busy workers use more modelled energy than one.
+#[test]
+fn root_experiment_with_power_puts_each_runs_energy_in_the_results() {
+    let test = "root_experiment_with_power_puts_each_runs_energy_in_the_results";
+    if !require_root(test) || !require_tool(test, "stress-ng") || !require_tool(test, "python3") {
+        return;
+    }
+    let plugins = plugin_dir(
+        "experiment-power",
+        &[
+            ("workloads", "workloads"),
+            ("estimate", "estimate"),
+            ("cpu_time", "cpu_time"),
+        ],
+    );
+    let work = temp_dir("experiment-power");
+    let file = work.join("power.toml");
+    std::fs::write(
+        &file,
+        "name = \"power\"\nbenchmark = \"stress_ng\"\nprobes = []\npower = [\"estimate\"]\n\
+         repeats = 1\n[config.benchmarks.stress_ng]\nstressor = \"cpu\"\ntimeout = \"2s\"\n\
+         drop_page_cache = false\n[variables.workers]\nkey = \"benchmarks.stress_ng.workers\"\n\
+         values = [1, 2]\n",
+    )
+    .expect("writing experiment");
+    let dir = work.join("exp");
+    let out = {
+        let _serial = serial();
+        experiment(
+            &plugins,
+            &["run", s(&file), "--dir", s(&dir), "--no-graphs"],
+        )
+    };
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let (dtypes, rows) = read_results(&dir);
+    let col = "energy_estimate_cpu_j";
+    assert_eq!(
+        dtypes.get(col).map(String::as_str),
+        Some("Float64"),
+        "{dtypes:?}"
+    );
+    assert_eq!(rows.len(), 2);
+    let mut by_workers = BTreeMap::new();
+    for row in &rows {
+        let j = row[col]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no energy: {row}"));
+        let id = row["run_id"].as_str().expect("run_id");
+        let manifest = read_json(&dir.join("runs").join(id).join("manifest.json"));
+        let zone = &manifest["power"]["sources"][0]["zones"][0];
+        assert_eq!(zone["kind"], "modelled", "{manifest}");
+        let uj = zone["energy_uj"].as_u64().expect("zone energy");
+        assert!(close(j, uj as f64 / 1e6), "{j} J vs {uj} µJ");
+        by_workers.insert(row["workers"].as_i64().expect("workers"), j);
+    }
+    assert!(by_workers[&2] > by_workers[&1], "{by_workers:?}");
+    // The column says what it is.
+    let meta = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sys, pyarrow.parquet as pq\n\
+             f = pq.read_schema(sys.argv[1]).field('energy_estimate_cpu_j')\n\
+             print(f.metadata[b'kernmlops.kind'].decode(), f.metadata[b'unit'].decode())",
+        )
+        .arg(dir.join("results.parquet"))
+        .output()
+        .expect("python3");
+    assert_eq!(
+        text(&meta.stdout).trim(),
+        "modelled J",
+        "{}",
+        text(&meta.stderr)
+    );
+    // A source that is not installed is one error line naming the key.
+    let bad = work.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "name = \"x\"\nbenchmark = \"stress_ng\"\nprobes = []\npower = [\"rapl\"]\n",
+    )
+    .expect("write");
+    let out = experiment(&plugins, &["run", s(&bad), "--dry-run"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("bad.toml: power: no power source named rapl"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&plugins);
+}

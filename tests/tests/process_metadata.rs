@@ -36,32 +36,6 @@ fn column_bool(batches: &[RecordBatch], name: &str) -> Vec<bool> {
         .collect()
 }
 
-/// A cgroup v2 folder for the test's children, removed on drop.
-struct TestCgroup {
-    dir: PathBuf,
-    /// Its path as `/proc/<pid>/cgroup` shows it.
-    path: String,
-}
-
-impl TestCgroup {
-    fn create(name: &str) -> Option<Self> {
-        let mount = cgroup2_mount()?;
-        let dir = mount.join(name);
-        let _ = std::fs::remove_dir(&dir);
-        std::fs::create_dir(&dir).ok()?;
-        Some(Self {
-            dir,
-            path: format!("/{name}"),
-        })
-    }
-}
-
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
 /// What the test knows about one process it started.
 struct Spawned {
     name: String,
@@ -174,7 +148,7 @@ fn root_process_metadata_describes_existing_and_new_processes() {
     let plugins = plugin_dir("procmeta", &[("process_metadata", "process_metadata")]);
     let output = temp_dir("procmeta-out");
     let bin_dir = temp_dir("procmeta-bins");
-    let cgroup = TestCgroup::create(&format!("kml-e2e-procmeta-{}", std::process::id()));
+    let cgroup = TestCgroup::create("kml-e2e-procmeta");
     if let Some(cg) = &cgroup {
         eprintln!("children run in cgroup {}", cg.path);
     }

@@ -89,34 +89,6 @@ fn root_the_collector_is_not_in_its_data_unless_asked() {
     std::fs::remove_dir_all(&out).ok();
 }
 
-/// A cgroup folder made for a test, removed (with its children) at the end.
-struct TestCgroup(PathBuf);
-
-impl TestCgroup {
-    fn create(name: &str) -> Option<Self> {
-        let root = cgroup2_mount()?;
-        let dir = root.join(format!("{name}-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("child")).ok()?;
-        Some(Self(dir))
-    }
-}
-
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        for dir in [self.0.join("child"), self.0.clone()] {
-            // Move anything left back to the root cgroup first.
-            if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-                if let Some(root) = cgroup2_mount() {
-                    for pid in procs.lines() {
-                        let _ = std::fs::write(root.join("cgroup.procs"), pid);
-                    }
-                }
-            }
-            let _ = std::fs::remove_dir(&dir);
-        }
-    }
-}
-
 #[test]
 fn root_cgroup_filter_follows_descendants_unless_exact() {
     if !require_root("root_cgroup_filter_follows_descendants_unless_exact") {
@@ -129,13 +101,18 @@ fn root_cgroup_filter_follows_descendants_unless_exact() {
         return;
     };
     // A busy shell in the child cgroup: it runs and switches all the time.
-    let mut worker = Command::new("sh")
-        .args(["-c", "while :; do :; done"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("starting a worker");
-    std::fs::write(cg.0.join("child/cgroup.procs"), worker.id().to_string())
-        .expect("moving the worker into the child cgroup");
+    let worker = KillOnDrop(
+        Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("starting a worker"),
+    );
+    std::fs::write(
+        cg.child("child").join("cgroup.procs"),
+        worker.id().to_string(),
+    )
+    .expect("moving the worker into the child cgroup");
     let mut rows = Vec::new();
     for exact in [false, true] {
         let out = temp_dir(&format!("nested-{exact}"));
@@ -145,7 +122,7 @@ fn root_cgroup_filter_follows_descendants_unless_exact() {
             "--output",
             out.to_str().expect("utf8"),
             "--cgroup",
-            cg.0.to_str().expect("utf8"),
+            cg.dir.to_str().expect("utf8"),
             "--duration",
             "1s",
         ];
@@ -168,8 +145,7 @@ fn root_cgroup_filter_follows_descendants_unless_exact() {
         rows.push(worker_rows);
         std::fs::remove_dir_all(&out).ok();
     }
-    let _ = worker.kill();
-    let _ = worker.wait();
+    drop(worker);
     assert!(
         rows[0] > 0,
         "the parent's filter sees the child cgroup's task"

@@ -69,37 +69,6 @@ fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
-/// A cgroup of the test's own, removed (its processes killed) on drop.
-struct TestCgroup(PathBuf);
-
-impl TestCgroup {
-    fn new(name: &str) -> Self {
-        let mount = cgroup2_mount().expect("cgroup v2 is mounted");
-        let dir = mount.join(format!("kml-e2e-{name}-{}", std::process::id()));
-        std::fs::create_dir(&dir).expect("creating a test cgroup");
-        Self(dir)
-    }
-
-    fn procs(&self) -> Vec<i32> {
-        std::fs::read_to_string(self.0.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.parse().ok())
-            .collect()
-    }
-}
-
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        for pid in self.procs() {
-            // SAFETY: killing the processes this test put in its cgroup.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        wait_for(Duration::from_secs(5), || self.procs().is_empty());
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 /// A tmpfs of `size` mounted on a fresh folder, unmounted on drop.
 struct Tmpfs(PathBuf);
 
@@ -207,21 +176,21 @@ fn root_a_quiet_table_has_its_rows_on_disk_when_killed() {
     let _serial = serial();
     let plugins = plugin_dir("quiet", &[("process_trace", "process_trace")]);
     let output = temp_dir("quiet-out");
-    let cg = TestCgroup::new("quiet");
+    let cg = TestCgroup::create("kml-e2e-quiet").expect("cgroup v2 is mounted");
     let c = Collector::start(&[
         "--plugin-dir",
         s(&plugins),
         "--plugins",
         "process_trace",
         "--cgroup",
-        s(&cg.0),
+        s(&cg.dir),
         "--output",
         s(&output),
     ]);
     // Three programs in the cgroup, then nothing but a long sleep.
     let script = format!(
         "echo $$ > {}/cgroup.procs; /bin/true; /bin/true; /bin/true; exec sleep 60",
-        cg.0.display()
+        cg.dir.display()
     );
     let mut sh = Command::new("sh")
         .args(["-c", &script])

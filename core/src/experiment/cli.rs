@@ -496,13 +496,11 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
         let _ = std::fs::remove_file(&scratch);
         return Err(invalid(&spec, "probes", m));
     }
-    if spec.power.is_some() && !run_accepts("--power")? {
-        let _ = std::fs::remove_file(&scratch);
-        return Err(invalid(
-            &spec,
-            "power",
-            "this kernmlops's `run` has no --power option yet: remove the key".into(),
-        ));
+    if let Some(power) = &spec.power {
+        if let Err(e) = crate::power::check_selection(&registry, power) {
+            let _ = std::fs::remove_file(&scratch);
+            return Err(invalid(&spec, "power", e.to_string()));
+        }
     }
     let identity = Identity {
         benchmark: spec.benchmark.clone(),
@@ -648,21 +646,6 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
         }
     );
     drive(&dir, record, &plugin_dir, &args.common, env)
-}
-
-/// Whether `kernmlops run` (this binary) has the option `flag`.
-fn run_accepts(flag: &str) -> Result<bool> {
-    let exe = std::env::current_exe().map_err(ExperimentError::io("/proc/self/exe"))?;
-    let out = std::process::Command::new(&exe)
-        .args(["run", "--help"])
-        .output()
-        .map_err(|source| ExperimentError::Launch {
-            program: exe.display().to_string(),
-            source,
-        })?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .any(|w| w.trim_end_matches(',') == flag))
 }
 
 fn order_name(o: Order) -> &'static str {

@@ -10,9 +10,11 @@
 //! ran it, `exit_code`, `duration_s`: the collection's, `wall_time_s`:
 //! the benchmark's, `overall_score`); every `@result` figure as
 //! `result_<key>` and `@parameters` entry as `param_<key>`; the 16
-//! `ru_*` rusage figures; `rows_<table>` and `lost_<table>` per table; and
-//! `error`. Each field's metadata has `kernmlops.role` (variable, run,
-//! result, parameter, rusage, table); variables also carry
+//! `ru_*` rusage figures; `rows_<table>` and `lost_<table>` per table;
+//! `energy_<source>_<zone>_j` per power zone when runs recorded power
+//! (metadata: `kernmlops.kind` measured or modelled, `kernmlops.scope`,
+//! `unit`); and `error`. Each field's metadata has `kernmlops.role`
+//! (variable, run, result, parameter, rusage, table, energy); variables also carry
 //! `kernmlops.key` and `kernmlops.levels` (their values in declared order).
 
 use std::{collections::HashMap, fs::File, sync::Arc};
@@ -59,6 +61,7 @@ pub enum Role {
     Parameter,
     Rusage,
     Table,
+    Energy,
 }
 
 impl Role {
@@ -70,6 +73,7 @@ impl Role {
             Self::Parameter => "parameter",
             Self::Rusage => "rusage",
             Self::Table => "table",
+            Self::Energy => "energy",
         }
     }
 }
@@ -91,6 +95,20 @@ pub struct Results {
     pub benchmark: String,
     pub rows: usize,
     pub columns: Vec<Column>,
+}
+
+/// A name as a column name part: lower case, anything but letters and
+/// digits as `_`.
+fn snake(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 fn read_json(path: &std::path::Path) -> Option<Json> {
@@ -292,6 +310,43 @@ impl Results {
                 run_col(&|_, m, _| m["tables"][t]["lost_events"].clone()),
             );
         }
+        // Energy per power zone (`--power`): joules, the zone's kind
+        // (measured or modelled) and scope in the field's metadata.
+        let mut zones: Vec<(String, String, String, String)> = Vec::new();
+        for (_, m, _) in &rows {
+            for src in m["power"]["sources"].as_array().into_iter().flatten() {
+                let source = src["name"].as_str().unwrap_or_default();
+                for z in src["zones"].as_array().into_iter().flatten() {
+                    let zone = z["name"].as_str().unwrap_or_default();
+                    if !zones.iter().any(|(s, n, _, _)| s == source && n == zone) {
+                        zones.push((
+                            source.to_owned(),
+                            zone.to_owned(),
+                            z["kind"].as_str().unwrap_or_default().to_owned(),
+                            z["scope"].as_str().unwrap_or_default().to_owned(),
+                        ));
+                    }
+                }
+            }
+        }
+        for (source, zone, _, _) in &zones {
+            push(
+                format!("energy_{}_{}_j", snake(source), snake(zone)),
+                Role::Energy,
+                Some(ColumnType::Float),
+                run_col(&|_, m, _| {
+                    m["power"]["sources"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|s| s["name"] == source.as_str())
+                        .flat_map(|s| s["zones"].as_array().into_iter().flatten())
+                        .find(|z| z["name"] == zone.as_str())
+                        .and_then(|z| z["energy_uj"].as_u64())
+                        .map_or(Json::Null, |uj| Json::from(uj as f64 / 1e6))
+                }),
+            );
+        }
         push(
             "error".into(),
             Role::Run,
@@ -307,7 +362,18 @@ impl Results {
                 i["error"].clone()
             }),
         );
+        let mut energy = zones.iter();
         for c in &mut columns {
+            if c.role == Role::Energy {
+                // Pushed in `zones` order.
+                if let Some((source, zone, kind, scope)) = energy.next() {
+                    c.metadata.insert("kernmlops.source".into(), source.clone());
+                    c.metadata.insert("kernmlops.zone".into(), zone.clone());
+                    c.metadata.insert("kernmlops.kind".into(), kind.clone());
+                    c.metadata.insert("kernmlops.scope".into(), scope.clone());
+                    c.metadata.insert("unit".into(), "J".into());
+                }
+            }
             if c.role == Role::Variable {
                 if let Some(v) = record.variables.iter().find(|v| v.name == c.name) {
                     c.metadata.insert("kernmlops.key".into(), v.key.clone());
@@ -455,7 +521,7 @@ pub struct ComboSummary {
 }
 
 /// The numeric figures summarised: every numeric `@result` figure, then
-/// `overall_score` and the benchmark's wall time.
+/// `overall_score`, the benchmark's wall time and each power zone's energy.
 pub fn figure_columns(results: &Results) -> Vec<&Column> {
     let numeric = |c: &&Column| matches!(c.kind, ColumnType::Int | ColumnType::Float);
     let mut out: Vec<&Column> = results
@@ -470,6 +536,7 @@ pub fn figure_columns(results: &Results) -> Vec<&Column> {
             .filter_map(|n| results.column(n))
             .filter(|c| c.values.iter().any(|v| !v.is_null())),
     );
+    out.extend(results.columns.iter().filter(|c| c.role == Role::Energy));
     out
 }
 

@@ -199,7 +199,8 @@ pub struct Spec {
     /// Probes to run; `None`: the configuration's `collect.plugins`; empty:
     /// a baseline (the benchmark without probes).
     pub probes: Option<Vec<String>>,
-    /// Power sources, passed to `kernmlops run --power` (reserved).
+    /// Power sources, passed to `kernmlops run --power` (checked against the
+    /// installed sources when the plan is made).
     pub power: Option<Vec<String>>,
     /// The base configuration (`[config]`), as a `--config` file would hold.
     pub config: toml::Table,

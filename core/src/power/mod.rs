@@ -101,6 +101,42 @@ fn format_us(us: u64) -> String {
     kernmlops_sys::duration::format_duration(std::time::Duration::from_micros(us))
 }
 
+/// A named source must be installed and not refused.
+fn check_installed(installed: &PowerSources<'_>, name: &str) -> Result<(), PowerError> {
+    if installed.find(name).is_some() {
+        return Ok(());
+    }
+    Err(PowerError::Selection(match installed.refused(name) {
+        Some(r) => format!(
+            "power source {name} (plugin {}) is refused: {}",
+            r.plugin, r.reason
+        ),
+        None => format!(
+            "no power source named {name}; installed: {} (see `kernmlops power-list`)",
+            if installed.sources.is_empty() {
+                "none".to_owned()
+            } else {
+                installed.names().join(", ")
+            }
+        ),
+    }))
+}
+
+/// Checks a source list as `--power` takes it against the installed
+/// sources, without starting any: for plans made before the runs.
+pub fn check_selection(registry: &Registry, list: &[String]) -> Result<(), PowerError> {
+    let Selection::Sources(choices) = Selection::parse(list).map_err(PowerError::Selection)? else {
+        return Ok(());
+    };
+    let installed = PowerSources::of(registry);
+    for choice in &choices {
+        if let Choice::Named(name) = choice {
+            check_installed(&installed, name)?;
+        }
+    }
+    Ok(())
+}
+
 /// Starts the sources `opts` selects, in order of preference, and checks
 /// their zones and update intervals. `None` when power is off. A source
 /// that cannot start is left out (a warning when it was named); none
@@ -116,22 +152,7 @@ pub fn prepare(registry: &Registry, opts: &PowerOptions) -> Result<Option<Prepar
     for (pos, choice) in choices.iter().enumerate() {
         match choice {
             Choice::Named(name) => {
-                if installed.find(name).is_none() {
-                    return Err(PowerError::Selection(match installed.refused(name) {
-                        Some(r) => format!(
-                            "power source {name} (plugin {}) is refused: {}",
-                            r.plugin, r.reason
-                        ),
-                        None => format!(
-                            "no power source named {name}; installed: {} (see `kernmlops power-list`)",
-                            if installed.sources.is_empty() {
-                                "none".to_owned()
-                            } else {
-                                installed.names().join(", ")
-                            }
-                        ),
-                    }));
-                }
+                check_installed(&installed, name)?;
                 order.retain(|(n, explicit, _)| *explicit || n != name);
                 if !order.iter().any(|(n, _, _)| n == name) {
                     order.push((name.clone(), true, pos));
