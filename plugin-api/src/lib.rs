@@ -293,8 +293,10 @@ impl PowerScope {
     pub const DEVICE: Self = Self(6);
 }
 
-/// A power or energy source (RAPL, hwmon, a vendor's interface). It fills
-/// tables like a probe does and also states its scope and update interval.
+/// A power or energy source (RAPL, hwmon, a vendor's interface): its name,
+/// scope and update interval. Its zones and readings come from the
+/// started `PowerSource`; the host writes the `energy` and
+/// `energy_attribution` tables from them, so a source declares no tables.
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, PartialEq)]
 pub struct PowerSourceDecl {
@@ -303,7 +305,6 @@ pub struct PowerSourceDecl {
     pub scope: PowerScope,
     /// How often the underlying counter updates, in microseconds.
     pub update_interval_us: u64,
-    pub tables: RVec<TableDecl>,
 }
 
 /// Static facts about a plugin.
@@ -758,7 +759,6 @@ mod power_tests {
             description: "".into(),
             scope,
             update_interval_us: us,
-            tables: RVec::new(),
         };
         assert_eq!(
             validate_power_source(&decl("rapl", PowerScope::PACKAGE, 1000)),

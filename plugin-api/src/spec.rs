@@ -11,7 +11,15 @@ use crate::{
 };
 
 /// Tables the host writes itself; plugins may not declare them.
-pub const RESERVED_TABLES: &[&str] = &["system_info", "manifest"];
+pub const RESERVED_TABLES: &[&str] = &[
+    "system_info",
+    "manifest",
+    "performance_indicator",
+    "collector_overhead",
+    "energy",
+    "energy_attribution",
+    "results",
+];
 
 /// Largest record a table may declare, in bytes.
 pub const MAX_RECORD_SIZE: u32 = 64 * 1024;
@@ -313,6 +321,19 @@ mod tests {
     #[test]
     fn accepts_a_valid_table() {
         assert_eq!(validate_table(&good()), Ok(()));
+    }
+
+    #[test]
+    fn refuses_every_table_the_host_writes() {
+        for name in RESERVED_TABLES {
+            let mut t = good();
+            t.name = (*name).into();
+            assert_eq!(
+                validate_table(&t),
+                Err(ValidationError::ReservedTable((*name).to_owned())),
+                "{name}"
+            );
+        }
     }
 
     /// Each case: what it breaks, how, and the error variant expected.

@@ -369,7 +369,6 @@ pub fn power_source_decl<S: crate::power::PowerSourceImpl>() -> kernmlops_plugin
         description: S::DESCRIPTION.into(),
         scope: S::SCOPE,
         update_interval_us: u64::try_from(S::UPDATE_INTERVAL.as_micros()).unwrap_or(u64::MAX),
-        tables: RVec::new(),
     }
 }
 
