@@ -289,7 +289,26 @@ fn trust_policy() -> &'static Policy {
     TRUST.get_or_init(Policy::default)
 }
 
+/// Commands that only print: a reader that stops early (`| head`) ends them
+/// quietly, as it ends `ls`. The others keep SIGPIPE ignored: a run must
+/// close its files whatever happens to its terminal.
+fn report_only(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Plugins
+            | Command::Check { .. }
+            | Command::Config { .. }
+            | Command::PerfList { .. }
+            | Command::PowerList { .. }
+            | Command::Dump { .. }
+    )
+}
+
 fn dispatch(cli: Cli) -> Result<ExitCode> {
+    if report_only(&cli.command) {
+        // SAFETY: restoring a signal's default action has no preconditions.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let _ = TRUST.set(Policy::for_this_process(cli.allow_insecure_plugins));
     // A run that died left its machine changes recorded: undo them first.
     // SAFETY: geteuid has no preconditions.

@@ -257,7 +257,9 @@ impl IpcSink {
         self.pending_rows += records;
         self.bytes_in += data.len() as u64;
         self.oldest_pending.get_or_insert_with(Instant::now);
-        if self.pending_rows >= self.policy.rows {
+        // A full record batch goes out at once: holding more only grows
+        // the buffer (and the collector's RSS) without changing the file.
+        if self.pending_rows >= self.policy.rows || self.pending_rows >= BATCH_ROWS as u64 {
             self.flush()?;
         }
         self.flush_if_due()

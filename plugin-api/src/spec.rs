@@ -150,14 +150,20 @@ impl std::error::Error for ValidationError {}
 /// from `kernmlops_sys::names`).
 pub use kernmlops_sys::names::is_snake_case;
 
-/// Checks one table declaration against every rule.
+/// Checks one table declaration of a plugin against every rule.
 pub fn validate_table(t: &TableDecl) -> Result<(), ValidationError> {
+    if RESERVED_TABLES.contains(&t.name.as_str()) {
+        return Err(ValidationError::ReservedTable(t.name.to_string()));
+    }
+    validate_host_table(t)
+}
+
+/// Checks a table the host declares itself (one of [`RESERVED_TABLES`],
+/// such as `energy`): every rule but the reserved names.
+pub fn validate_host_table(t: &TableDecl) -> Result<(), ValidationError> {
     let table = t.name.to_string();
     if !is_snake_case(&table) {
         return Err(ValidationError::TableName(table));
-    }
-    if RESERVED_TABLES.contains(&table.as_str()) {
-        return Err(ValidationError::ReservedTable(table));
     }
     if t.record_size == 0 || t.record_size > MAX_RECORD_SIZE {
         return Err(ValidationError::RecordSize {

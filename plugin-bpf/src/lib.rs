@@ -245,10 +245,13 @@ impl Features {
 }
 
 /// Ring size for a table expected to take `rate` records per second of
-/// `record_size` bytes: room for half a second of records (five drain
-/// intervals), a power of two from 64 KiB to 16 MiB.
+/// `record_size` bytes: room for an eighth of a second of records, a power
+/// of two from 64 KiB to 16 MiB. The probe wakes the drain when its ring is
+/// a quarter full, so at the declared rate the drain has at least 90 ms to
+/// answer before anything is lost; a mapped ring counts twice its size in
+/// the collector's RSS (the kernel maps its pages twice).
 pub fn ring_bytes_for(rate: u64, record_size: usize) -> u64 {
-    let want = rate.saturating_mul(record_size as u64) / 2;
+    let want = rate.saturating_mul(record_size as u64) / 8;
     want.clamp(64 << 10, 16 << 20).next_power_of_two()
 }
 
@@ -398,8 +401,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rings_hold_half_a_second_within_bounds() {
-        assert_eq!(ring_bytes_for(400_000, 24), 8 << 20);
+    fn rings_hold_an_eighth_of_a_second_within_bounds() {
+        assert_eq!(ring_bytes_for(400_000, 24), 2 << 20);
         assert_eq!(ring_bytes_for(1, 24), 64 << 10);
         assert_eq!(ring_bytes_for(u64::MAX, 4096), 16 << 20);
     }

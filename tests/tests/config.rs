@@ -144,3 +144,44 @@ fn bad_settings_fail_with_key_path_and_file_before_collecting() {
         assert!(!output.exists(), "{body:?}: nothing may be collected");
     }
 }
+
+/// A reader that stops early (`kernmlops config defaults | head -1`) ends a
+/// command that only prints as it ends `ls`: no panic, no error line.
+#[test]
+fn printing_commands_end_quietly_when_the_reader_stops() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+
+    ensure_built();
+    let dir = plugins("cfg-closed-pipe");
+    for args in [
+        vec![
+            "--plugin-dir",
+            dir.to_str().expect("utf8"),
+            "config",
+            "defaults",
+        ],
+        vec!["perf-list"],
+    ] {
+        let mut child = Command::new(kernmlops_bin())
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn kernmlops");
+        // Close the reading end before the command prints anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let stderr = text(&out.stderr);
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("error"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "{args:?} ended with {:?}: {stderr}",
+            out.status
+        );
+    }
+}

@@ -289,7 +289,7 @@ mod tests {
     #[test]
     fn tables_meet_the_spec_and_rows_fill_them_exactly() {
         for t in [energy_table(), attribution_table()] {
-            kernmlops_plugin_api::spec::validate_table(&t)
+            kernmlops_plugin_api::spec::validate_host_table(&t)
                 .unwrap_or_else(|e| panic!("table {}: {e}", t.name));
         }
         let mut buf = Vec::new();

@@ -23,7 +23,9 @@ bpf_probe! {
     description: "Per-mm resident page counts (file, anon, swap, shmem) at every rss_stat change",
     hooks: custom,
     tables: [
-        mm_rss_stat(events, mm_rss_stat_event, rate = 100_000):
+        // One row per page fault of a program touching fresh memory: the
+        // rate a burst reaches, so the ring holds one.
+        mm_rss_stat(events, mm_rss_stat_event, rate = 400_000):
             "One row per change of an mm's rss counter, with all four counters of that mm" {
             ts_uptime_us [us]: "when the counter changed (CLOCK_BOOTTIME)",
             pid: "thread id of the task that changed it",
