@@ -167,9 +167,114 @@ pub fn cgroup_dir_by_id(id: u64) -> io::Result<PathBuf> {
     ))
 }
 
+/// Cgroup v2 ids (inode numbers of cgroup folders, what BPF sees) to paths
+/// relative to the mount ("/system.slice/x"), from walks of the hierarchy:
+/// one at creation, then one more only when unknown ids show up. Ids a walk
+/// did not find (cgroups already removed) are not searched again.
+#[derive(Debug, Default)]
+pub struct CgroupPaths {
+    mount: Option<PathBuf>,
+    paths: std::collections::HashMap<u64, String>,
+    missing: std::collections::HashSet<u64>,
+}
+
+impl CgroupPaths {
+    /// Maps the cgroup2 mount of this system (none: every path is empty).
+    pub fn new() -> Self {
+        Self::at(cgroup2_mount())
+    }
+
+    /// Maps the hierarchy mounted at `mount`.
+    pub fn at(mount: Option<PathBuf>) -> Self {
+        let mut c = Self {
+            mount,
+            ..Self::default()
+        };
+        c.walk();
+        c
+    }
+
+    fn walk(&mut self) {
+        let Some(mount) = self.mount.clone() else {
+            return;
+        };
+        let mut stack = vec![mount.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(meta) = fs::metadata(&dir) else {
+                continue;
+            };
+            let rel = dir.strip_prefix(&mount).unwrap_or(Path::new(""));
+            self.paths
+                .insert(meta.ino(), format!("/{}", rel.to_string_lossy()));
+            for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(entry.path());
+                }
+            }
+        }
+    }
+
+    /// Resolves the ids not seen before with one walk for all of them.
+    pub fn learn(&mut self, ids: impl IntoIterator<Item = u64>) {
+        let unknown: Vec<u64> = ids
+            .into_iter()
+            .filter(|id| *id != 0 && !self.paths.contains_key(id) && !self.missing.contains(id))
+            .collect();
+        if unknown.is_empty() {
+            return;
+        }
+        self.walk();
+        for id in unknown {
+            if !self.paths.contains_key(&id) {
+                self.missing.insert(id);
+            }
+        }
+    }
+
+    /// Where the mapped hierarchy is mounted; `None` when it is not.
+    pub fn mount(&self) -> Option<&Path> {
+        self.mount.as_deref()
+    }
+
+    /// The path of cgroup `id`, "" when unknown.
+    pub fn path(&self, id: u64) -> &str {
+        self.paths.get(&id).map_or("", String::as_str)
+    }
+
+    /// The id of the cgroup at `path` (relative to the mount), 0 if unknown.
+    pub fn id_of(&self, path: &str) -> u64 {
+        let Some(mount) = &self.mount else {
+            return 0;
+        };
+        fs::metadata(mount.join(path.trim_start_matches('/'))).map_or(0, |m| m.ino())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cgroup_paths_follow_the_tree_and_learn_new_folders() {
+        let root = std::env::temp_dir().join(format!("kml-cgpaths-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(root.join("a/b")).expect("tree");
+        let ino = |rel: &str| fs::metadata(root.join(rel)).expect("meta").ino();
+        let mut c = CgroupPaths::at(Some(root.clone()));
+        assert_eq!(c.path(ino("a/b")), "/a/b");
+        assert_eq!(c.path(ino("")), "/");
+        assert_eq!(c.id_of("/a/b"), ino("a/b"));
+        assert_eq!(c.id_of("/gone"), 0);
+        // A folder made later is found by the walk its id triggers.
+        fs::create_dir(root.join("a/c")).expect("later");
+        assert_eq!(c.path(ino("a/c")), "");
+        c.learn([ino("a/c"), 0, u64::MAX]);
+        assert_eq!(c.path(ino("a/c")), "/a/c");
+        assert_eq!(c.path(u64::MAX), "");
+        assert!(c.missing.contains(&u64::MAX) && !c.missing.contains(&0));
+        fs::remove_dir_all(&root).expect("clean up");
+        assert_eq!(CgroupPaths::at(None).path(1), "");
+    }
 
     #[test]
     fn finds_the_mount_in_mountinfo_text() {

@@ -18,7 +18,7 @@
 use std::{
     collections::HashMap,
     os::fd::AsFd,
-    path::{Path, PathBuf},
+    path::Path,
     sync::{Arc, Condvar, Mutex},
     time::{Duration, Instant},
 };
@@ -171,9 +171,12 @@ pub struct CpuTime {
     next_due: Instant,
     last_us: u64,
     seen: HashMap<u32, Seen>,
-    cgroups: Cgroups,
+    cgroups: sys::cgroup::CgroupPaths,
     kicker: Kicker,
     notes: Vec<String>,
+    /// The last read, taken when the probe stopped (while its program still
+    /// counted), for the next drain; `Some` from then on.
+    last_read: Option<Batch>,
 }
 
 /// What one CPU's slot of `cpu_now` says.
@@ -347,9 +350,10 @@ impl ProbeImpl for CpuTime {
             next_due: Instant::now() + interval,
             last_us: started_us,
             seen: HashMap::new(),
-            cgroups: Cgroups::new(),
+            cgroups: sys::cgroup::CgroupPaths::new(),
             kicker,
             notes,
+            last_read: None,
         })
     }
 
@@ -362,6 +366,15 @@ impl ProbeImpl for CpuTime {
                 batches.len()
             )));
         };
+        if let Some(last) = &mut self.last_read {
+            // Stopped: the read taken at the stop goes out once, nothing
+            // after it (the detached program counts no more time).
+            batch.data.extend_from_slice(&last.data);
+            batch.records += last.records;
+            last.data.clear();
+            last.records = 0;
+            return Ok(());
+        }
         if !self.interval.is_zero() {
             let now = Instant::now();
             if now < self.next_due {
@@ -382,7 +395,13 @@ impl ProbeImpl for CpuTime {
     }
 
     fn stop(&mut self) -> Result<()> {
-        self.inner.stop()
+        // The last slot is read before the program is detached, so it ends
+        // at the stop with every CPU's time up to there.
+        let mut last = Batch::default();
+        let read = self.snapshot(&mut last);
+        self.last_read = Some(last);
+        self.inner.stop()?;
+        read
     }
 
     fn tables(&self) -> Vec<TableDecl> {
@@ -509,68 +528,6 @@ fn online_cpus() -> Vec<usize> {
             None => part.parse().into_iter().collect(),
         })
         .collect()
-}
-
-/// Cgroup v2 ids to paths (relative to the mount), from walks of the
-/// hierarchy made only when an unknown id shows up; ids not found are not
-/// searched again.
-struct Cgroups {
-    mount: Option<PathBuf>,
-    paths: HashMap<u64, String>,
-    missing: std::collections::HashSet<u64>,
-}
-
-impl Cgroups {
-    fn new() -> Self {
-        let mut c = Self {
-            mount: sys::cgroup::cgroup2_mount(),
-            paths: HashMap::new(),
-            missing: Default::default(),
-        };
-        c.walk();
-        c
-    }
-
-    fn walk(&mut self) {
-        use std::os::unix::fs::MetadataExt;
-        let Some(mount) = self.mount.clone() else {
-            return;
-        };
-        let mut stack = vec![mount.clone()];
-        while let Some(dir) = stack.pop() {
-            let Ok(meta) = std::fs::metadata(&dir) else {
-                continue;
-            };
-            let rel = dir.strip_prefix(&mount).unwrap_or(Path::new(""));
-            self.paths
-                .insert(meta.ino(), format!("/{}", rel.to_string_lossy()));
-            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(entry.path());
-                }
-            }
-        }
-    }
-
-    fn learn(&mut self, ids: impl IntoIterator<Item = u64>) {
-        let unknown: Vec<u64> = ids
-            .into_iter()
-            .filter(|id| *id != 0 && !self.paths.contains_key(id) && !self.missing.contains(id))
-            .collect();
-        if unknown.is_empty() {
-            return;
-        }
-        self.walk();
-        for id in unknown {
-            if !self.paths.contains_key(&id) {
-                self.missing.insert(id);
-            }
-        }
-    }
-
-    fn path(&self, id: u64) -> &str {
-        self.paths.get(&id).map_or("", String::as_str)
-    }
 }
 
 /// The comm of a row, as text.

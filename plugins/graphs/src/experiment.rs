@@ -9,20 +9,15 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    sync::OnceLock,
 };
 
 use kernmlops_plugin_sdk::{
     graph::{GraphData, TableView},
     serde_json, Error, GraphImpl, Result, StartArgs,
 };
-use plotters::{
-    coord::Shift,
-    prelude::*,
-    style::{register_font, FontStyle},
-};
+use plotters::{coord::Shift, prelude::*};
 
-use crate::plot::{number, FONT_PATH, SIZE};
+use crate::plot::{number, Drawable};
 
 /// The graph `kernmlops experiment` calls with the experiment folder.
 pub struct ExperimentResults;
@@ -313,42 +308,9 @@ pub fn figures(r: &Results) -> Vec<ResultFigure> {
     out
 }
 
-fn ensure_font() -> Result<()> {
-    static FONT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
-    FONT.get_or_init(|| {
-        let bytes = std::fs::read(FONT_PATH).map_err(|e| {
-            format!("reading {FONT_PATH}: {e} (install fonts-dejavu-core: apt-get install fonts-dejavu-core)")
-        })?;
-        // The font registry keeps a &'static slice; this happens once.
-        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-        register_font("sans-serif", FontStyle::Normal, bytes)
-            .map_err(|_| format!("{FONT_PATH} is not a usable TrueType font"))
-    })
-    .clone()
-    .map_err(Error::new)
-}
-
-impl ResultFigure {
-    /// Writes `<stem>.png` and `<stem>.svg` into `out_dir`.
-    pub fn render(&self, out_dir: &Path) -> Result<Vec<PathBuf>> {
-        ensure_font()?;
-        std::fs::create_dir_all(out_dir)
-            .map_err(|e| Error::new(format!("creating {}: {e}", out_dir.display())))?;
-        let png = out_dir.join(format!("{}.png", self.stem));
-        let svg = out_dir.join(format!("{}.svg", self.stem));
-        {
-            let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
-            self.draw(&root)
-                .and_then(|()| root.present().map_err(|e| Error::new(e.to_string())))
-                .map_err(|e| Error::new(format!("drawing {}: {e}", png.display())))?;
-        }
-        {
-            let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
-            self.draw(&root)
-                .and_then(|()| root.present().map_err(|e| Error::new(e.to_string())))
-                .map_err(|e| Error::new(format!("drawing {}: {e}", svg.display())))?;
-        }
-        Ok(vec![png, svg])
+impl Drawable for ResultFigure {
+    fn stem(&self) -> &str {
+        &self.stem
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
@@ -560,7 +522,7 @@ mod tests {
         let by_mode = &figs[1];
         assert_eq!(by_mode.categories, Some(vec!["b".into(), "a".into()]));
         let dir = std::env::temp_dir().join(format!("kml-graphs-exp-{}", std::process::id()));
-        if Path::new(FONT_PATH).is_file() {
+        if Path::new(crate::plot::FONT_PATH).is_file() {
             let files = by_mode.render(&dir).expect("render");
             assert_eq!(files.len(), 2);
             assert!(files.iter().all(|f| f.is_file()));

@@ -12,7 +12,7 @@ mod plot;
 pub mod power;
 
 use data::{group, Collection};
-use plot::{Axis, Figure, Kind, Series};
+use plot::{Axis, Drawable, Figure, Kind, Series};
 pub use plot::{FONT_PATH, MAX_POINTS, SIZE};
 
 export_plugin! {

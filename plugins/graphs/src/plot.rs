@@ -72,14 +72,22 @@ fn ensure_font() -> Result<()> {
     .map_err(Error::new)
 }
 
-impl Figure {
+/// A figure that draws itself on any plotters backend.
+pub(crate) trait Drawable {
+    /// File name without extension.
+    fn stem(&self) -> &str;
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static;
+
     /// Writes `<stem>.png` and `<stem>.svg` into `out_dir`.
-    pub fn render(&self, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    fn render(&self, out_dir: &Path) -> Result<Vec<PathBuf>> {
         ensure_font()?;
         std::fs::create_dir_all(out_dir)
             .map_err(|e| Error::new(format!("creating {}: {e}", out_dir.display())))?;
-        let png = out_dir.join(format!("{}.png", self.stem));
-        let svg = out_dir.join(format!("{}.svg", self.stem));
+        let png = out_dir.join(format!("{}.png", self.stem()));
+        let svg = out_dir.join(format!("{}.svg", self.stem()));
         {
             let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
             self.draw(&root)
@@ -93,6 +101,12 @@ impl Figure {
                 .map_err(|e| Error::new(format!("drawing {}: {e}", svg.display())))?;
         }
         Ok(vec![png, svg])
+    }
+}
+
+impl Drawable for Figure {
+    fn stem(&self) -> &str {
+        &self.stem
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>

@@ -13,7 +13,7 @@ use kernmlops_plugin_sdk::{graph::GraphData, serde_json, GraphImpl, Result, Star
 
 use crate::{
     data::Collection,
-    plot::{Axis, Figure, Kind, Series},
+    plot::{Axis, Drawable, Figure, Kind, Series},
 };
 
 /// Processes drawn one by one; the rest are summed.

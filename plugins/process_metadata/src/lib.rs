@@ -6,10 +6,9 @@
 //! space (cgroup id -> path, NULs between arguments -> spaces).
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     fs::File,
     io::Read,
-    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
 };
 
@@ -17,7 +16,8 @@ use kernmlops_plugin_bpf::{
     bpf_probe, export_plugin,
     sdk::{
         record::{c_chars, set_c_chars},
-        sys, BatchExt, NoSettings, StartArgs,
+        sys::{self, cgroup::CgroupPaths},
+        BatchExt, NoSettings, StartArgs,
     },
     Batch, BpfHooks, BpfProbe, LoadContext, Open, Records, Result,
 };
@@ -67,12 +67,12 @@ bpf_probe! {
 /// The probe's user-space state: the cgroup paths it has learnt.
 #[derive(Default)]
 pub struct ProcessMetadata {
-    cgroups: Option<Cgroups>,
+    cgroups: Option<CgroupPaths>,
 }
 
 impl ProcessMetadata {
-    fn cgroups(&mut self) -> &mut Cgroups {
-        self.cgroups.get_or_insert_with(Cgroups::new)
+    fn cgroups(&mut self) -> &mut CgroupPaths {
+        self.cgroups.get_or_insert_with(CgroupPaths::new)
     }
 }
 
@@ -82,7 +82,7 @@ impl BpfHooks for ProcessMetadata {
         _open: &mut Open<Self>,
         cx: &mut LoadContext<'_, NoSettings>,
     ) -> Result<()> {
-        if self.cgroups().mount.is_none() {
+        if self.cgroups().mount().is_none() {
             cx.note("no cgroup2 file system is mounted: cgroup paths of new tasks are empty");
         }
         Ok(())
@@ -106,11 +106,7 @@ impl BpfHooks for ProcessMetadata {
         cgroups.learn(records.read::<Event>().iter().map(|e| e.cgroup_id));
         records.update(|e: &mut Event| {
             join_args(&mut e.cmdline);
-            let path = cgroups
-                .paths
-                .get(&e.cgroup_id)
-                .map_or(&[][..], |p| p.as_bytes());
-            set_c_chars(&mut e.cgroup, path);
+            set_c_chars(&mut e.cgroup, cgroups.path(e.cgroup_id).as_bytes());
         });
         Ok(())
     }
@@ -130,77 +126,6 @@ fn join_args(cmdline: &mut [i8]) {
                 *b = b' ' as i8;
             }
         }
-    }
-}
-
-/// Cgroup v2 ids (inode numbers of cgroup folders) to paths, from walks of
-/// the cgroup2 mount, cached.
-struct Cgroups {
-    mount: Option<PathBuf>,
-    paths: HashMap<u64, String>,
-    /// Ids not found by the last walk (cgroups already removed): not worth
-    /// another walk.
-    missing: HashSet<u64>,
-}
-
-impl Cgroups {
-    fn new() -> Self {
-        let mut c = Self {
-            mount: sys::cgroup::cgroup2_mount(),
-            paths: HashMap::new(),
-            missing: HashSet::new(),
-        };
-        c.walk();
-        c
-    }
-
-    /// Maps every cgroup folder under the mount.
-    fn walk(&mut self) {
-        let Some(mount) = self.mount.clone() else {
-            return;
-        };
-        let mut stack = vec![mount.clone()];
-        while let Some(dir) = stack.pop() {
-            let Ok(meta) = std::fs::metadata(&dir) else {
-                continue;
-            };
-            let rel = dir.strip_prefix(&mount).unwrap_or(Path::new(""));
-            self.paths
-                .insert(meta.ino(), format!("/{}", rel.to_string_lossy()));
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(entry.path());
-                }
-            }
-        }
-    }
-
-    /// Resolves ids not seen before with one walk for all of them.
-    fn learn(&mut self, ids: impl IntoIterator<Item = u64>) {
-        let unknown: Vec<u64> = ids
-            .into_iter()
-            .filter(|id| !self.paths.contains_key(id) && !self.missing.contains(id))
-            .collect();
-        if unknown.is_empty() {
-            return;
-        }
-        self.walk();
-        for id in unknown {
-            if !self.paths.contains_key(&id) {
-                self.missing.insert(id);
-            }
-        }
-    }
-
-    /// The id of the cgroup at `path` (relative to the mount), 0 if unknown.
-    fn id_of(&self, path: &str) -> u64 {
-        let Some(mount) = &self.mount else {
-            return 0;
-        };
-        std::fs::metadata(mount.join(path.trim_start_matches('/'))).map_or(0, |m| m.ino())
     }
 }
 
@@ -261,7 +186,7 @@ fn numeric_entries(dir: &Path) -> Vec<u32> {
 
 /// Records for the tasks in `/proc` now that pass the filters. Tasks that
 /// end while they are read are left out.
-fn scan_proc(args: &StartArgs, cgroups: &Cgroups) -> Vec<Event> {
+fn scan_proc(args: &StartArgs, cgroups: &CgroupPaths) -> Vec<Event> {
     let hz = clock_ticks_per_second();
     let mut out = Vec::new();
     let mut ids: HashMap<String, u64> = HashMap::new();
@@ -412,7 +337,7 @@ mod tests {
             output_dir: "".into(),
             state_dir: "".into(),
         };
-        let rows = scan_proc(&args, &Cgroups::new());
+        let rows = scan_proc(&args, &CgroupPaths::new());
         assert!(!rows.is_empty(), "this process has at least one thread");
         let me = &rows[0];
         assert_eq!(me.tgid, std::process::id());
