@@ -116,8 +116,8 @@ fn add_column(stats: &mut ColumnStats, col: &ArrayRef) -> bool {
 pub enum DumpError {
     #[error(transparent)]
     Read(#[from] CollectionError),
-    #[error("{0}")]
-    Find(String),
+    #[error(transparent)]
+    Find(crate::export::ExportError),
     #[error("no collection under {}", .0.display())]
     NoCollection(PathBuf),
 }

@@ -28,6 +28,46 @@ use arrow_ipc::reader::FileReader;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::{arrow::ArrowWriter, basic::Compression, file::properties::WriterProperties};
 
+/// Why an export stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// Reading or writing a file or folder.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// An Arrow file that cannot be read, or a Parquet file that cannot be
+    /// written.
+    #[error("{}: {message}", path.display())]
+    Format { path: PathBuf, message: String },
+    /// A collection's manifest that cannot be read.
+    #[error("{}/manifest.json: {message}", dir.display())]
+    Manifest { dir: PathBuf, message: String },
+    /// A collection selector that matches no folder.
+    #[error("no collection {selector:?} under {} (a collection id or its prefix)", data.display())]
+    NoMatch { selector: String, data: PathBuf },
+    /// A table the Hive layout cannot hold.
+    #[error("table {table} has a column named {column}, a partition column of the Hive layout; export it with --layout classes")]
+    PartitionColumn { table: String, column: String },
+}
+
+impl ExportError {
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
+        move |source| Self::Io {
+            path: path.to_owned(),
+            source,
+        }
+    }
+
+    fn format<E: std::fmt::Display>(path: &Path) -> impl FnOnce(E) -> Self + '_ {
+        move |e| Self::Format {
+            path: path.to_owned(),
+            message: e.to_string(),
+        }
+    }
+}
+
 use crate::manifest::{Manifest, RunClass, Status};
 
 /// The run classes a collection is exported under.
@@ -108,8 +148,8 @@ pub enum Outcome {
 /// Collection folders under `data` (those holding a `manifest.json`),
 /// sorted by name; with `selectors`, only those whose folder name equals or
 /// starts with one of them. A selector matching nothing is an error.
-pub fn find_collections(data: &Path, selectors: &[String]) -> Result<Vec<PathBuf>, String> {
-    let entries = std::fs::read_dir(data).map_err(|e| format!("{}: {e}", data.display()))?;
+pub fn find_collections(data: &Path, selectors: &[String]) -> Result<Vec<PathBuf>, ExportError> {
+    let entries = std::fs::read_dir(data).map_err(ExportError::io(data))?;
     let mut all: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("manifest.json").is_file())
@@ -127,10 +167,10 @@ pub fn find_collections(data: &Path, selectors: &[String]) -> Result<Vec<PathBuf
     for sel in selectors {
         let hits: Vec<&PathBuf> = all.iter().filter(|p| name(p).starts_with(sel)).collect();
         if hits.is_empty() {
-            return Err(format!(
-                "no collection {sel:?} under {} (a collection id or its prefix)",
-                data.display()
-            ));
+            return Err(ExportError::NoMatch {
+                selector: sel.clone(),
+                data: data.to_owned(),
+            });
         }
         for h in hits {
             if !chosen.contains(h) {
@@ -143,14 +183,13 @@ pub fn find_collections(data: &Path, selectors: &[String]) -> Result<Vec<PathBuf
 }
 
 /// The class a collection is exported under, or why it is not exported.
-pub fn export_class(man: &Manifest) -> Result<&'static str, String> {
+pub fn export_class(man: &Manifest) -> Result<&'static str, &'static str> {
     match man.run_class {
         RunClass::Curated | RunClass::Baseline | RunClass::Failed => Ok(man.run_class.as_str()),
         // Crashed, then made readable by `kernmlops repair`.
         RunClass::Running if man.status == Status::Repaired => Ok("failed"),
         RunClass::Running => Err(
-            "still running or crashed; if it crashed, run `kernmlops repair <collection folder>` first"
-                .into(),
+            "still running or crashed; if it crashed, run `kernmlops repair <collection folder>` first",
         ),
     }
 }
@@ -165,8 +204,8 @@ pub fn benchmark_label(man: &Manifest) -> String {
 }
 
 /// The `<table>.arrow` files of a collection folder, by table name.
-pub fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+pub fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, ExportError> {
+    let entries = std::fs::read_dir(dir).map_err(ExportError::io(dir))?;
     let mut tables: Vec<(String, PathBuf)> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "arrow"))
@@ -178,14 +217,17 @@ pub fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
 
 /// Exports one collection folder under `to` in the classes layout,
 /// overwriting earlier exports.
-pub fn export_collection(dir: &Path, to: &Path) -> Result<Outcome, String> {
+pub fn export_collection(dir: &Path, to: &Path) -> Result<Outcome, ExportError> {
     export_collection_as(dir, to, Layout::Classes)
 }
 
 /// Exports one collection folder under `to` in `layout`, overwriting
 /// earlier exports of it (also under another run class).
-pub fn export_collection_as(dir: &Path, to: &Path, layout: Layout) -> Result<Outcome, String> {
-    let man = Manifest::read(dir).map_err(|e| format!("{}/manifest.json: {e}", dir.display()))?;
+pub fn export_collection_as(dir: &Path, to: &Path, layout: Layout) -> Result<Outcome, ExportError> {
+    let man = Manifest::read(dir).map_err(|e| ExportError::Manifest {
+        dir: dir.to_owned(),
+        message: e.to_string(),
+    })?;
     let collection_id = if man.collection_id.is_empty() {
         dir.file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -198,7 +240,7 @@ pub fn export_collection_as(dir: &Path, to: &Path, layout: Layout) -> Result<Out
         Err(reason) => {
             return Ok(Outcome::Skipped {
                 collection_id,
-                reason,
+                reason: reason.into(),
             });
         }
     };
@@ -222,7 +264,7 @@ pub fn export_collection_as(dir: &Path, to: &Path, layout: Layout) -> Result<Out
         for w in &files {
             let stale = layout.path(to, &w.table, other, &bench, &collection_id);
             if stale.is_file() {
-                std::fs::remove_file(&stale).map_err(|e| format!("{}: {e}", stale.display()))?;
+                std::fs::remove_file(&stale).map_err(ExportError::io(&stale))?;
             }
         }
     }
@@ -236,24 +278,24 @@ pub fn export_collection_as(dir: &Path, to: &Path, layout: Layout) -> Result<Out
 /// Copies an Arrow IPC file into a Snappy-compressed Parquet file with the
 /// same schema, written atomically (a reader sees the old or the new file).
 /// Returns the row count.
-pub fn arrow_to_parquet(src: &Path, dst: &Path) -> Result<u64, String> {
+pub fn arrow_to_parquet(src: &Path, dst: &Path) -> Result<u64, ExportError> {
     copy_to_parquet(src, dst, |schema| Ok((schema, None)))
 }
 
 /// [`arrow_to_parquet`] with every dictionary-encoded string column as a
 /// plain string column (field metadata kept), for the Hive layout; a
 /// column named like a partition column is refused.
-pub fn arrow_to_parquet_plain(src: &Path, dst: &Path, table: &str) -> Result<u64, String> {
+pub fn arrow_to_parquet_plain(src: &Path, dst: &Path, table: &str) -> Result<u64, ExportError> {
     copy_to_parquet(src, dst, |schema| {
         if let Some(f) = schema
             .fields()
             .iter()
             .find(|f| HIVE_PARTITIONS.contains(&f.name().as_str()))
         {
-            return Err(format!(
-                "table {table} has a column named {}, a partition column of the Hive layout; export it with --layout classes",
-                f.name()
-            ));
+            return Err(ExportError::PartitionColumn {
+                table: table.to_owned(),
+                column: f.name().clone(),
+            });
         }
         let plain = plain_schema(&schema);
         let changed = plain != schema;
@@ -262,7 +304,7 @@ pub fn arrow_to_parquet_plain(src: &Path, dst: &Path, table: &str) -> Result<u64
 }
 
 /// A batch transformation, given the schema it must produce.
-type BatchMap = fn(&RecordBatch, &SchemaRef) -> Result<RecordBatch, String>;
+type BatchMap = fn(&RecordBatch, &SchemaRef) -> Result<RecordBatch, arrow_schema::ArrowError>;
 
 /// `schema` with dictionary-of-string fields as plain `Utf8` fields.
 fn plain_schema(schema: &SchemaRef) -> SchemaRef {
@@ -280,7 +322,10 @@ fn plain_schema(schema: &SchemaRef) -> SchemaRef {
 }
 
 /// A batch with its dictionary-of-string columns decoded to plain strings.
-fn plain_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, String> {
+fn plain_batch(
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let columns: Vec<ArrayRef> = batch
         .columns()
         .iter()
@@ -296,7 +341,7 @@ fn plain_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, S
             _ => c.clone(),
         })
         .collect();
-    RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())
+    RecordBatch::try_new(schema.clone(), columns)
 }
 
 /// Copies `src` into `dst` (atomically) with the schema and batch
@@ -304,43 +349,38 @@ fn plain_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, S
 fn copy_to_parquet(
     src: &Path,
     dst: &Path,
-    prepare: impl FnOnce(SchemaRef) -> Result<(SchemaRef, Option<BatchMap>), String>,
-) -> Result<u64, String> {
-    let open = File::open(src).map_err(|e| format!("{}: {e}", src.display()))?;
-    let reader = FileReader::try_new(open, None).map_err(|e| {
-        format!(
-            "{}: {e} (if the run crashed, run `kernmlops repair` on its folder)",
-            src.display()
-        )
+    prepare: impl FnOnce(SchemaRef) -> Result<(SchemaRef, Option<BatchMap>), ExportError>,
+) -> Result<u64, ExportError> {
+    let open = File::open(src).map_err(ExportError::io(src))?;
+    let reader = FileReader::try_new(open, None).map_err(|e| ExportError::Format {
+        path: src.to_owned(),
+        message: format!("{e} (if the run crashed, run `kernmlops repair` on its folder)"),
     })?;
     let (schema, map) = prepare(reader.schema())?;
-    let parent = dst
-        .parent()
-        .ok_or_else(|| format!("{}: no parent folder", dst.display()))?;
-    std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let parent = dst.parent().ok_or_else(|| ExportError::Format {
+        path: dst.to_owned(),
+        message: "no parent folder".into(),
+    })?;
+    std::fs::create_dir_all(parent).map_err(ExportError::io(parent))?;
     let tmp = dst.with_extension("parquet.tmp");
-    let out = File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let out = File::create(&tmp).map_err(ExportError::io(&tmp))?;
     let props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .build();
     let mut writer = ArrowWriter::try_new(out, schema.clone(), Some(props))
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        .map_err(ExportError::format(&tmp))?;
     let mut rows = 0u64;
     for batch in reader {
-        let batch = batch.map_err(|e| format!("{}: {e}", src.display()))?;
+        let batch = batch.map_err(ExportError::format(src))?;
         let batch = match map {
-            Some(f) => f(&batch, &schema).map_err(|e| format!("{}: {e}", src.display()))?,
+            Some(f) => f(&batch, &schema).map_err(ExportError::format(src))?,
             None => batch,
         };
         rows += batch.num_rows() as u64;
-        writer
-            .write(&batch)
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        writer.write(&batch).map_err(ExportError::format(&tmp))?;
     }
-    writer
-        .close()
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, dst).map_err(|e| format!("{}: {e}", dst.display()))?;
+    writer.close().map_err(ExportError::format(&tmp))?;
+    std::fs::rename(&tmp, dst).map_err(ExportError::io(dst))?;
     Ok(rows)
 }
 
@@ -574,7 +614,9 @@ pub(crate) mod tests {
                 .expect("writer");
         w.write(&batch).expect("write");
         w.finish().expect("finish");
-        let err = export_collection_as(&odd, &to, Layout::Hive).expect_err("refused");
+        let err = export_collection_as(&odd, &to, Layout::Hive)
+            .expect_err("refused")
+            .to_string();
         assert!(err.contains("--layout classes"), "{err}");
         export_collection_as(&odd, &to, Layout::Classes).expect("classes layout");
         let _ = std::fs::remove_dir_all(&data);
@@ -590,7 +632,9 @@ pub(crate) mod tests {
         assert_eq!(find_collections(&data, &[]).expect("all").len(), 3);
         let aa = find_collections(&data, &["aa".into()]).expect("aa");
         assert_eq!(aa, vec![data.join("aa11"), data.join("aa22")]);
-        let err = find_collections(&data, &["zz".into()]).expect_err("none");
+        let err = find_collections(&data, &["zz".into()])
+            .expect_err("none")
+            .to_string();
         assert!(err.contains("zz"), "{err}");
     }
 }

@@ -195,7 +195,9 @@ pub fn render_one(
         .to_str()
         .ok_or_else(|| format!("{} is not a UTF-8 path", out_dir.display()))?;
     let args = start_args(graph, &RunOptions::default(), &Default::default());
-    let mut g = plugin.start_graph(graph, &args)?;
+    let mut g = plugin
+        .start_graph(graph, &args)
+        .map_err(|e| e.to_string())?;
     match g.render_input(input, out_text.into()) {
         RResult::ROk(files) => Ok(files
             .into_iter()

@@ -34,8 +34,8 @@ use abi_stable::{
     StableAbi,
 };
 use kernmlops_plugin_api::{
-    BenchmarkBox, BenchmarkDecl, GraphBox, GraphDecl, PluginError, PluginInfo, PluginMod_Ref,
-    PluginResult, ProbeBox, ProbeDecl, StartArgs,
+    BenchmarkBox, BenchmarkDecl, ErrorKind, GraphBox, GraphDecl, PluginError, PluginInfo,
+    PluginMod_Ref, PluginResult, ProbeBox, ProbeDecl, StartArgs,
 };
 use sha2::{Digest, Sha256};
 
@@ -358,33 +358,34 @@ impl Plugin {
     }
 
     /// Creates, loads and attaches one of this plugin's probes.
-    pub fn start_probe(&self, probe: &str, args: &StartArgs) -> Result<ProbeBox, String> {
-        match (self.module.new_probe())(probe.into(), args) {
-            RResult::ROk(p) => Ok(p),
-            RResult::RErr(e) => Err(e.to_string()),
-        }
+    pub fn start_probe(&self, probe: &str, args: &StartArgs) -> Result<ProbeBox, PluginError> {
+        (self.module.new_probe())(probe.into(), args).into_result()
     }
 
     /// Creates one of this plugin's graphs.
-    pub fn start_graph(&self, name: &str, args: &StartArgs) -> Result<GraphBox, String> {
+    pub fn start_graph(&self, name: &str, args: &StartArgs) -> Result<GraphBox, PluginError> {
         let Some(new) = self.module.new_graph() else {
-            return Err(format!("plugin {} offers no graphs", self.name()));
+            return Err(PluginError::new(
+                ErrorKind::NOT_FOUND,
+                format!("plugin {} offers no graphs", self.name()),
+            ));
         };
-        match new(name.into(), args) {
-            RResult::ROk(g) => Ok(g),
-            RResult::RErr(e) => Err(e.to_string()),
-        }
+        new(name.into(), args).into_result()
     }
 
     /// Creates one of this plugin's benchmarks with its settings.
-    pub fn start_benchmark(&self, name: &str, args: &StartArgs) -> Result<BenchmarkBox, String> {
+    pub fn start_benchmark(
+        &self,
+        name: &str,
+        args: &StartArgs,
+    ) -> Result<BenchmarkBox, PluginError> {
         let Some(new) = self.module.new_benchmark() else {
-            return Err(format!("plugin {} offers no benchmarks", self.name()));
+            return Err(PluginError::new(
+                ErrorKind::NOT_FOUND,
+                format!("plugin {} offers no benchmarks", self.name()),
+            ));
         };
-        match new(name.into(), args) {
-            RResult::ROk(b) => Ok(b),
-            RResult::RErr(e) => Err(e.to_string()),
-        }
+        new(name.into(), args).into_result()
     }
 
     /// The power sources this plugin offers (none for plugins built before
@@ -403,17 +404,17 @@ impl Plugin {
         &self,
         name: &str,
         args: &StartArgs,
-    ) -> Result<kernmlops_plugin_api::PowerSourceBox, String> {
+    ) -> Result<kernmlops_plugin_api::PowerSourceBox, PluginError> {
         let Some(new) = self.module.new_power_source() else {
-            return Err(format!(
-                "plugin {} was built before power sources could run (no new_power_source); rebuild it",
-                self.name()
+            return Err(PluginError::new(
+                ErrorKind::UNSUPPORTED,
+                format!(
+                    "plugin {} was built before power sources could run (no new_power_source); rebuild it",
+                    self.name()
+                ),
             ));
         };
-        match new(name.into(), args) {
-            RResult::ROk(p) => Ok(p),
-            RResult::RErr(e) => Err(e.to_string()),
-        }
+        new(name.into(), args).into_result()
     }
 
     /// Everything this plugin claims a name for, which no other loaded

@@ -37,24 +37,27 @@ pub fn check(
         let name = decl.name.to_string();
         let args = start_args(&name, &opts, probe_config);
         let t0 = Instant::now();
-        let outcome = plugin.start_probe(&name, &args).and_then(|mut probe| {
-            let ms = t0.elapsed().as_secs_f64() * 1e3;
-            for note in probe.notes() {
-                eprintln!("warning: probe {name}: {note}");
-            }
-            let tables = run_tables(&probe, &BTreeMap::new())?;
-            let mut batches: RVec<Batch> = tables.iter().map(|_| Batch::default()).collect();
-            if let RResult::RErr(e) = probe.drain(10, &mut batches) {
-                return Err(format!("draining: {e}"));
-            }
-            if let RResult::RErr(e) = probe.stop() {
-                return Err(format!("detaching: {e}"));
-            }
-            if let RResult::RErr(e) = probe.drain(0, &mut batches) {
-                return Err(format!("draining after detach: {e}"));
-            }
-            Ok(ms)
-        });
+        let outcome = plugin
+            .start_probe(&name, &args)
+            .map_err(|e| e.to_string())
+            .and_then(|mut probe| {
+                let ms = t0.elapsed().as_secs_f64() * 1e3;
+                for note in probe.notes() {
+                    eprintln!("warning: probe {name}: {note}");
+                }
+                let tables = run_tables(&probe, &BTreeMap::new())?;
+                let mut batches: RVec<Batch> = tables.iter().map(|_| Batch::default()).collect();
+                if let RResult::RErr(e) = probe.drain(10, &mut batches) {
+                    return Err(format!("draining: {e}"));
+                }
+                if let RResult::RErr(e) = probe.stop() {
+                    return Err(format!("detaching: {e}"));
+                }
+                if let RResult::RErr(e) = probe.drain(0, &mut batches) {
+                    return Err(format!("draining after detach: {e}"));
+                }
+                Ok(ms)
+            });
         out.push(CheckResult {
             probe: name,
             plugin: plugin.name().to_owned(),

@@ -395,7 +395,7 @@ fn start_probes(
                 s.spawn(move || {
                     let t0 = Instant::now();
                     let args = start_args(&name, opts, &opts.probe_config);
-                    let started = plugin.start_probe(&name, &args);
+                    let started = plugin.start_probe(&name, &args).map_err(|e| e.to_string());
                     (started, t0.elapsed().as_secs_f64() * 1e3)
                 })
             })

@@ -43,7 +43,9 @@ impl Installed<'_> {
             output_dir: "".into(),
             state_dir: "".into(),
         };
-        self.plugin.start_power_source(self.name(), &args)
+        self.plugin
+            .start_power_source(self.name(), &args)
+            .map_err(|e| e.to_string())
     }
 }
 
