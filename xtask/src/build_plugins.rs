@@ -3,7 +3,8 @@
 //! plugin folder, replacing old ones atomically.
 
 use std::{
-    fs,
+    fs::{self, Permissions},
+    os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -73,12 +74,10 @@ pub fn run(args: &Args) -> Result<()> {
         .plugin_dir
         .clone()
         .unwrap_or_else(|| root.join("plugins"));
-    fs::create_dir_all(&plugin_dir)
-        .with_context(|| format!("creating plugin folder {}", plugin_dir.display()))?;
+    make_plugin_dir(&plugin_dir)?;
     let built_dir = ws.target_dir.join(profile);
     for plugin in &ws.plugins {
         let built = built_dir.join(format!("lib{}.so", plugin.lib_name));
-        let placed = plugin_dir.join(format!("{}.so", plugin.lib_name));
         if !built.is_file() {
             bail!(
                 "cargo built {} but {} is missing",
@@ -86,27 +85,7 @@ pub fn run(args: &Args) -> Result<()> {
                 built.display()
             );
         }
-        // A running host may have the old file mapped: never write into it,
-        // rename a finished copy over it. Debug information goes to
-        // `<name>.so.debug` beside it (linked by .gnu_debuglink, so panics
-        // stay symbolised); the placed library is stripped of it.
-        let debug = plugin_dir.join(format!("{}.so.debug", plugin.lib_name));
-        let mut split = true;
-        replace_with(&debug, |temp| split_debug(&built, temp)).unwrap_or_else(|e| {
-            split = false;
-            eprintln!(
-                "warning: {}: debug information not split off ({e:#}); placing it whole",
-                display(&built)
-            );
-        });
-        replace_with(&placed, |temp| {
-            fs::copy(&built, temp)?;
-            if split {
-                strip_debug(temp, &debug)?;
-            }
-            Ok(())
-        })
-        .with_context(|| format!("placing {}", placed.display()))?;
+        let placed = place(&built, &plugin_dir, &plugin.lib_name)?;
         let size = fs::metadata(&placed).map(|m| m.len()).unwrap_or(0);
         println!(
             "placed {} ({} KiB, from {})",
@@ -241,6 +220,51 @@ fn warn_stale(plugin_dir: &Path, plugins: &[Plugin]) {
     }
 }
 
+/// Creates the plugin folder if needed. The host refuses plugins in a
+/// folder, or files, that group or others can write, so what this makes is
+/// 0755 whatever the umask (a folder that already exists is left as it is:
+/// the host says what is wrong with it).
+fn make_plugin_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir).with_context(|| format!("creating plugin folder {}", dir.display()))?;
+    fs::set_permissions(dir, Permissions::from_mode(0o755))
+        .with_context(|| format!("setting the mode of {}", dir.display()))
+}
+
+/// Places `built` as `<dir>/<lib_name>.so` (mode 0755) and its debug
+/// information as `<lib_name>.so.debug` (0644) beside it, and returns the
+/// placed library. A running host may have the old file mapped: never
+/// write into it, rename a finished copy over it. The placed library is
+/// stripped and linked to its debug file by .gnu_debuglink, so panics stay
+/// symbolised; when the split fails it is placed whole, with a warning.
+fn place(built: &Path, dir: &Path, lib_name: &str) -> Result<PathBuf> {
+    let placed = dir.join(format!("{lib_name}.so"));
+    let debug = dir.join(format!("{lib_name}.so.debug"));
+    let mut split = true;
+    replace_with(&debug, |temp| {
+        split_debug(built, temp)?;
+        fs::set_permissions(temp, Permissions::from_mode(0o644))
+    })
+    .unwrap_or_else(|e| {
+        split = false;
+        eprintln!(
+            "warning: {}: debug information not split off ({e:#}); placing it whole",
+            display(built)
+        );
+    });
+    replace_with(&placed, |temp| {
+        fs::copy(built, temp)?;
+        if split {
+            strip_debug(temp, &debug)?;
+        }
+        fs::set_permissions(temp, Permissions::from_mode(0o755))
+    })
+    .with_context(|| format!("placing {}", placed.display()))?;
+    Ok(placed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,5 +296,29 @@ mod tests {
             .map(|p| (p.package.as_str(), p.lib_name.as_str()))
             .collect();
         assert_eq!(found, [("a-probe", "a_probe"), ("b_probe", "b_probe")]);
+    }
+
+    #[test]
+    fn placed_files_are_not_group_writable_whatever_the_umask() {
+        // SAFETY: umask has no preconditions; other tests here only make
+        // files, which a looser umask does not break.
+        let old = unsafe { libc::umask(0o002) };
+        let root = std::env::temp_dir().join(format!("kml-xtask-place-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(&root).expect("scratch");
+        // What a linker leaves under umask 002: a group-writable library.
+        let built = root.join("libfake.so");
+        fs::write(&built, b"not an ELF file").expect("built");
+        fs::set_permissions(&built, Permissions::from_mode(0o775)).expect("chmod");
+        let dir = root.join("plugins");
+        make_plugin_dir(&dir).expect("plugin folder");
+        let placed = place(&built, &dir, "fake").expect("placed");
+        unsafe { libc::umask(old) };
+        let mode = |p: &Path| fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o755);
+        assert_eq!(placed, dir.join("fake.so"));
+        assert_eq!(mode(&placed), 0o755);
+        assert_eq!(fs::read(&placed).expect("read"), b"not an ELF file");
+        fs::remove_dir_all(&root).expect("clean up");
     }
 }
