@@ -313,6 +313,7 @@ mod tests {
         let dir = root.join("plugins");
         make_plugin_dir(&dir).expect("plugin folder");
         let placed = place(&built, &dir, "fake").expect("placed");
+        // SAFETY: as above.
         unsafe { libc::umask(old) };
         let mode = |p: &Path| fs::metadata(p).expect("meta").permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o755);
