@@ -5,6 +5,26 @@
 //! The data path is probe -> [`collect`] (drain loop) -> [`decode`] ->
 //! [`sink`]; plugins are found and checked by [`plugin`] and [`validate`].
 
+/// `println!` for what the host reports on standard output, except that a
+/// closed stdout (`kernmlops run | head`) loses the line instead of
+/// panicking: a run, repair or experiment goes on and closes its files.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::writeln!(::std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `print!` as [`outln!`] is `println!`.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::write!(::std::io::stdout(), $($arg)*);
+    }};
+}
+
 pub mod clock;
 pub mod collect;
 pub mod collection;

@@ -562,12 +562,12 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
     };
     let summary = collect::run(&registry, &opts, stop)?;
 
-    println!(
+    kernmlops::outln!(
         "collection {} in {}",
         summary.collection_id,
         summary.dir.display()
     );
-    println!("  run class: {}", summary.run_class);
+    kernmlops::outln!("  run class: {}", summary.run_class);
     let width = summary
         .tables
         .keys()
@@ -575,24 +575,24 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         .max()
         .unwrap_or(5)
         .max(5);
-    println!("  {:<width$} {:>12} {:>10}  file", "table", "rows", "lost");
+    kernmlops::outln!("  {:<width$} {:>12} {:>10}  file", "table", "rows", "lost");
     for (name, t) in &summary.tables {
-        println!(
+        kernmlops::outln!(
             "  {name:<width$} {:>12} {:>10}  {}",
             t.rows,
             t.lost_events,
             summary.dir.join(&t.file).display()
         );
     }
-    println!(
+    kernmlops::outln!(
         "  manifest: {}",
         summary.dir.join("manifest.json").display()
     );
     if let Some(cost) = &summary.overhead {
-        println!("  {}", cost.summary());
+        kernmlops::outln!("  {}", cost.summary());
     }
     if let Some(power) = &summary.power {
-        print!("{}", kernmlops::power::render_summary(power));
+        kernmlops::out!("{}", kernmlops::power::render_summary(power));
     }
     if args.graphs {
         graphs(cfg, plugin_flag, &summary.dir)?;
@@ -691,21 +691,21 @@ fn cgroup_id(path: &Path) -> Result<u64> {
 
 fn plugins(cfg: &Config, plugin_flag: Option<&Path>) -> Result<ExitCode> {
     let reg = load_registry(cfg, plugin_flag)?;
-    println!("plugins in {}:", reg.dir.display());
+    kernmlops::outln!("plugins in {}:", reg.dir.display());
     if reg.plugins.is_empty() {
-        println!("  none (build them with `cargo xtask build-plugins`)");
+        kernmlops::outln!("  none (build them with `cargo xtask build-plugins`)");
     }
     for p in &reg.plugins {
-        println!("  {} {}  {}", p.name(), p.info.version, p.path.display());
+        kernmlops::outln!("  {} {}  {}", p.name(), p.info.version, p.path.display());
         if !p.info.description.is_empty() {
-            println!("    {}", p.info.description);
+            kernmlops::outln!("    {}", p.info.description);
         }
         for b in &p.benchmarks {
-            println!("    benchmark {}: {}", b.name, b.description);
+            kernmlops::outln!("    benchmark {}: {}", b.name, b.description);
         }
         for g in &p.graphs {
             let tables: Vec<&str> = g.tables.iter().map(|t| t.as_str()).collect();
-            println!(
+            kernmlops::outln!(
                 "    graph {}: {} (needs: {})",
                 g.name,
                 g.description,
@@ -713,17 +713,20 @@ fn plugins(cfg: &Config, plugin_flag: Option<&Path>) -> Result<ExitCode> {
             );
         }
         for ps in p.power_sources().unwrap_or_default() {
-            println!(
+            kernmlops::outln!(
                 "    power source {}: {} (`kernmlops power-list` shows its zones)",
-                ps.name, ps.description
+                ps.name,
+                ps.description
             );
         }
         for probe in &p.probes {
-            println!("    probe {}: {}", probe.name, probe.description);
+            kernmlops::outln!("    probe {}: {}", probe.name, probe.description);
             for t in probe.tables.iter() {
-                println!(
+                kernmlops::outln!(
                     "      table {} ({}-byte records): {}",
-                    t.name, t.record_size, t.description
+                    t.name,
+                    t.record_size,
+                    t.description
                 );
                 let w = t.columns.iter().map(|c| c.name.len()).max().unwrap_or(0);
                 for c in t.columns.iter() {
@@ -732,7 +735,7 @@ fn plugins(cfg: &Config, plugin_flag: Option<&Path>) -> Result<ExitCode> {
                         Some(k) => k.to_owned(),
                         None => format!("kind {}", c.kind.0),
                     };
-                    println!(
+                    kernmlops::outln!(
                         "        {:<w$}  {:<8} {:<6} {}",
                         c.name.as_str(),
                         kind,
@@ -744,9 +747,9 @@ fn plugins(cfg: &Config, plugin_flag: Option<&Path>) -> Result<ExitCode> {
         }
     }
     if !reg.failures.is_empty() {
-        println!("refused:");
+        kernmlops::outln!("refused:");
         for (path, e) in &reg.failures {
-            println!("  {}: {e}", path.display());
+            kernmlops::outln!("  {}: {e}", path.display());
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -769,17 +772,18 @@ fn check(cfg: &Config, plugin_flag: Option<&Path>, probes: Vec<String>) -> Resul
     let ring = config::ring_bytes(&cfg.collect.ring_size).map_err(anyhow::Error::msg)?;
     let mut ok = reg.failures.is_empty();
     for (path, e) in &reg.failures {
-        println!("FAIL {}: {e}", path.display());
+        kernmlops::outln!("FAIL {}: {e}", path.display());
     }
     for r in collect::check(&reg, &probes, ring, &settings)? {
         match r.outcome {
-            Ok(ms) => println!(
+            Ok(ms) => kernmlops::outln!(
                 "ok   {} ({}): attached in {ms:.0} ms, detached",
-                r.probe, r.plugin
+                r.probe,
+                r.plugin
             ),
             Err(e) => {
                 ok = false;
-                println!(
+                kernmlops::outln!(
                     "FAIL {} ({}): {}",
                     r.probe,
                     r.plugin,
@@ -823,9 +827,9 @@ fn config_command(
     );
     match what {
         ConfigCommand::Defaults => {
-            print!("{}", config::DEFAULTS_TOML);
+            kernmlops::out!("{}", config::DEFAULTS_TOML);
             match &registry {
-                None => println!(
+                None => kernmlops::outln!(
                     "\n# (no plugin folder found: probe and benchmark settings are not listed)"
                 ),
                 Some(r) => {
@@ -838,7 +842,7 @@ fn config_command(
                     for (section, list) in sections {
                         for (name, text) in list {
                             if !text.trim().is_empty() {
-                                println!(
+                                kernmlops::outln!(
                                     "\n[{section}.{name}]  # plugin folder {}\n{}",
                                     r.dir.display(),
                                     text.trim_end()
@@ -873,7 +877,7 @@ fn config_command(
                     .collect();
                 doc.insert(section.into(), toml::Value::Table(tables));
             }
-            println!(
+            kernmlops::outln!(
                 "# merged from: built-in defaults{}",
                 if cfg.source == "built-in defaults" {
                     String::new()
@@ -881,7 +885,7 @@ fn config_command(
                     format!(", {}", cfg.source)
                 }
             );
-            print!(
+            kernmlops::out!(
                 "{}",
                 toml::to_string_pretty(&doc).context("showing the configuration")?
             );
@@ -896,17 +900,19 @@ fn repair(dir: &Path) -> Result<ExitCode> {
         let file = file.display();
         match outcome {
             FileRepair::Done(RepairOutcome::Intact { rows }) => {
-                println!("intact    {file} ({rows} rows)")
+                kernmlops::outln!("intact    {file} ({rows} rows)")
             }
             FileRepair::Done(RepairOutcome::Repaired { rows, batches }) => {
-                println!("repaired  {file} ({rows} rows in {batches} batches kept)")
+                kernmlops::outln!("repaired  {file} ({rows} rows in {batches} batches kept)")
             }
             FileRepair::Rebuilt => {
-                println!("rebuilt   {file} (from the manifest and this machine)")
+                kernmlops::outln!("rebuilt   {file} (from the manifest and this machine)")
             }
-            FileRepair::Removed(why) => println!("removed   {file} ({why}: nothing to keep)"),
+            FileRepair::Removed(why) => {
+                kernmlops::outln!("removed   {file} ({why}: nothing to keep)")
+            }
             FileRepair::Failed(why) => {
-                println!("failed    {file}: {}", trust::printable(why.as_bytes()))
+                kernmlops::outln!("failed    {file}: {}", trust::printable(why.as_bytes()))
             }
         }
     }
@@ -942,9 +948,9 @@ fn export(
                 class,
                 files: written,
             } => {
-                println!("{collection_id} ({class})");
+                kernmlops::outln!("{collection_id} ({class})");
                 for w in written {
-                    println!("  {:>10} rows  {}", w.rows, w.path.display());
+                    kernmlops::outln!("  {:>10} rows  {}", w.rows, w.path.display());
                     files += 1;
                     rows += w.rows;
                 }
@@ -955,7 +961,7 @@ fn export(
             } => eprintln!("warning: {collection_id} not exported: {reason}"),
         }
     }
-    println!("{files} files, {rows} rows under {}", to.display());
+    kernmlops::outln!("{files} files, {rows} rows under {}", to.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -989,7 +995,7 @@ fn graphs(cfg: &Config, plugin_flag: Option<&Path>, dir: &Path) -> Result<ExitCo
     let rendered =
         kernmlops::graph::render_collection(&registry, dir).map_err(anyhow::Error::msg)?;
     if rendered.is_empty() {
-        println!(
+        kernmlops::outln!(
             "no graph applies to {} (see `kernmlops plugins` for graphs and their tables)",
             dir.display()
         );
@@ -997,10 +1003,12 @@ fn graphs(cfg: &Config, plugin_flag: Option<&Path>, dir: &Path) -> Result<ExitCo
     let mut ok = true;
     for r in rendered {
         match r.outcome {
-            Ok(files) if files.is_empty() => println!("graph {}: nothing to draw", r.graph),
+            Ok(files) if files.is_empty() => {
+                kernmlops::outln!("graph {}: nothing to draw", r.graph)
+            }
             Ok(files) => {
                 for f in files {
-                    println!("graph {}: {}", r.graph, f.display());
+                    kernmlops::outln!("graph {}: {}", r.graph, f.display());
                 }
             }
             Err(e) => {
@@ -1018,10 +1026,10 @@ fn graphs(cfg: &Config, plugin_flag: Option<&Path>, dir: &Path) -> Result<ExitCo
 
 fn dump(cfg: &Config, data: Option<PathBuf>, collection: Option<String>) -> Result<ExitCode> {
     let dir = resolve_collection(cfg, data, collection)?;
-    println!("collection {}", dir.display());
+    kernmlops::outln!("collection {}", dir.display());
     let tables = kernmlops::dump::summarize_collection(&dir).map_err(anyhow::Error::msg)?;
     for t in &tables {
-        print!("{}", kernmlops::dump::render(t));
+        kernmlops::out!("{}", kernmlops::dump::render(t));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1053,9 +1061,9 @@ fn power_list(cfg: &Config, plugin_flag: Option<&Path>, json: bool) -> Result<Ex
     let settings = cfg.power_settings(declared.iter().map(|(n, t)| (n.as_str(), t.as_str())))?;
     let listing = kernmlops::power::list::list(&reg, &Config::settings_json(&settings));
     if json {
-        println!("{}", serde_json::to_string_pretty(&listing)?);
+        kernmlops::outln!("{}", serde_json::to_string_pretty(&listing)?);
     } else {
-        print!("{}", kernmlops::power::list::render(&listing));
+        kernmlops::out!("{}", kernmlops::power::list::render(&listing));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1065,17 +1073,17 @@ fn perf_list(json: bool, resolve: Option<&str>) -> Result<ExitCode> {
     if let Some(name) = resolve {
         let r = kernmlops::perf_list::resolve(root, name).map_err(anyhow::Error::msg)?;
         if json {
-            println!("{}", serde_json::to_string_pretty(&r)?);
+            kernmlops::outln!("{}", serde_json::to_string_pretty(&r)?);
         } else {
-            print!("{}", kernmlops::perf_list::render_resolution(&r));
+            kernmlops::out!("{}", kernmlops::perf_list::render_resolution(&r));
         }
         return Ok(ExitCode::SUCCESS);
     }
     let listing = kernmlops::perf_list::list(root);
     if json {
-        println!("{}", serde_json::to_string_pretty(&listing)?);
+        kernmlops::outln!("{}", serde_json::to_string_pretty(&listing)?);
     } else {
-        print!("{}", kernmlops::perf_list::render(&listing));
+        kernmlops::out!("{}", kernmlops::perf_list::render(&listing));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -185,3 +185,42 @@ fn printing_commands_end_quietly_when_the_reader_stops() {
         );
     }
 }
+
+/// A run whose reader stops early (`kernmlops run | head -1`) still
+/// finishes and closes its files: it ignores SIGPIPE and drops its lines.
+#[test]
+fn root_a_run_finishes_when_its_reader_stops() {
+    use std::process::Stdio;
+
+    if !require_root("root_a_run_finishes_when_its_reader_stops") {
+        return;
+    }
+    ensure_built();
+    let dir = plugins("cfg-run-closed-pipe");
+    let out = temp_dir("cfg-run-closed-pipe-out");
+    let mut child = Command::new(kernmlops_bin())
+        .args([
+            "--plugin-dir",
+            dir.to_str().expect("utf8"),
+            "run",
+            "--plugins",
+            "memory_usage",
+            "--duration",
+            "500ms",
+            "--output",
+            out.to_str().expect("utf8"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kernmlops");
+    drop(child.stdout.take());
+    let done = child.wait_with_output().expect("wait");
+    let stderr = text(&done.stderr);
+    assert!(done.status.success(), "{:?}: {stderr}", done.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let collection = only_collection(&out);
+    assert_eq!(manifest(&collection)["status"], "complete", "{stderr}");
+    assert!(!read_table(&collection.join("memory_usage.arrow")).is_empty());
+    let _ = std::fs::remove_dir_all(&out);
+}

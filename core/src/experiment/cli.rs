@@ -681,7 +681,7 @@ fn print_plan(
 ) {
     let combos: std::collections::BTreeSet<&str> =
         runs.iter().map(|r| r.combo_id.as_str()).collect();
-    println!(
+    crate::outln!(
         "experiment {}: {} runs ({} combinations), benchmark {}, probes {}, order {}, seed {}{}",
         spec.name,
         runs.len(),
@@ -700,10 +700,10 @@ fn print_plan(
             ""
         }
     );
-    println!("folder: {}", dir.root.display());
+    crate::outln!("folder: {}", dir.root.display());
     let width = runs.len().to_string().len();
     for (i, r) in runs.iter().enumerate() {
-        println!(
+        crate::outln!(
             "  {:>width$}  {}  repeat {}  {}",
             i + 1,
             r.run_id,
@@ -922,7 +922,7 @@ fn drive(
             if let Some((id, n)) = dispatched {
                 progress.finish();
                 print_submitted(dir, &id, n);
-                println!(
+                crate::outln!(
                     "adaptive repeats go on with `kernmlops experiment resume {} --executor slurm` once these are done",
                     dir.root.display()
                 );
@@ -983,13 +983,13 @@ fn slurm_executor(options: SlurmOptions, warmup: u32, common: &CommonArgs) -> Sl
 /// What was submitted, and how to follow it.
 fn print_submitted(dir: &ExpDir, id: &str, runs: usize) {
     let d = dir.root.display();
-    println!(
+    crate::outln!(
         "submitted {runs} run{} to Slurm as job {id} (an array task per run, each on a whole node)",
         if runs == 1 { "" } else { "s" }
     );
-    println!("follow:  kernmlops experiment status {d}   (squeue --jobs {id})");
-    println!("results: kernmlops experiment results {d}   (what has finished so far)");
-    println!("redo what died: kernmlops experiment resume {d} --executor slurm");
+    crate::outln!("follow:  kernmlops experiment status {d}   (squeue --jobs {id})");
+    crate::outln!("results: kernmlops experiment results {d}   (what has finished so far)");
+    crate::outln!("redo what died: kernmlops experiment resume {d} --executor slurm");
 }
 
 /// Every planned run's state: the folder's, refined by Slurm's view when
@@ -1017,14 +1017,14 @@ fn report(
         .iter()
         .map(|(s, n)| format!("{n} {}", s.as_str()))
         .collect();
-    println!(
+    crate::outln!(
         "experiment {} in {}: {} runs: {}",
         record.name,
         dir.root.display(),
         record.runs.len(),
         count_text.join(", ")
     );
-    println!(
+    crate::outln!(
         "results: {} ({} row{}), {}",
         dir.results_parquet().display(),
         results.rows,
@@ -1036,13 +1036,15 @@ fn report(
             .registry(plugin_dir)
             .and_then(|r| graphs::render(&r, dir))
         {
-            Ok(files) => println!("graphs: {} ({} files)", dir.graphs().display(), files.len()),
+            Ok(files) => {
+                crate::outln!("graphs: {} ({} files)", dir.graphs().display(), files.len())
+            }
             Err(e) => eprintln!("warning: graphs not drawn: {e}"),
         }
     }
     let stale = state::stale(dir, record);
     if !stale.is_empty() {
-        println!(
+        crate::outln!(
             "note: {} collection(s) in {} belong to an earlier version of the experiment and are left out",
             stale.len(),
             dir.runs().display()
@@ -1066,8 +1068,8 @@ fn report(
         }
     }
     if !summaries.is_empty() {
-        println!();
-        print!("{}", results::render(&summaries));
+        crate::outln!();
+        crate::out!("{}", results::render(&summaries));
     }
     let unfinished = observed
         .iter()
@@ -1082,7 +1084,7 @@ fn report(
     Ok(if unfinished == 0 {
         ExitCode::SUCCESS
     } else if unfinished == under_way {
-        println!(
+        crate::outln!(
             "note: {under_way} of {} runs are still queued or running; `kernmlops experiment results {}` again reads them once done",
             record.runs.len(),
             dir.root.display()
@@ -1137,14 +1139,14 @@ fn status(dir: &ExpDir, json: bool) -> Result<ExitCode> {
                 "no_history": v.no_history,
             });
         }
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        crate::outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         return Ok(ExitCode::SUCCESS);
     }
     let count_text: Vec<String> = counts
         .iter()
         .map(|(s, n)| format!("{n} {}", s.as_str()))
         .collect();
-    println!(
+    crate::outln!(
         "experiment {} in {}: {} runs: {}",
         record.name,
         dir.root.display(),
@@ -1154,9 +1156,11 @@ fn status(dir: &ExpDir, json: bool) -> Result<ExitCode> {
     if let Some(v) = &view {
         match &v.unavailable {
             Some(why) => {
-                println!("note: Slurm could not be asked ({why}); states from the folder alone")
+                crate::outln!(
+                    "note: Slurm could not be asked ({why}); states from the folder alone"
+                )
             }
-            None => println!("{}", super::slurm::describe(v)),
+            None => crate::outln!("{}", super::slurm::describe(v)),
         }
     }
     let labels: Vec<String> = record
@@ -1170,12 +1174,15 @@ fn status(dir: &ExpDir, json: bool) -> Result<ExitCode> {
         .collect();
     let width = labels.iter().map(String::len).max().unwrap_or(9).max(9);
     let n = record.runs.len().to_string().len().max(1);
-    println!(
+    crate::outln!(
         "  {:>n$}  {:<12}  {:<8}  {:<width$}  detail",
-        "#", "run_id", "state", "variables"
+        "#",
+        "run_id",
+        "state",
+        "variables"
     );
     for (i, ((r, o), l)) in record.runs.iter().zip(&observed).zip(&labels).enumerate() {
-        println!(
+        crate::outln!(
             "  {:>n$}  {:<12}  {:<8}  {l:<width$}  {}",
             i + 1,
             r.run_id,
@@ -1185,7 +1192,7 @@ fn status(dir: &ExpDir, json: bool) -> Result<ExitCode> {
     }
     let stale = state::stale(dir, &record);
     if !stale.is_empty() {
-        println!(
+        crate::outln!(
             "{} collection(s) in runs/ are not in the plan (an earlier version of the experiment): {}",
             stale.len(),
             stale.join(", ")
@@ -1280,7 +1287,7 @@ fn exec(dir: &ExpDir, run_id: &str, what: &ExecArgs, env: &Env) -> Result<ExitCo
     }
     let outcome = perform_run(&ctx, &run, &mut || {})?;
     let o = &outcome.observed;
-    println!(
+    crate::outln!(
         "run {run_id}: {}{}{}",
         o.state.as_str(),
         if o.detail.is_empty() {
