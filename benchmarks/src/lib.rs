@@ -23,3 +23,88 @@ pub fn median(values: &mut [f64]) -> f64 {
         (values[n / 2 - 1] + values[n / 2]) / 2.0
     }
 }
+
+/// A `kernmlops run` a benchmark started, attached and collecting.
+pub struct Collecting {
+    child: std::process::Child,
+    /// Its standard error, read up to the "collecting" line; the rest is
+    /// drained when it stops, so the host never blocks on a full pipe.
+    stderr: std::io::BufReader<std::process::ChildStderr>,
+    /// From the spawn to the "collecting" line.
+    pub startup: std::time::Duration,
+}
+
+/// What a stopped [`Collecting`] left: its summary and its manifest (the
+/// collection folder itself is removed).
+pub struct Stopped {
+    pub stdout: String,
+    pub manifest: serde_json::Value,
+}
+
+impl Collecting {
+    /// Spawns `run` (a `kernmlops run` command) and waits until it says it
+    /// is collecting.
+    pub fn start(mut run: std::process::Command) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        use std::io::BufRead as _;
+        use std::process::Stdio;
+
+        let started = std::time::Instant::now();
+        let mut child = run
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting kernmlops")?;
+        let mut stderr = std::io::BufReader::new(child.stderr.take().context("stderr")?);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if stderr.read_line(&mut line)? == 0 {
+                let _ = child.wait();
+                anyhow::bail!("kernmlops exited before attaching");
+            }
+            if line.starts_with("collecting ") {
+                break;
+            }
+        }
+        Ok(Self {
+            child,
+            stderr,
+            startup: started.elapsed(),
+        })
+    }
+
+    /// Asks the run to stop (SIGINT), as Ctrl+C would.
+    pub fn interrupt(&self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+    }
+
+    /// Waits for the run to end (after [`Collecting::interrupt`], or at the
+    /// end of its `--duration`), reads its manifest and removes the
+    /// collection folder.
+    pub fn wait(self) -> anyhow::Result<Stopped> {
+        use anyhow::Context as _;
+
+        let Self {
+            child, mut stderr, ..
+        } = self;
+        let drain = std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        let output = child.wait_with_output()?;
+        let _ = drain.join();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let dir = stdout
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("collection ")
+                    .and_then(|r| r.split_once(" in "))
+                    .map(|(_, d)| d.trim().to_owned())
+            })
+            .with_context(|| format!("no collection line in:\n{stdout}"))?;
+        let dir = std::path::Path::new(&dir);
+        let manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json"))?)?;
+        std::fs::remove_dir_all(dir).ok();
+        Ok(Stopped { stdout, manifest })
+    }
+}

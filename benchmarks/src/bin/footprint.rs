@@ -16,7 +16,7 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::median;
+use kernmlops_benchmarks::{median, Collecting};
 
 /// Every probe plugin this repository ships.
 const ALL_PROBES: &str = "quanta_runtime,process_trace,process_metadata,file_data,block_io,mm_rss_stat,collapse_huge_pages,memory_usage,perf";
@@ -68,24 +68,9 @@ fn short_run_s(bin: &Path, out: &Path, probes: &str) -> Result<f64> {
 /// Collects with `probes` while `perf bench sched pipe` runs pinned to CPU
 /// 0, and returns the run's manifest.
 fn under_load(bin: &Path, out: &Path, probes: &str, loops: u32) -> Result<serde_json::Value> {
-    let mut child = Command::new(bin)
-        .args(["run", "--plugins", probes, "--output"])
-        .arg(out)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting kernmlops")?;
-    let mut stderr = BufReader::new(child.stderr.take().context("stderr")?);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if stderr.read_line(&mut line)? == 0 {
-            bail!("kernmlops exited before attaching");
-        }
-        if line.starts_with("collecting ") {
-            break;
-        }
-    }
+    let mut run = Command::new(bin);
+    run.args(["run", "--plugins", probes, "--output"]).arg(out);
+    let collecting = Collecting::start(run)?;
     let status = Command::new("taskset")
         .args(["-c", "0", "perf", "bench", "sched", "pipe", "-l"])
         .arg(loops.to_string())
@@ -95,23 +80,8 @@ fn under_load(bin: &Path, out: &Path, probes: &str, loops: u32) -> Result<serde_
     if !status.success() {
         bail!("perf bench failed");
     }
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let output = child.wait_with_output()?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let dir = stdout
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("collection ")
-                .and_then(|r| r.split_once(" in "))
-                .map(|(_, d)| d.trim().to_owned())
-        })
-        .context("no collection line")?;
-    let man: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
-        Path::new(&dir).join("manifest.json"),
-    )?)?;
-    std::fs::remove_dir_all(&dir).ok();
-    Ok(man)
+    collecting.interrupt();
+    Ok(collecting.wait()?.manifest)
 }
 
 fn main() -> Result<()> {

@@ -10,14 +10,13 @@
 //! `cargo run --release -p kernmlops-benchmarks --bin power_overhead -- [SECONDS] [RUNS] [LOOPS]`
 
 use std::{
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::Instant,
 };
 
 use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::median;
+use kernmlops_benchmarks::{median, Collecting};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -60,8 +59,8 @@ fn collect(
 ) -> Result<Run> {
     let before = children_cpu_s();
     let started = Instant::now();
-    let mut cmd = Command::new(bin);
-    cmd.args([
+    let mut run = Command::new(bin);
+    run.args([
         "run",
         "--plugins",
         "memory_usage",
@@ -71,24 +70,11 @@ fn collect(
     ])
     .arg(plugins)
     .arg("--output")
-    .arg(out)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    .arg(out);
     if loops.is_none() {
-        cmd.args(["--duration", &format!("{seconds}s")]);
+        run.args(["--duration", &format!("{seconds}s")]);
     }
-    let mut child = cmd.spawn().context("starting kernmlops")?;
-    let mut stderr = BufReader::new(child.stderr.take().context("stderr")?);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if stderr.read_line(&mut line)? == 0 {
-            bail!("kernmlops exited before attaching");
-        }
-        if line.starts_with("collecting ") {
-            break;
-        }
-    }
+    let collecting = Collecting::start(run)?;
     let bench_s = match loops {
         None => None,
         Some(loops) => {
@@ -101,33 +87,18 @@ fn collect(
             if !status.success() {
                 bail!("perf bench failed");
             }
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            collecting.interrupt();
             Some(t.elapsed().as_secs_f64())
         }
     };
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    let output = child.wait_with_output()?;
+    let man = collecting.wait()?.manifest;
     let wall_s = started.elapsed().as_secs_f64();
     let cpu_s = children_cpu_s() - before;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let dir = stdout
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("collection ")
-                .and_then(|r| r.split_once(" in "))
-                .map(|(_, d)| d.trim().to_owned())
-        })
-        .context("no collection line")?;
-    let man: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
-        Path::new(&dir).join("manifest.json"),
-    )?)?;
     let program = man["power"]["attribution"]["programs"]
         .as_array()
         .and_then(|p| p.iter().find(|p| p["name"] == "cpu_time_switch"));
     let switches = program.and_then(|p| p["run_cnt"].as_u64()).unwrap_or(0);
     let bpf_ns = program.and_then(|p| p["run_time_ns"].as_u64()).unwrap_or(0);
-    std::fs::remove_dir_all(&dir).ok();
     Ok(Run {
         cpu_s,
         wall_s,

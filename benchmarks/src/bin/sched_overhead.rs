@@ -5,14 +5,13 @@
 //! `cargo run --release -p kernmlops-benchmarks --bin sched_overhead -- [RUNS] [LOOPS]`
 
 use std::{
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::Instant,
 };
 
 use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::median;
+use kernmlops_benchmarks::{median, Collecting};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -59,51 +58,23 @@ fn collected(
     loops: u32,
     pinned: bool,
 ) -> Result<Collected> {
-    let started = Instant::now();
-    let mut child = Command::new(bin)
-        .args([
-            "run",
-            "--plugins",
-            "quanta_runtime,process_trace",
-            "--plugin-dir",
-        ])
-        .arg(plugins)
-        .arg("--output")
-        .arg(out)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting kernmlops")?;
-    let mut stderr = BufReader::new(child.stderr.take().context("stderr")?);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if stderr.read_line(&mut line)? == 0 {
-            bail!("kernmlops exited before attaching");
-        }
-        if line.starts_with("collecting ") {
-            break;
-        }
-    }
-    let startup_ms = started.elapsed().as_secs_f64() * 1e3;
+    let mut run = Command::new(bin);
+    run.args([
+        "run",
+        "--plugins",
+        "quanta_runtime,process_trace",
+        "--plugin-dir",
+    ])
+    .arg(plugins)
+    .arg("--output")
+    .arg(out);
+    let collecting = Collecting::start(run)?;
+    let startup_ms = collecting.startup.as_secs_f64() * 1e3;
     let t = Instant::now();
     let bench_s = bench(loops, pinned)?;
     let seconds = t.elapsed().as_secs_f64();
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let output = child.wait_with_output()?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let dir = stdout
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("collection ")
-                .and_then(|r| r.split_once(" in "))
-                .map(|(_, d)| d.trim().to_owned())
-        })
-        .context("no collection line")?;
-    let man: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
-        Path::new(&dir).join("manifest.json"),
-    )?)?;
+    collecting.interrupt();
+    let man = collecting.wait()?.manifest;
     let tables = man["tables"].as_object().context("tables")?;
     let rows = tables
         .get("quanta_runtime")
@@ -113,7 +84,6 @@ fn collected(
         .values()
         .filter_map(|t| t["lost_events"].as_u64())
         .sum();
-    std::fs::remove_dir_all(&dir).ok();
     Ok(Collected {
         bench_s,
         startup_ms,
