@@ -1,5 +1,28 @@
 //! Shared helpers of the kernmlops benchmarks: timing and reporting.
 
+use std::path::{Path, PathBuf};
+
+/// The workspace these benchmarks belong to.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_owned)
+        .unwrap_or_default()
+}
+
+/// The release `kernmlops` binary that `cargo xtask build-plugins` builds,
+/// or how to get it.
+pub fn release_host() -> anyhow::Result<PathBuf> {
+    let bin = workspace().join("target/release/kernmlops");
+    if !bin.is_file() {
+        anyhow::bail!(
+            "{} missing: run `cargo xtask build-plugins` first",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
 /// User + system CPU time of this process, in seconds.
 pub fn cpu_seconds() -> f64 {
     // SAFETY: rusage is plain old data and getrusage fills it.

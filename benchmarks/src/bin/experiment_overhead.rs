@@ -16,17 +16,10 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::median;
+use kernmlops_benchmarks::{median, release_host, workspace};
 
 /// Runs in the sweep.
 const RUNS: usize = 20;
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_owned)
-        .unwrap_or_default()
-}
 
 fn quiet(cmd: &mut Command) -> Result<()> {
     let status = cmd
@@ -95,13 +88,7 @@ fn main() -> Result<()> {
         .next()
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace().join("plugins"));
-    let bin = workspace().join("target/release/kernmlops");
-    if !bin.is_file() {
-        bail!(
-            "{} missing: run `cargo xtask build-plugins` first",
-            bin.display()
-        );
-    }
+    let bin = release_host()?;
     let work = std::env::temp_dir().join(format!("kml-experiment-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
     let script = work.join("noop.sh");

@@ -10,24 +10,17 @@
 
 use std::{
     io::{BufRead, BufReader},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     time::Instant,
 };
 
 use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::{median, Collecting};
+use kernmlops_benchmarks::{median, release_host, workspace, Collecting};
 
 /// Every probe plugin this repository ships.
 const ALL_PROBES: &str = "quanta_runtime,process_trace,process_metadata,file_data,block_io,mm_rss_stat,collapse_huge_pages,memory_usage,perf";
 const DEFAULT_PROBES: &str = "quanta_runtime,process_trace";
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_owned)
-        .unwrap_or_default()
-}
 
 /// Milliseconds from spawning `kernmlops run` to its "collecting" line.
 fn startup_ms(bin: &Path, out: &Path, probes: &str) -> Result<f64> {
@@ -90,14 +83,8 @@ fn main() -> Result<()> {
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(5);
-    let bin = workspace().join("target/release/kernmlops");
+    let bin = release_host()?;
     let plugins = workspace().join("plugins");
-    if !bin.is_file() {
-        bail!(
-            "{} missing: run `cargo xtask build-plugins` first",
-            bin.display()
-        );
-    }
     let out = std::env::temp_dir().join(format!("kml-footprint-{}", std::process::id()));
     std::fs::create_dir_all(&out)?;
 

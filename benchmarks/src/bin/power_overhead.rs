@@ -10,20 +10,13 @@
 //! `cargo run --release -p kernmlops-benchmarks --bin power_overhead -- [SECONDS] [RUNS] [LOOPS]`
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     time::Instant,
 };
 
 use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::{median, Collecting};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_owned)
-        .unwrap_or_default()
-}
+use kernmlops_benchmarks::{median, release_host, workspace, Collecting};
 
 /// User + system CPU time of this process's reaped children, in seconds.
 fn children_cpu_s() -> f64 {
@@ -130,14 +123,8 @@ fn main() -> Result<()> {
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(300_000);
-    let bin = workspace().join("target/release/kernmlops");
+    let bin = release_host()?;
     let plugins = workspace().join("plugins");
-    if !bin.is_file() {
-        bail!(
-            "{} missing: run `cargo xtask build-plugins` first",
-            bin.display()
-        );
-    }
     let out = std::env::temp_dir().join(format!("kml-power-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&out)?;
 

@@ -5,20 +5,13 @@
 //! `cargo run --release -p kernmlops-benchmarks --bin sched_overhead -- [RUNS] [LOOPS]`
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     time::Instant,
 };
 
 use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::{median, Collecting};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_owned)
-        .unwrap_or_default()
-}
+use kernmlops_benchmarks::{median, release_host, workspace, Collecting};
 
 /// Runs the benchmark once and returns its wall time in seconds. Pinned to
 /// CPU 0, both ends of the pipe share a CPU: no idle in between, the highest
@@ -101,14 +94,8 @@ fn main() -> Result<()> {
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(200_000);
-    let bin = workspace().join("target/release/kernmlops");
+    let bin = release_host()?;
     let plugins = workspace().join("plugins");
-    if !bin.is_file() {
-        bail!(
-            "{} missing: run `cargo xtask build-plugins` first",
-            bin.display()
-        );
-    }
     let out = std::env::temp_dir().join(format!("kml-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&out)?;
 
