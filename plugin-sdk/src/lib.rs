@@ -22,6 +22,7 @@ mod guard;
 pub mod indicator;
 pub mod power;
 pub mod record;
+pub mod schedule;
 pub mod settings;
 pub mod table;
 pub mod workload;
@@ -33,6 +34,7 @@ pub use kernmlops_plugin_api::{Batch, ColumnKind, ProbeDecl, StartArgs, TableDec
 pub use kernmlops_sys as sys;
 pub use power::PowerSourceImpl;
 pub use record::{BatchExt, Record};
+pub use schedule::Schedule;
 /// Re-exported so plugins parse `StartArgs::config_json` without their own
 /// dependency on it.
 pub use serde_json;

@@ -28,7 +28,7 @@ use kernmlops_plugin_bpf::{
     libbpf_rs::{libbpf_sys, MapCore, MapFlags, MapHandle, MapType},
     sdk::{
         record::{c_chars, set_c_chars},
-        sys, BatchExt, HumanDuration, ProbeDecl, ProbeImpl, Record, StartArgs, TableDecl,
+        sys, BatchExt, HumanDuration, ProbeDecl, ProbeImpl, Record, Schedule, StartArgs, TableDecl,
     },
     settings, Batch, BpfHooks, BpfProbe, Error, LoadContext, Open, Result,
 };
@@ -167,8 +167,8 @@ struct Seen {
 /// The probe: the BPF program plus the reading of its maps.
 pub struct CpuTime {
     inner: BpfProbe<CpuTimeBpf>,
-    interval: Duration,
-    next_due: Instant,
+    /// When the next read is due (every drain with a zero interval).
+    schedule: Schedule,
     last_us: u64,
     seen: HashMap<u32, Seen>,
     cgroups: sys::cgroup::CgroupPaths,
@@ -346,8 +346,7 @@ impl ProbeImpl for CpuTime {
         let notes = inner.notes();
         Ok(Self {
             inner,
-            interval,
-            next_due: Instant::now() + interval,
+            schedule: Schedule::new(interval, interval),
             last_us: started_us,
             seen: HashMap::new(),
             cgroups: sys::cgroup::CgroupPaths::new(),
@@ -375,23 +374,10 @@ impl ProbeImpl for CpuTime {
             last.records = 0;
             return Ok(());
         }
-        if !self.interval.is_zero() {
-            let now = Instant::now();
-            if now < self.next_due {
-                let wait = self.next_due - now;
-                if wait > timeout {
-                    std::thread::sleep(timeout);
-                    return Ok(());
-                }
-                std::thread::sleep(wait);
-            }
-            self.next_due += self.interval;
-            let now = Instant::now();
-            if self.next_due + self.interval < now {
-                self.next_due = now + self.interval;
-            }
+        if self.schedule.wait(timeout) {
+            self.snapshot(batch)?;
         }
-        self.snapshot(batch)
+        Ok(())
     }
 
     fn stop(&mut self) -> Result<()> {

@@ -19,12 +19,12 @@ use std::{
     collections::HashMap,
     fs::File,
     io::{Read, Seek, SeekFrom},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use kernmlops_plugin_sdk::{
     api::TIMESTAMP_COLUMN, export_plugin, settings, sys, table::TableBuilder, Batch, BatchExt,
-    ColumnKind, Error, HumanDuration, ProbeDecl, ProbeImpl, Result, StartArgs, TableDecl,
+    ColumnKind, Error, HumanDuration, ProbeDecl, ProbeImpl, Result, Schedule, StartArgs, TableDecl,
 };
 
 const MEMINFO: &str = "/proc/meminfo";
@@ -243,9 +243,8 @@ fn table_for(fields: &[Field]) -> TableDecl {
 
 /// The running probe.
 pub struct MemoryUsage {
-    interval: Duration,
-    /// When the next sample is due (monotonic).
-    next_due: Instant,
+    /// When the next sample is due (the first at once).
+    schedule: Schedule,
     fields: Vec<Field>,
     /// Field name -> index in `fields`, for lines out of the usual order.
     index: HashMap<String, usize>,
@@ -320,8 +319,7 @@ impl ProbeImpl for MemoryUsage {
         let file =
             File::open(MEMINFO).map_err(|e| Error::new(format!("opening {MEMINFO}: {e}")))?;
         let mut probe = Self {
-            interval,
-            next_due: Instant::now(),
+            schedule: Schedule::new(interval, Duration::ZERO),
             fields: Vec::new(),
             index: HashMap::new(),
             file,
@@ -355,23 +353,8 @@ impl ProbeImpl for MemoryUsage {
                 batches.len()
             )));
         };
-        let now = Instant::now();
-        if now < self.next_due {
-            let wait = self.next_due - now;
-            if wait > timeout {
-                std::thread::sleep(timeout);
-                return Ok(());
-            }
-            std::thread::sleep(wait);
-        }
-        self.sample(batch)?;
-        // Stay on the schedule after a small delay; after a long one (more
-        // than an interval late), start again from now instead of catching
-        // up with a burst of samples.
-        let now = Instant::now();
-        self.next_due += self.interval;
-        if self.next_due + self.interval < now {
-            self.next_due = now + self.interval;
+        if self.schedule.wait(timeout) {
+            self.sample(batch)?;
         }
         Ok(())
     }
