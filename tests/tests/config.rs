@@ -145,6 +145,21 @@ fn bad_settings_fail_with_key_path_and_file_before_collecting() {
     }
 }
 
+/// A standard output whose reading end is already closed, as `| head` leaves
+/// it once head has exited: the first write gets EPIPE, whatever the timing.
+fn closed_pipe() -> std::process::Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 returns.
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(r, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors are fresh and owned here alone.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    std::process::Stdio::from(write)
+}
+
 /// A reader that stops early (`kernmlops config defaults | head -1`) ends a
 /// command that only prints as it ends `ls`: no panic, no error line.
 #[test]
@@ -163,15 +178,12 @@ fn printing_commands_end_quietly_when_the_reader_stops() {
         ],
         vec!["perf-list"],
     ] {
-        let mut child = Command::new(kernmlops_bin())
+        let out = Command::new(kernmlops_bin())
             .args(&args)
-            .stdout(Stdio::piped())
+            .stdout(closed_pipe())
             .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn kernmlops");
-        // Close the reading end before the command prints anything.
-        drop(child.stdout.take());
-        let out = child.wait_with_output().expect("wait");
+            .output()
+            .expect("run kernmlops");
         let stderr = text(&out.stderr);
         assert!(
             !stderr.contains("panicked") && !stderr.contains("error"),
@@ -198,7 +210,7 @@ fn root_a_run_finishes_when_its_reader_stops() {
     ensure_built();
     let dir = plugins("cfg-run-closed-pipe");
     let out = temp_dir("cfg-run-closed-pipe-out");
-    let mut child = Command::new(kernmlops_bin())
+    let done = Command::new(kernmlops_bin())
         .args([
             "--plugin-dir",
             dir.to_str().expect("utf8"),
@@ -210,12 +222,10 @@ fn root_a_run_finishes_when_its_reader_stops() {
             "--output",
             out.to_str().expect("utf8"),
         ])
-        .stdout(Stdio::piped())
+        .stdout(closed_pipe())
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn kernmlops");
-    drop(child.stdout.take());
-    let done = child.wait_with_output().expect("wait");
+        .output()
+        .expect("run kernmlops");
     let stderr = text(&done.stderr);
     assert!(done.status.success(), "{:?}: {stderr}", done.status);
     assert!(!stderr.contains("panicked"), "{stderr}");
