@@ -516,8 +516,7 @@ mod tests {
 
     #[test]
     fn user_file_merges_and_rejects_unknown_keys() {
-        let dir = std::env::temp_dir().join(format!("kml-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = crate::export::tests::tempdir("config");
         let good = dir.join("good.toml");
         std::fs::write(&good, "[collect]\nduration = \"5s\"\n").expect("write");
         let cfg = Config::load(Some(&good)).expect("merge");

@@ -398,11 +398,33 @@ pub(crate) mod tests {
 
     use super::*;
 
-    pub(crate) fn tempdir(name: &str) -> PathBuf {
+    /// A scratch folder, removed when the test ends, pass or fail.
+    pub(crate) struct Scratch(PathBuf);
+
+    impl std::ops::Deref for Scratch {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl AsRef<Path> for Scratch {
+        fn as_ref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    pub(crate) fn tempdir(name: &str) -> Scratch {
         let d = std::env::temp_dir().join(format!("kml-export-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("temp dir");
-        d
+        Scratch(d)
     }
 
     pub(crate) fn write_arrow(path: &Path, ts: &[u64]) {
