@@ -9,7 +9,6 @@
 //! `cargo run --release -p kernmlops-benchmarks --bin footprint -- [RUNS]`
 
 use std::{
-    io::{BufRead, BufReader},
     path::Path,
     process::{Command, Stdio},
     time::Instant,
@@ -24,23 +23,13 @@ const DEFAULT_PROBES: &str = "quanta_runtime,process_trace";
 
 /// Milliseconds from spawning `kernmlops run` to its "collecting" line.
 fn startup_ms(bin: &Path, out: &Path, probes: &str) -> Result<f64> {
-    let t = Instant::now();
-    let mut child = Command::new(bin)
-        .args(["run", "--plugins", probes, "--duration", "1ms", "--output"])
-        .arg(out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting kernmlops")?;
-    let stderr = child.stderr.take().context("stderr")?;
-    let mut ms = None;
-    for line in BufReader::new(stderr).lines() {
-        if line?.starts_with("collecting ") && ms.is_none() {
-            ms = Some(t.elapsed().as_secs_f64() * 1e3);
-        }
-    }
-    child.wait()?;
-    ms.context("kernmlops never printed `collecting`")
+    let mut run = Command::new(bin);
+    run.args(["run", "--plugins", probes, "--duration", "1ms", "--output"])
+        .arg(out);
+    let collecting = Collecting::start(run)?;
+    let ms = collecting.startup.as_secs_f64() * 1e3;
+    collecting.wait()?;
+    Ok(ms)
 }
 
 /// Wall seconds of a whole `kernmlops run --duration 1ms`.
