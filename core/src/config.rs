@@ -67,7 +67,7 @@ impl Default for Config {
                 ring_size: "auto".into(),
                 drain_interval: "100ms".into(),
                 flush_interval: "1s".into(),
-                flush_rows: 1 << 20,
+                flush_rows: crate::sink::BATCH_ROWS as u64,
                 strict: false,
             },
             probes: Default::default(),

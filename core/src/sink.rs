@@ -101,6 +101,8 @@ pub const BATCH_ROWS: usize = 64 * 1024;
 pub struct FlushPolicy {
     /// Longest time a row stays in memory before reaching the file.
     pub interval: Duration,
+    /// Rows buffered per table before a flush; a full record batch
+    /// ([`BATCH_ROWS`]) is flushed whatever this says.
     pub rows: u64,
 }
 
@@ -108,7 +110,7 @@ impl Default for FlushPolicy {
     fn default() -> Self {
         Self {
             interval: Duration::from_secs(1),
-            rows: 1 << 20,
+            rows: BATCH_ROWS as u64,
         }
     }
 }
