@@ -28,6 +28,7 @@
 //! ```
 
 mod probe;
+mod stage;
 
 use std::{cell::OnceCell, collections::BTreeMap};
 

@@ -28,8 +28,10 @@ use libbpf_rs::{
 };
 
 use crate::{
-    ring_bytes_for, wakeup_bytes, wakeup_check_every, BpfHooks, Common, Features, LoadContext,
-    Loaded, Records, MAX_TABLES,
+    ring_bytes_for,
+    stage::{self, Stages},
+    wakeup_bytes, wakeup_check_every, BpfHooks, Common, Features, LoadContext, Loaded, Records,
+    MAX_TABLES,
 };
 
 /// libbpf's messages for the current load, kept to put the verifier log in
@@ -107,6 +109,8 @@ pub struct BpfProbe<P: BpfHooks> {
     ring: Option<RingBuffer<'static>>,
     links: Vec<Link>,
     lost: MapHandle,
+    /// The per-CPU staging of a `KML_STAGED` program.
+    stages: Option<Stages>,
     slots: Vec<Arc<Slot>>,
     skel: Option<Loaded<P>>,
     storage: *mut MaybeUninit<OpenObject>,
@@ -177,6 +181,15 @@ impl<P: BpfHooks> BpfProbe<P> {
                 )));
             }
         }
+        // Staged output (KML_STAGED): one stage per table.
+        let stage_entries = u32::try_from(tables.len().max(1)).unwrap_or(1);
+        for mut map in open.open_object_mut().maps_mut() {
+            let name = map.name().to_str().unwrap_or_default();
+            if name == stage::HEAD_MAP || name == stage::DATA_MAP {
+                map.set_max_entries(stage_entries)
+                    .map_err(|e| explain(&format!("sizing {name}"), &e))?;
+            }
+        }
         P::set_common(&mut open, &common);
         let features = Features::default();
         let mut cx = LoadContext {
@@ -198,10 +211,10 @@ impl<P: BpfHooks> BpfProbe<P> {
             return Err(Error::new("skeleton already dropped"));
         };
         for prog in skel.object().progs_mut() {
-            if !prog.autoload() {
+            let name = prog.name().to_string_lossy().into_owned();
+            if !prog.autoload() || name == stage::FLUSH_PROGRAM {
                 continue;
             }
-            let name = prog.name().to_string_lossy().into_owned();
             let link = prog
                 .attach()
                 .map_err(|e| explain(&format!("attaching {}/{name}", P::NAME), &e))?;
@@ -235,7 +248,9 @@ impl<P: BpfHooks> BpfProbe<P> {
                     if p.is_null() {
                         return 0;
                     }
-                    if data.len() != slot.record_size {
+                    // A sample holds one record, or a staged batch of whole
+                    // records.
+                    if data.is_empty() || data.len() % slot.record_size != 0 {
                         // Never pad or cut: the host reports it.
                         slot.malformed.fetch_add(1, Ordering::Relaxed);
                         return 0;
@@ -245,7 +260,7 @@ impl<P: BpfHooks> BpfProbe<P> {
                     // inside `poll`/`consume` called from `drain`.
                     let batch = unsafe { &mut *p };
                     batch.data.extend_from_slice(data);
-                    batch.records += 1;
+                    batch.records += (data.len() / slot.record_size) as u64;
                     0
                 })
                 .map_err(|e| explain(&format!("opening ring buffer {}", ring.map), &e))?;
@@ -256,6 +271,40 @@ impl<P: BpfHooks> BpfProbe<P> {
                 .map_err(|e| explain("building ring buffers", &e))?,
         );
         Ok(())
+    }
+
+    /// The staging of a `KML_STAGED` object: its header map and flush
+    /// program, which must come together.
+    fn stages(skel: &Loaded<P>, tables: usize) -> Result<Option<Stages>> {
+        let head = skel
+            .object()
+            .maps()
+            .find(|m| m.name() == stage::HEAD_MAP)
+            .map(|m| MapHandle::try_from(&m).map_err(|e| explain("opening kml_stage_head", &e)))
+            .transpose()?;
+        let Some(head) = head else {
+            return Ok(None);
+        };
+        let flush = skel
+            .object()
+            .progs()
+            .find(|p| p.name() == stage::FLUSH_PROGRAM)
+            .ok_or_else(|| {
+                Error::new(format!(
+                    "{}: the BPF object stages records (KML_STAGED) but has no {} program: add KML_FLUSH_PROGRAM",
+                    P::NAME,
+                    stage::FLUSH_PROGRAM
+                ))
+            })?;
+        let flush = flush
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| Error::new(format!("{}: keeping kml_flush: {e}", P::NAME)))?;
+        Ok(Some(Stages::new(
+            head,
+            flush,
+            u32::try_from(tables).unwrap_or(u32::MAX),
+        )))
     }
 
     fn lost_total(&self, table: u32) -> u64 {
@@ -333,10 +382,20 @@ impl<P: BpfHooks> ProbeImpl for BpfProbe<P> {
                 }
             }
         };
+        let stages = match Self::stages(&skel, tables.len()) {
+            Ok(s) => s,
+            Err(e) => {
+                drop(skel);
+                // SAFETY: the skeleton that borrowed it is dropped.
+                drop(unsafe { Box::from_raw(storage) });
+                return Err(e);
+            }
+        };
         let mut probe = Self {
             ring: None,
             links: Vec::new(),
             lost,
+            stages,
             slots: Vec::new(),
             skel: Some(skel),
             storage,
@@ -380,10 +439,15 @@ impl<P: BpfHooks> ProbeImpl for BpfProbe<P> {
         // Wait for a wake-up (a ring past its threshold) or the timeout, then
         // take everything, since below-threshold records do not wake us.
         let polled = ring.poll_raw(timeout);
+        let flushed = match self.stages.as_mut() {
+            Some(stages) => stages.flush_stale(),
+            None => Ok(()),
+        };
         let consumed = ring.consume_raw();
         for slot in &self.slots {
             slot.batch.store(null_mut(), Ordering::Relaxed);
         }
+        flushed?;
         for (ret, what) in [(polled, "polling"), (consumed, "consuming")] {
             if ret < 0 && ret != -libc::EINTR {
                 return Err(Error::new(format!(
@@ -405,9 +469,13 @@ impl<P: BpfHooks> ProbeImpl for BpfProbe<P> {
     }
 
     fn stop(&mut self) -> Result<()> {
-        // Dropping a link detaches its program; the rings stay for the last drain.
+        // Dropping a link detaches its program; the rings stay for the last
+        // drain, which takes the partial batches sent here.
         self.links.clear();
-        Ok(())
+        match self.stages.as_mut() {
+            Some(stages) => stages.flush_all(),
+            None => Ok(()),
+        }
     }
 
     fn tables(&self) -> Vec<TableDecl> {

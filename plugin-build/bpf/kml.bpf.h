@@ -168,4 +168,143 @@ static __always_inline void kml_output(void *ring, void *rec, __u64 size, __u32 
 		kml_count_lost(table);
 }
 
+/* Staged output: records of a high-rate table gathered per CPU and sent to
+ * the ring KML_STAGE_BYTES at a time, one ring reservation per batch
+ * instead of one per record. A program opts in by defining KML_STAGED
+ * before including this file, writing with kml_stage_output, and naming its
+ * rings in KML_FLUSH_PROGRAM.
+ *
+ * - A CPU's batch goes to the ring when it is full. The host sends partial
+ *   batches that have waited too long: it reads each CPU's header
+ *   (`kml_stage_head`: staged bytes and batches sent) and runs `kml_flush`
+ *   on that CPU (BPF_PROG_TEST_RUN with BPF_F_TEST_RUN_ON_CPU), and on
+ *   every CPU when the probe stops.
+ * - `busy` is taken with an atomic exchange: a writer or flush that finds
+ *   the stage taken (an interrupt, or a preempted writer on the same CPU)
+ *   sends its record straight to the ring instead, so nothing waits on it.
+ * - A sample in a staged ring holds a whole number of records; the host
+ *   splits it. Records of one CPU stay in order; across CPUs they are
+ *   ordered within one flush of the stage. */
+#ifdef KML_STAGED
+
+#ifndef KML_STAGE_BYTES
+#define KML_STAGE_BYTES 2048
+#endif
+
+struct kml_stage_head {
+	__u32 busy;    /* a writer or flush holds the stage */
+	__u32 len;     /* bytes staged */
+	__u64 batches; /* batches sent to the ring */
+};
+
+struct kml_stage_data {
+	__u8 bytes[KML_STAGE_BYTES];
+};
+
+/* One entry per table (the SDK sets max_entries to the table count). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KML_MAX_TABLES);
+	__type(key, __u32);
+	__type(value, struct kml_stage_head);
+} kml_stage_head SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KML_MAX_TABLES);
+	__type(key, __u32);
+	__type(value, struct kml_stage_data);
+} kml_stage_data SEC(".maps");
+
+static __always_inline void kml_count_lost_n(__u32 table, __u64 n)
+{
+	__u64 *lost = bpf_map_lookup_elem(&kml_lost, &table);
+
+	if (lost)
+		*lost += n;
+}
+
+/* Sends `len` staged bytes of `table` (records of `size` bytes) in one
+ * sample, waking the consumer past the ring's fill threshold. */
+static __always_inline void kml_stage_send(void *ring, struct kml_stage_head *h,
+					   struct kml_stage_data *d, __u32 len,
+					   __u32 size, __u32 table, __u64 flags)
+{
+	if (len == 0 || len > KML_STAGE_BYTES)
+		return;
+	if (bpf_ringbuf_output(ring, d->bytes, len, flags) < 0)
+		kml_count_lost_n(table, size ? len / size : 1);
+	h->batches += 1;
+}
+
+/* The wake-up flag for a batch of `table`. */
+static __always_inline __u64 kml_stage_wakeup(void *ring, __u32 table)
+{
+	__u64 threshold = table < KML_MAX_TABLES ? kml_wakeup_bytes[table] : 0;
+
+	return bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= threshold ? BPF_RB_FORCE_WAKEUP
+									: BPF_RB_NO_WAKEUP;
+}
+
+/* Adds a record of `table` to this CPU's batch, sending the batch when the
+ * next record would not fit. Falls back to kml_output when the stage is
+ * taken or the record cannot be staged. */
+static __always_inline void kml_stage_output(void *ring, void *rec, __u32 size, __u32 table)
+{
+	struct kml_stage_head *h = bpf_map_lookup_elem(&kml_stage_head, &table);
+	struct kml_stage_data *d = bpf_map_lookup_elem(&kml_stage_data, &table);
+
+	if (!h || !d || size == 0 || size > KML_STAGE_BYTES) {
+		kml_output(ring, rec, size, table);
+		return;
+	}
+	if (__sync_lock_test_and_set(&h->busy, 1)) {
+		kml_output(ring, rec, size, table);
+		return;
+	}
+	__u32 len = h->len;
+	if (len > KML_STAGE_BYTES - size) {
+		/* Only after a flush with another record size: send what is
+		 * there. */
+		kml_stage_send(ring, h, d, len, size, table, kml_stage_wakeup(ring, table));
+		len = 0;
+	}
+	__builtin_memcpy(d->bytes + len, rec, size);
+	len += size;
+	if (len > KML_STAGE_BYTES - size) {
+		kml_stage_send(ring, h, d, len, size, table, kml_stage_wakeup(ring, table));
+		len = 0;
+	}
+	h->len = len;
+	asm volatile("" ::: "memory");
+	h->busy = 0;
+}
+
+/* Sends this CPU's partial batch of `table` (records of `size` bytes);
+ * used by the flush program. */
+static __always_inline void kml_flush_table(void *ring, __u32 table, __u32 size)
+{
+	struct kml_stage_head *h = bpf_map_lookup_elem(&kml_stage_head, &table);
+	struct kml_stage_data *d = bpf_map_lookup_elem(&kml_stage_data, &table);
+
+	if (!h || !d || __sync_lock_test_and_set(&h->busy, 1))
+		return;
+	kml_stage_send(ring, h, d, h->len, size, table, BPF_RB_NO_WAKEUP);
+	h->len = 0;
+	asm volatile("" ::: "memory");
+	h->busy = 0;
+}
+
+/* The program the host runs on a CPU to send its partial batches: `body`
+ * calls kml_flush_table for every staged table. Never attached. */
+#define KML_FLUSH_PROGRAM(body)            \
+	SEC("raw_tp")                      \
+	int kml_flush(void *ctx)           \
+	{                                  \
+		body;                      \
+		return 0;                  \
+	}
+
+#endif /* KML_STAGED */
+
 #endif /* KML_BPF_H */

@@ -72,7 +72,13 @@ pub fn build_bpf(name: &str) {
     let source = src_dir.join(format!("{name}.bpf.c"));
     let skel = out_dir.join(format!("{name}.skel.rs"));
 
-    let mut args = vec!["-Wall".into(), "-Wno-unused-function".into()];
+    // v3: 32-bit subregisters and atomics (the staged output's exchange);
+    // every kernel kernmlops supports (5.8+) runs it.
+    let mut args = vec![
+        "-Wall".into(),
+        "-Wno-unused-function".into(),
+        "-mcpu=v3".into(),
+    ];
     args.extend(include_dirs.iter().map(|d| format!("-I{}", d.display())));
     args.push(format!("-I{}", src_dir.display()));
     if let Err(e) = SkeletonBuilder::new()

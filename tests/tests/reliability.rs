@@ -234,6 +234,181 @@ fn root_a_quiet_table_has_its_rows_on_disk_when_killed() {
     std::fs::remove_dir_all(&plugins).expect("clean up");
 }
 
+/// Rows of `tgid` in a quanta table.
+fn rows_of(dir: &Path, table: &str, tgid: u32) -> usize {
+    let t = read_table(&dir.join(format!("{table}.arrow")));
+    column_u64(&t, "tgid")
+        .iter()
+        .filter(|&&g| g == u64::from(tgid))
+        .count()
+}
+
+/// A single-threaded process that joins `cg` before it runs anything,
+/// sleeps 2 ms `sleeps` times, says so on stdout, then sleeps `then`
+/// seconds.
+struct Sleeper {
+    child: std::process::Child,
+}
+
+impl Sleeper {
+    fn start(cg: &TestCgroup, sleeps: u32, then: u32) -> Self {
+        use std::os::unix::process::CommandExt;
+        let procs = std::ffi::CString::new(format!("{}/cgroup.procs", cg.dir.display()))
+            .expect("path without NUL");
+        let mut cmd = Command::new("python3");
+        cmd.args([
+            "-c",
+            &format!(
+                "import sys, time\nfor _ in range({sleeps}): time.sleep(0.002)\nprint('slept', flush=True)\ntime.sleep({then})"
+            ),
+        ])
+        .stdout(Stdio::piped());
+        // SAFETY: between fork and exec the hook only calls open, write
+        // and close, which are async-signal-safe, on memory prepared
+        // before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+                Ok(())
+            });
+        }
+        Self {
+            child: cmd.spawn().expect("python3"),
+        }
+    }
+
+    /// Waits for its sleeps to end; returns how many times it has been
+    /// switched out (it is asleep, so no more come).
+    fn slept(&mut self) -> usize {
+        use std::io::BufRead;
+        let out = self.child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(out)
+            .read_line(&mut line)
+            .expect("reading python3");
+        assert_eq!(line.trim(), "slept");
+        // Let it reach its last sleep.
+        std::thread::sleep(Duration::from_millis(20));
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("status of the sleeper");
+        status
+            .lines()
+            .filter(|l| {
+                l.starts_with("voluntary_ctxt_switches")
+                    || l.starts_with("nonvoluntary_ctxt_switches")
+            })
+            .filter_map(|l| l.split_whitespace().last()?.parse::<usize>().ok())
+            .sum()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `quanta_runtime` stages its rows per CPU and sends them a batch at a
+/// time; a process followed alone (`--cgroup`) leaves partial batches.
+/// They still reach the disk: a SIGKILL 3 s after the process went to
+/// sleep finds every one of its switches on disk (sent by the drain, as
+/// they waited), and a run stopped right after its last switch has them
+/// too (sent when the probe stops). Checked against the kernel's own count
+/// of the process's context switches.
+#[test]
+fn root_staged_rows_of_a_quiet_cpu_reach_the_disk() {
+    if !require_root("root_staged_rows_of_a_quiet_cpu_reach_the_disk") {
+        return;
+    }
+    let _serial = serial();
+    const SLEEPS: u32 = 40;
+    let plugins = plugin_dir("staged", &[("quanta_runtime", "quanta_runtime")]);
+    let output = temp_dir("staged-out");
+    let cg = TestCgroup::create("kml-e2e-staged").expect("cgroup v2 is mounted");
+    // The second run drains once a second (and its rows wait for the
+    // stop), so what is staged is all but always still there when it is
+    // stopped 20 ms after the last switch: the stop has to send it.
+    let slow = output.join("slow.toml");
+    std::fs::write(
+        &slow,
+        "[collect]\ndrain_interval = \"1s\"\nflush_interval = \"30s\"\n",
+    )
+    .expect("config");
+    let start = |config: &[&str]| {
+        let mut args = vec![
+            "--plugin-dir",
+            s(&plugins),
+            "--plugins",
+            "quanta_runtime",
+            "--cgroup",
+            s(&cg.dir),
+            "--output",
+            s(&output),
+        ];
+        args.extend_from_slice(config);
+        Collector::start(&args)
+    };
+    // Every switch away is a quanta_runtime row, and the sleeper runs
+    // after every wake-up, a quanta_queued_time row.
+    let check = |dir: &Path, pid: u32, switches: usize, when: &str| {
+        let run = rows_of(dir, "quanta_runtime", pid);
+        let queued = rows_of(dir, "quanta_queued_time", pid);
+        assert!(
+            switches >= SLEEPS as usize,
+            "the sleeper switched out {switches} times"
+        );
+        // Its switches between the fork and joining the cgroup are not
+        // followed (one or none seen), nor the wake-up that started it.
+        eprintln!("{when}: {run} quanta_runtime and {queued} quanta_queued_time rows, {switches} switches");
+        assert!(
+            run <= switches && run + 2 >= switches,
+            "{when}: {run} quanta_runtime rows of a process the kernel switched out {switches} times"
+        );
+        assert!(
+            queued <= run + 1 && queued + 2 >= run,
+            "{when}: {queued} quanta_queued_time rows of a process switched out {switches} times"
+        );
+        (run, queued)
+    };
+
+    let c = start(&[]);
+    let mut quiet = Sleeper::start(&cg, SLEEPS, 60);
+    let switches = quiet.slept();
+    std::thread::sleep(Duration::from_secs(3));
+    let done = c.signal_and_wait(libc::SIGKILL);
+    assert!(!done.status.success());
+    let dir = only_collection(&output);
+    repair(&dir);
+    check(
+        &dir,
+        quiet.child.id(),
+        switches,
+        "killed 3 s after its last switch",
+    );
+    drop(quiet);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+
+    let c = start(&["--config", s(&slow)]);
+    let mut brief = Sleeper::start(&cg, SLEEPS, 10);
+    let switches = brief.slept();
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(done.status.success(), "{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+    let (run, queued) = check(&dir, brief.child.id(), switches, "stopped right after");
+    drop(brief);
+    eprintln!(
+        "reliability: staged rows of a quiet CPU: {run} quanta_runtime and {queued} quanta_queued_time rows for {switches} switches, after a SIGKILL and after a stop"
+    );
+    drop(cg);
+    std::fs::remove_dir_all(&output).expect("clean up");
+    std::fs::remove_dir_all(&plugins).expect("clean up");
+}
+
 /// Five SIGKILLs at different points of a heavy collection (a ticker at
 /// 200,000 rows/s, every context switch, every process): each time
 /// `repair` recovers every row older than a flush interval, checked

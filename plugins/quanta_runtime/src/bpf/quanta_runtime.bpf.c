@@ -5,6 +5,8 @@
  * A task's quantum starts at the previous switch on its CPU, so the start is
  * kept per CPU. Waiting starts at wake-up, or at the switch that preempted a
  * still-runnable task. */
+/* Both tables take a row per context switch: stage them per CPU. */
+#define KML_STAGED
 #include "kml.bpf.h"
 #include "quanta_runtime.h"
 
@@ -30,6 +32,10 @@ struct {
 	__type(key, int);
 	__type(value, __u64);
 } queued_since_ns SEC(".maps");
+
+KML_FLUSH_PROGRAM(
+	kml_flush_table(&runtime_ring, TABLE_RUNTIME, sizeof(struct quanta_runtime_event));
+	kml_flush_table(&queued_ring, TABLE_QUEUED, sizeof(struct quanta_queued_event)))
 
 /* Keep the record types in BTF so the skeleton generates them. */
 struct quanta_runtime_event _quanta_runtime_event = {};
@@ -84,7 +90,7 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 				.pid = prev->pid,
 				.tgid = prev_tgid,
 			};
-			kml_output(&runtime_ring, &e, sizeof(e), TABLE_RUNTIME);
+			kml_stage_output(&runtime_ring, &e, sizeof(e), TABLE_RUNTIME);
 		}
 	}
 
@@ -112,7 +118,7 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 		};
 
 		*since = 0;
-		kml_output(&queued_ring, &e, sizeof(e), TABLE_QUEUED);
+		kml_stage_output(&queued_ring, &e, sizeof(e), TABLE_QUEUED);
 	}
 	return 0;
 }

@@ -1,0 +1,181 @@
+//! Staged output (`KML_STAGED` in `kml.bpf.h`): a program gathers records of
+//! a high-rate table per CPU and sends them to the ring a batch at a time.
+//! A CPU that goes quiet keeps a partial batch, so the host sends it: each
+//! drain pass reads every CPU's stage header and runs the object's
+//! `kml_flush` program on a CPU whose partial batch has waited
+//! [`MAX_AGE`] without a full batch going out; stopping flushes every CPU.
+
+use std::{
+    os::fd::{AsRawFd, OwnedFd},
+    time::{Duration, Instant},
+};
+
+use kernmlops_plugin_sdk::{Error, Result};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+/// The map of stage headers and the flush program in `kml.bpf.h`.
+pub const HEAD_MAP: &str = "kml_stage_head";
+pub const DATA_MAP: &str = "kml_stage_data";
+pub const FLUSH_PROGRAM: &str = "kml_flush";
+
+/// How long a partial batch may wait on a quiet CPU before the host sends
+/// it. With drain passes every `drain_interval` (100 ms), a staged record
+/// reaches the ring within about two passes.
+pub const MAX_AGE: Duration = Duration::from_millis(50);
+
+/// `struct kml_stage_head`: busy (u32), staged bytes (u32), batches sent (u64).
+const HEAD_SIZE: usize = 16;
+
+/// What the host last saw of one CPU's stage of one table.
+#[derive(Clone, Copy, Default)]
+struct Seen {
+    batches: u64,
+    /// When a partial batch was first seen with this `batches` count.
+    pending_since: Option<Instant>,
+}
+
+/// The staging of one loaded probe.
+pub struct Stages {
+    head: MapHandle,
+    flush: OwnedFd,
+    tables: u32,
+    /// Per table, per possible CPU.
+    seen: Vec<Vec<Seen>>,
+}
+
+/// One CPU's header: staged bytes and batches sent.
+fn parse_head(value: &[u8]) -> Option<(u32, u64)> {
+    let head = value.get(..HEAD_SIZE)?;
+    let len = u32::from_ne_bytes(head[4..8].try_into().ok()?);
+    let batches = u64::from_ne_bytes(head[8..16].try_into().ok()?);
+    Some((len, batches))
+}
+
+impl Stages {
+    pub fn new(head: MapHandle, flush: OwnedFd, tables: u32) -> Self {
+        Self {
+            head,
+            flush,
+            tables,
+            seen: vec![Vec::new(); tables as usize],
+        }
+    }
+
+    /// Per table, each CPU's (staged bytes, batches sent).
+    fn heads(&self) -> Result<Vec<Vec<(u32, u64)>>> {
+        (0..self.tables)
+            .map(|table| {
+                let per_cpu = self
+                    .head
+                    .lookup_percpu(&table.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(|e| Error::new(format!("reading {HEAD_MAP}: {e}")))?
+                    .unwrap_or_default();
+                Ok(per_cpu
+                    .iter()
+                    .map(|v| parse_head(v).unwrap_or_default())
+                    .collect())
+            })
+            .collect()
+    }
+
+    /// Runs the flush program on `cpu`; an offline CPU has nothing staged.
+    fn flush_cpu(&self, cpu: usize) -> Result<()> {
+        let mut opts = libbpf_rs::libbpf_sys::bpf_test_run_opts {
+            sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_test_run_opts>() as _,
+            flags: libbpf_rs::libbpf_sys::BPF_F_TEST_RUN_ON_CPU,
+            cpu: u32::try_from(cpu).unwrap_or(u32::MAX),
+            ..Default::default()
+        };
+        // SAFETY: `opts` is a valid bpf_test_run_opts with no buffers, and
+        // `flush` is the fd of a loaded raw_tp program.
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(self.flush.as_raw_fd(), &mut opts)
+        };
+        if rc < 0 && rc != -libc::ENXIO {
+            return Err(Error::new(format!(
+                "sending the staged records of CPU {cpu}: {}",
+                std::io::Error::from_raw_os_error(-rc)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sends the partial batches that have waited [`MAX_AGE`] on CPUs that
+    /// sent no full batch meanwhile.
+    pub fn flush_stale(&mut self) -> Result<()> {
+        let now = Instant::now();
+        let heads = self.heads()?;
+        let mut due = Vec::new();
+        for (seen, heads) in self.seen.iter_mut().zip(&heads) {
+            seen.resize(heads.len(), Seen::default());
+            for (cpu, (seen, &(len, batches))) in seen.iter_mut().zip(heads).enumerate() {
+                if len == 0 {
+                    *seen = Seen {
+                        batches,
+                        pending_since: None,
+                    };
+                    continue;
+                }
+                match seen.pending_since {
+                    Some(since) if seen.batches == batches => {
+                        if now.duration_since(since) >= MAX_AGE {
+                            due.push(cpu);
+                            seen.pending_since = None;
+                        }
+                    }
+                    _ => {
+                        *seen = Seen {
+                            batches,
+                            pending_since: Some(now),
+                        }
+                    }
+                }
+            }
+        }
+        due.sort_unstable();
+        due.dedup();
+        for cpu in due {
+            self.flush_cpu(cpu)?;
+        }
+        Ok(())
+    }
+
+    /// Sends every CPU's partial batches (after the programs are detached).
+    /// A stage held by a program still finishing is tried again briefly.
+    pub fn flush_all(&mut self) -> Result<()> {
+        for attempt in 0..5 {
+            let heads = self.heads()?;
+            let mut pending: Vec<usize> = heads
+                .iter()
+                .flat_map(|h| h.iter().enumerate().filter(|(_, (len, _))| *len > 0))
+                .map(|(cpu, _)| cpu)
+                .collect();
+            if pending.is_empty() {
+                return Ok(());
+            }
+            pending.sort_unstable();
+            pending.dedup();
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            for cpu in pending {
+                self.flush_cpu(cpu)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_stage_header() {
+        let mut v = vec![0u8; HEAD_SIZE + 8];
+        v[4..8].copy_from_slice(&96u32.to_ne_bytes());
+        v[8..16].copy_from_slice(&7u64.to_ne_bytes());
+        assert_eq!(parse_head(&v), Some((96, 7)));
+        assert_eq!(parse_head(&v[..8]), None);
+    }
+}
