@@ -1,7 +1,11 @@
 //! Collector overhead on `perf bench sched pipe`, events lost at that rate,
-//! and start-up time (load, verify, attach) of the default plugins.
+//! the kernel cost per event of each BPF program, and start-up time (load,
+//! verify, attach) of the default plugins. A third mode runs the
+//! `empty_switch` fixture (empty programs on the same tracepoints) for the
+//! floor: what attaching there costs before a program does anything.
 //!
-//! Needs root and a release build (`cargo xtask build-plugins`):
+//! Needs root and a release build (`cargo xtask build-plugins`, and
+//! `cargo build --release -p fixture_empty_switch`):
 //! `cargo run --release -p kernmlops-benchmarks --bin sched_overhead -- [RUNS] [LOOPS]`
 
 use std::{
@@ -42,25 +46,23 @@ struct Collected {
     rows: u64,
     lost: u64,
     seconds: f64,
+    /// Kernel nanoseconds per event of each BPF program, from the run's
+    /// `collector_overhead`.
+    ns_per_event: Vec<(String, f64)>,
 }
 
-fn collected(
-    bin: &Path,
-    plugins: &Path,
-    out: &Path,
-    loops: u32,
-    pinned: bool,
-) -> Result<Collected> {
+/// What a run collects: its plugins and the folder they are in.
+struct Setup<'a> {
+    plugins: &'a str,
+    plugin_dir: &'a Path,
+}
+
+fn collected(bin: &Path, setup: &Setup, out: &Path, loops: u32, pinned: bool) -> Result<Collected> {
     let mut run = Command::new(bin);
-    run.args([
-        "run",
-        "--plugins",
-        "quanta_runtime,process_trace",
-        "--plugin-dir",
-    ])
-    .arg(plugins)
-    .arg("--output")
-    .arg(out);
+    run.args(["run", "--plugins", setup.plugins, "--plugin-dir"])
+        .arg(setup.plugin_dir)
+        .arg("--output")
+        .arg(out);
     let collecting = Collecting::start(run)?;
     let startup_ms = collecting.startup.as_secs_f64() * 1e3;
     let t = Instant::now();
@@ -77,13 +79,42 @@ fn collected(
         .values()
         .filter_map(|t| t["lost_events"].as_u64())
         .sum();
+    let ns_per_event = man["collector_overhead"]["programs"]
+        .as_array()
+        .map(|programs| {
+            programs
+                .iter()
+                .filter_map(|p| Some((p["program"].as_str()?.to_owned(), p["ns_per_event"].as_f64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Collected {
         bench_s,
         startup_ms,
         rows,
         lost,
         seconds,
+        ns_per_event,
     })
+}
+
+/// A plugin folder holding the `empty_switch` fixture (empty programs on
+/// the tracepoints `quanta_runtime` uses), for the floor of the cost.
+fn floor_plugins(out: &Path) -> Result<std::path::PathBuf> {
+    let built = workspace().join("target/release/libfixture_empty_switch.so");
+    if !built.is_file() {
+        bail!(
+            "{} missing: run `cargo build --release -p fixture_empty_switch` first",
+            built.display()
+        );
+    }
+    let dir = out.join("floor-plugins");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let placed = dir.join("empty_switch.so");
+    std::fs::copy(&built, &placed)?;
+    std::fs::set_permissions(&placed, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    Ok(dir)
 }
 
 fn main() -> Result<()> {
@@ -98,22 +129,45 @@ fn main() -> Result<()> {
     let plugins = workspace().join("plugins");
     let out = std::env::temp_dir().join(format!("kml-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&out)?;
+    let floor_dir = floor_plugins(&out)?;
+    let default = Setup {
+        plugins: "quanta_runtime,process_trace",
+        plugin_dir: &plugins,
+    };
+    let floor = Setup {
+        plugins: "empty_switch",
+        plugin_dir: &floor_dir,
+    };
 
     bench(loops / 10, false)?; // warm up
     let mut startup = Vec::new();
     let mut modes = serde_json::Map::new();
-    for (mode, pinned) in [("spread", false), ("pinned_cpu0", true)] {
+    for (mode, setup, pinned) in [
+        ("spread", &default, false),
+        ("pinned_cpu0", &default, true),
+        ("pinned_cpu0_empty_programs", &floor, true),
+    ] {
         let (mut base, mut with, mut rates) = (vec![], vec![], vec![]);
         let mut lost = 0;
+        let mut costs: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
         for _ in 0..runs {
             base.push(bench(loops, pinned)?);
-            let c = collected(&bin, &plugins, &out, loops, pinned)?;
+            let c = collected(&bin, setup, &out, loops, pinned)?;
             with.push(c.bench_s);
-            startup.push(c.startup_ms);
+            if std::ptr::eq(setup, &default) {
+                startup.push(c.startup_ms);
+            }
             rates.push(c.rows as f64 / c.seconds);
             lost += c.lost;
+            for (program, ns) in c.ns_per_event {
+                costs.entry(program).or_default().push(ns);
+            }
         }
         let (b, w) = (median(&mut base), median(&mut with));
+        let costs: serde_json::Map<String, serde_json::Value> = costs
+            .into_iter()
+            .map(|(program, mut ns)| (program, (median(&mut ns).round()).into()))
+            .collect();
         modes.insert(
             mode.into(),
             serde_json::json!({
@@ -122,6 +176,7 @@ fn main() -> Result<()> {
                 "overhead_ratio": w / b,
                 "switch_rows_per_s_median": median(&mut rates).round(),
                 "lost_events_total": lost,
+                "kernel_ns_per_event_median": costs,
             }),
         );
     }
