@@ -2,7 +2,9 @@
 //! the kernel cost per event of each BPF program, and start-up time (load,
 //! verify, attach) of the default plugins. A third mode runs the
 //! `empty_switch` fixture (empty programs on the same tracepoints) for the
-//! floor: what attaching there costs before a program does anything.
+//! floor: what attaching there costs before a program does anything; a
+//! fourth adds a program that only reads `CLOCK_BOOTTIME`, for that read's
+//! cost (its cost per event less the empty program's).
 //!
 //! Needs root and a release build (`cargo xtask build-plugins`, and
 //! `cargo build --release -p fixture_empty_switch`):
@@ -51,10 +53,12 @@ struct Collected {
     ns_per_event: Vec<(String, f64)>,
 }
 
-/// What a run collects: its plugins and the folder they are in.
+/// What a run collects: its plugins, the folder they are in and a
+/// configuration file.
 struct Setup<'a> {
     plugins: &'a str,
     plugin_dir: &'a Path,
+    config: Option<&'a Path>,
 }
 
 fn collected(bin: &Path, setup: &Setup, out: &Path, loops: u32, pinned: bool) -> Result<Collected> {
@@ -63,6 +67,9 @@ fn collected(bin: &Path, setup: &Setup, out: &Path, loops: u32, pinned: bool) ->
         .arg(setup.plugin_dir)
         .arg("--output")
         .arg(out);
+    if let Some(config) = setup.config {
+        run.arg("--config").arg(config);
+    }
     let collecting = Collecting::start(run)?;
     let startup_ms = collecting.startup.as_secs_f64() * 1e3;
     let t = Instant::now();
@@ -84,7 +91,12 @@ fn collected(bin: &Path, setup: &Setup, out: &Path, loops: u32, pinned: bool) ->
         .map(|programs| {
             programs
                 .iter()
-                .filter_map(|p| Some((p["program"].as_str()?.to_owned(), p["ns_per_event"].as_f64()?)))
+                .filter_map(|p| {
+                    Some((
+                        p["program"].as_str()?.to_owned(),
+                        p["ns_per_event"].as_f64()?,
+                    ))
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -130,13 +142,21 @@ fn main() -> Result<()> {
     let out = std::env::temp_dir().join(format!("kml-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&out)?;
     let floor_dir = floor_plugins(&out)?;
+    let clock_config = out.join("clock.toml");
+    std::fs::write(&clock_config, "[probes.empty_switch]\nclock = true\n")?;
     let default = Setup {
         plugins: "quanta_runtime,process_trace",
         plugin_dir: &plugins,
+        config: None,
     };
     let floor = Setup {
         plugins: "empty_switch",
         plugin_dir: &floor_dir,
+        config: None,
+    };
+    let clock = Setup {
+        config: Some(&clock_config),
+        ..floor
     };
 
     bench(loops / 10, false)?; // warm up
@@ -146,6 +166,7 @@ fn main() -> Result<()> {
         ("spread", &default, false),
         ("pinned_cpu0", &default, true),
         ("pinned_cpu0_empty_programs", &floor, true),
+        ("pinned_cpu0_clock_read", &clock, true),
     ] {
         let (mut base, mut with, mut rates) = (vec![], vec![], vec![]);
         let mut lost = 0;
