@@ -15,6 +15,8 @@
 //! assert!(run.drain_until(Duration::from_secs(5), |r| r.rows("my_table") > 0));
 //! ```
 
+pub mod proc_stat;
+
 use std::time::{Duration, Instant};
 
 use kernmlops_plugin_api::{spec, ColumnKind, TIMESTAMP_COLUMN};

@@ -19,6 +19,7 @@ use std::{
 
 use arrow_array::{cast::AsArray, Array, RecordBatch};
 use kernmlops_e2e::*;
+use kernmlops_plugin_testing::proc_stat;
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -61,29 +62,6 @@ fn strings(batches: &[RecordBatch], name: &str) -> Vec<String> {
         .into_iter()
         .map(Option::unwrap_or_default)
         .collect()
-}
-
-/// utime + stime + cutime + cstime of a process (a zombie still has
-/// them), in microseconds.
-fn proc_cpu_us(pid: u32) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("reading stat");
-    let after = &text[text.rfind(')').expect("comm end") + 2..];
-    let f: Vec<u64> = after
-        .split_whitespace()
-        .map(|w| w.parse().unwrap_or(0))
-        .collect();
-    // Fields 14 to 17 of stat; `after` starts at field 3.
-    let ticks = f[11] + f[12] + f[13] + f[14];
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-    ticks * 1_000_000 / hz
-}
-
-fn state(pid: u32) -> char {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    text.rfind(')')
-        .and_then(|i| text[i + 2..].chars().next())
-        .unwrap_or('?')
 }
 
 /// `stress-ng --cpu 1` pinned to the last CPU for 5 s while `estimate` and
@@ -134,7 +112,7 @@ fn root_estimate_splits_modelled_energy_by_cpu_time_and_conserves_it() {
     // machine are not ours).
     let mut ours = std::collections::BTreeSet::from([u64::from(pid)]);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while state(pid) != 'Z' {
+    while proc_stat::state(pid) != 'Z' {
         assert!(Instant::now() < deadline, "stress-ng did not end");
         let children =
             std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
@@ -146,7 +124,7 @@ fn root_estimate_splits_modelled_energy_by_cpu_time_and_conserves_it() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(ours.len() >= 2, "stress-ng's worker was seen: {ours:?}");
-    let proc_us = proc_cpu_us(pid);
+    let proc_us = proc_stat::cpu_us(pid, true);
     stress.wait().expect("reaping stress-ng");
     // Let the slot holding stress-ng's end be written.
     std::thread::sleep(Duration::from_millis(1500));

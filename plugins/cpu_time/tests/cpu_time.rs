@@ -8,29 +8,9 @@ use std::{
 };
 
 use cpu_time::CpuTime;
-use kernmlops_plugin_testing::{require_root, start_args, Running};
+use kernmlops_plugin_testing::{proc_stat, require_root, start_args, Running};
 
 kernmlops_plugin_testing::probe_tests!(CpuTime, rows_in = "cpu_time");
-
-/// utime + stime of a process, in microseconds (a zombie still has them).
-fn proc_cpu_us(pid: u32) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("reading stat");
-    let after = &text[text.rfind(')').expect("comm end") + 2..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // Fields 14 and 15 of stat; `after` starts at field 3.
-    let ticks: u64 =
-        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-    ticks * 1_000_000 / hz
-}
-
-fn state(pid: u32) -> char {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    text.rfind(')')
-        .and_then(|i| text[i + 2..].chars().next())
-        .unwrap_or('?')
-}
 
 #[test]
 fn root_a_busy_process_gets_its_cpu_time_and_every_cpu_is_accounted() {
@@ -48,12 +28,12 @@ fn root_a_busy_process_gets_its_cpu_time_and_every_cpu_is_accounted() {
         .expect("spawning a busy shell");
     let pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while state(pid) != 'Z' {
+    while proc_stat::state(pid) != 'Z' {
         assert!(Instant::now() < deadline, "the busy shell did not end");
         std::thread::sleep(Duration::from_millis(100));
         run.drain_once(Duration::from_millis(0));
     }
-    let proc_us = proc_cpu_us(pid);
+    let proc_us = proc_stat::cpu_us(pid, false);
     child.wait().expect("reaping");
     std::thread::sleep(Duration::from_millis(50));
     run.drain_once(Duration::from_millis(0));
