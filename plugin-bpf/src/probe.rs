@@ -275,14 +275,17 @@ impl<P: BpfHooks> BpfProbe<P> {
 
     /// The staging of a `KML_STAGED` object: its header map and flush
     /// program, which must come together.
-    fn stages(skel: &Loaded<P>, tables: usize) -> Result<Option<Stages>> {
-        let head = skel
-            .object()
-            .maps()
-            .find(|m| m.name() == stage::HEAD_MAP)
-            .map(|m| MapHandle::try_from(&m).map_err(|e| explain("opening kml_stage_head", &e)))
-            .transpose()?;
-        let Some(head) = head else {
+    fn stages(skel: &Loaded<P>, tables: &[TableDecl]) -> Result<Option<Stages>> {
+        let map = |name: &str| {
+            skel.object()
+                .maps()
+                .find(|m| m.name() == name)
+                .map(|m| {
+                    MapHandle::try_from(&m).map_err(|e| explain(&format!("opening {name}"), &e))
+                })
+                .transpose()
+        };
+        let (Some(head), Some(data)) = (map(stage::HEAD_MAP)?, map(stage::DATA_MAP)?) else {
             return Ok(None);
         };
         let flush = skel
@@ -302,8 +305,9 @@ impl<P: BpfHooks> BpfProbe<P> {
             .map_err(|e| Error::new(format!("{}: keeping kml_flush: {e}", P::NAME)))?;
         Ok(Some(Stages::new(
             head,
+            data,
             flush,
-            u32::try_from(tables).unwrap_or(u32::MAX),
+            tables.iter().map(|t| t.record_size as usize).collect(),
         )))
     }
 
@@ -382,7 +386,7 @@ impl<P: BpfHooks> ProbeImpl for BpfProbe<P> {
                 }
             }
         };
-        let stages = match Self::stages(&skel, tables.len()) {
+        let stages = match Self::stages(&skel, &tables) {
             Ok(s) => s,
             Err(e) => {
                 drop(skel);
@@ -448,6 +452,15 @@ impl<P: BpfHooks> ProbeImpl for BpfProbe<P> {
             slot.batch.store(null_mut(), Ordering::Relaxed);
         }
         flushed?;
+        if let Some(stages) = self.stages.as_mut() {
+            for (i, (slot, batch)) in self.slots.iter().zip(batches.iter_mut()).enumerate() {
+                let leftover = stages.take_leftover(i);
+                if !leftover.is_empty() {
+                    batch.records += (leftover.len() / slot.record_size) as u64;
+                    batch.data.extend_from_slice(&leftover);
+                }
+            }
+        }
         for (ret, what) in [(polled, "polling"), (consumed, "consuming")] {
             if ret < 0 && ret != -libc::EINTR {
                 return Err(Error::new(format!(

@@ -4,8 +4,12 @@
 //! drain pass reads every CPU's stage header and runs the object's
 //! `kml_flush` program on a CPU whose partial batch has waited
 //! [`MAX_AGE`] without a full batch going out; stopping flushes every CPU.
+//! A CPU taken offline cannot run the flush: when the probe stops, the host
+//! reads its partial batches from the map instead (nothing can write them
+//! any more), so they are not lost.
 
 use std::{
+    collections::BTreeSet,
     os::fd::{AsRawFd, OwnedFd},
     time::{Duration, Instant},
 };
@@ -37,10 +41,17 @@ struct Seen {
 /// The staging of one loaded probe.
 pub struct Stages {
     head: MapHandle,
+    data: MapHandle,
     flush: OwnedFd,
-    tables: u32,
+    /// Record size of each table.
+    record_sizes: Vec<usize>,
     /// Per table, per possible CPU.
     seen: Vec<Vec<Seen>>,
+    /// CPUs found offline (the flush cannot run there).
+    offline: BTreeSet<usize>,
+    /// Per table, records read from offline CPUs' stages at the stop, for
+    /// the last drain.
+    leftover: Vec<Vec<u8>>,
 }
 
 /// One CPU's header: staged bytes and batches sent.
@@ -52,18 +63,26 @@ fn parse_head(value: &[u8]) -> Option<(u32, u64)> {
 }
 
 impl Stages {
-    pub fn new(head: MapHandle, flush: OwnedFd, tables: u32) -> Self {
+    pub fn new(head: MapHandle, data: MapHandle, flush: OwnedFd, record_sizes: Vec<usize>) -> Self {
+        let tables = record_sizes.len();
         Self {
             head,
+            data,
             flush,
-            tables,
-            seen: vec![Vec::new(); tables as usize],
+            record_sizes,
+            seen: vec![Vec::new(); tables],
+            offline: BTreeSet::new(),
+            leftover: vec![Vec::new(); tables],
         }
+    }
+
+    fn tables(&self) -> u32 {
+        u32::try_from(self.record_sizes.len()).unwrap_or(u32::MAX)
     }
 
     /// Per table, each CPU's (staged bytes, batches sent).
     fn heads(&self) -> Result<Vec<Vec<(u32, u64)>>> {
-        (0..self.tables)
+        (0..self.tables())
             .map(|table| {
                 let per_cpu = self
                     .head
@@ -78,8 +97,8 @@ impl Stages {
             .collect()
     }
 
-    /// Runs the flush program on `cpu`; an offline CPU has nothing staged.
-    fn flush_cpu(&self, cpu: usize) -> Result<()> {
+    /// Runs the flush program on `cpu`, noting it when the CPU is offline.
+    fn flush_cpu(&mut self, cpu: usize) -> Result<()> {
         let mut opts = libbpf_rs::libbpf_sys::bpf_test_run_opts {
             sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_test_run_opts>() as _,
             flags: libbpf_rs::libbpf_sys::BPF_F_TEST_RUN_ON_CPU,
@@ -91,7 +110,12 @@ impl Stages {
         let rc = unsafe {
             libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(self.flush.as_raw_fd(), &mut opts)
         };
-        if rc < 0 && rc != -libc::ENXIO {
+        if rc == -libc::ENXIO {
+            self.offline.insert(cpu);
+            return Ok(());
+        }
+        self.offline.remove(&cpu);
+        if rc < 0 {
             return Err(Error::new(format!(
                 "sending the staged records of CPU {cpu}: {}",
                 std::io::Error::from_raw_os_error(-rc)
@@ -141,7 +165,8 @@ impl Stages {
     }
 
     /// Sends every CPU's partial batches (after the programs are detached).
-    /// A stage held by a program still finishing is tried again briefly.
+    /// A stage held by a program still finishing is tried again briefly;
+    /// an offline CPU's stage is read from the map.
     pub fn flush_all(&mut self) -> Result<()> {
         for attempt in 0..5 {
             let heads = self.heads()?;
@@ -149,9 +174,10 @@ impl Stages {
                 .iter()
                 .flat_map(|h| h.iter().enumerate().filter(|(_, (len, _))| *len > 0))
                 .map(|(cpu, _)| cpu)
+                .filter(|cpu| !self.offline.contains(cpu))
                 .collect();
             if pending.is_empty() {
-                return Ok(());
+                break;
             }
             pending.sort_unstable();
             pending.dedup();
@@ -162,7 +188,41 @@ impl Stages {
                 self.flush_cpu(cpu)?;
             }
         }
+        self.read_offline()
+    }
+
+    /// Takes the staged records of offline CPUs from the map.
+    fn read_offline(&mut self) -> Result<()> {
+        if self.offline.is_empty() {
+            return Ok(());
+        }
+        let heads = self.heads()?;
+        for (table, heads) in heads.iter().enumerate() {
+            let size = self.record_sizes[table];
+            let key = u32::try_from(table).unwrap_or(u32::MAX).to_ne_bytes();
+            let data = self
+                .data
+                .lookup_percpu(&key, MapFlags::ANY)
+                .map_err(|e| Error::new(format!("reading {DATA_MAP}: {e}")))?
+                .unwrap_or_default();
+            for &cpu in &self.offline {
+                let len = heads.get(cpu).map_or(0, |h| h.0 as usize);
+                if let Some(bytes) = data.get(cpu).and_then(|d| d.get(..len)) {
+                    if size > 0 && len % size == 0 {
+                        self.leftover[table].extend_from_slice(bytes);
+                    }
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The records of `table` read from offline CPUs at the stop.
+    pub fn take_leftover(&mut self, table: usize) -> Vec<u8> {
+        self.leftover
+            .get_mut(table)
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 }
 

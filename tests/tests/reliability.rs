@@ -252,6 +252,11 @@ struct Sleeper {
 
 impl Sleeper {
     fn start(cg: &TestCgroup, sleeps: u32, then: u32) -> Self {
+        Self::start_on(cg, sleeps, then, None)
+    }
+
+    /// The same, kept on `cpu` (after its start-up).
+    fn start_on(cg: &TestCgroup, sleeps: u32, then: u32, cpu: Option<u32>) -> Self {
         use std::os::unix::process::CommandExt;
         let procs = std::ffi::CString::new(format!("{}/cgroup.procs", cg.dir.display()))
             .expect("path without NUL");
@@ -259,7 +264,8 @@ impl Sleeper {
         cmd.args([
             "-c",
             &format!(
-                "import sys, time\nfor _ in range({sleeps}): time.sleep(0.002)\nprint('slept', flush=True)\ntime.sleep({then})"
+                "import os, sys, time\n{pin}for _ in range({sleeps}): time.sleep(0.002)\nprint('slept', flush=True)\ntime.sleep({then})",
+                pin = cpu.map(|c| format!("os.sched_setaffinity(0, {{{c}}})\n")).unwrap_or_default()
             ),
         ])
         .stdout(Stdio::piped());
@@ -404,6 +410,86 @@ fn root_staged_rows_of_a_quiet_cpu_reach_the_disk() {
     eprintln!(
         "reliability: staged rows of a quiet CPU: {run} quanta_runtime and {queued} quanta_queued_time rows for {switches} switches, after a SIGKILL and after a stop"
     );
+    drop(cg);
+    std::fs::remove_dir_all(&output).expect("clean up");
+    std::fs::remove_dir_all(&plugins).expect("clean up");
+}
+
+/// Takes a CPU offline, and back online when dropped (panic or not).
+struct OfflineCpu(u32);
+
+impl OfflineCpu {
+    fn online_file(cpu: u32) -> PathBuf {
+        PathBuf::from(format!("/sys/devices/system/cpu/cpu{cpu}/online"))
+    }
+
+    fn take(cpu: u32) -> Self {
+        std::fs::write(Self::online_file(cpu), "0")
+            .unwrap_or_else(|e| panic!("taking CPU {cpu} offline: {e}"));
+        Self(cpu)
+    }
+}
+
+impl Drop for OfflineCpu {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(Self::online_file(self.0), "1") {
+            eprintln!("bringing CPU {} back online: {e}", self.0);
+        }
+    }
+}
+
+/// A CPU taken offline cannot run the flush program: when the probe stops,
+/// the host reads that CPU's partial batches from the map, so the rows of
+/// a process that ran there alone are all on disk.
+#[test]
+fn root_staged_rows_of_an_offline_cpu_are_kept() {
+    if !require_root("root_staged_rows_of_an_offline_cpu_are_kept") {
+        return;
+    }
+    let _serial = serial();
+    let last = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 - 1;
+    assert!(
+        last > 0 && OfflineCpu::online_file(last).exists(),
+        "needs a second CPU that can be taken offline"
+    );
+    const SLEEPS: u32 = 40;
+    let plugins = plugin_dir("offline", &[("quanta_runtime", "quanta_runtime")]);
+    let output = temp_dir("offline-out");
+    let cg = TestCgroup::create("kml-e2e-offline").expect("cgroup v2 is mounted");
+    // Drains once a second, so the partial batches are still staged when
+    // the CPU goes offline.
+    let slow = output.join("slow.toml");
+    std::fs::write(
+        &slow,
+        "[collect]\ndrain_interval = \"1s\"\nflush_interval = \"30s\"\n",
+    )
+    .expect("config");
+    let c = Collector::start(&[
+        "--config",
+        s(&slow),
+        "--plugin-dir",
+        s(&plugins),
+        "--plugins",
+        "quanta_runtime",
+        "--cgroup",
+        s(&cg.dir),
+        "--output",
+        s(&output),
+    ]);
+    let mut sleeper = Sleeper::start_on(&cg, SLEEPS, 10, Some(last));
+    let switches = sleeper.slept();
+    let offline = OfflineCpu::take(last);
+    let done = c.signal_and_wait(libc::SIGINT);
+    drop(offline);
+    assert!(done.status.success(), "{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+    let run = rows_of(&dir, "quanta_runtime", sleeper.child.id());
+    eprintln!("reliability: offline CPU {last}: {run} quanta_runtime rows for {switches} switches");
+    assert!(
+        run <= switches && run + 2 >= switches,
+        "{run} quanta_runtime rows of a process the kernel switched out {switches} times, on a CPU taken offline before the stop"
+    );
+    drop(sleeper);
     drop(cg);
     std::fs::remove_dir_all(&output).expect("clean up");
     std::fs::remove_dir_all(&plugins).expect("clean up");
