@@ -22,6 +22,9 @@
  * MM_ANONPAGES, MM_SWAPENTS, MM_SHMEMPAGES), in this order since Linux 4.5;
  * an anonymous enum cannot be relocated by name, so the values come from
  * vmlinux.h and the header's MM_RSS_* must equal them (checked below). */
+/* A memory-touching burst makes hundreds of thousands of rows a second:
+ * stage them per CPU. */
+#define KML_STAGED
 #include "kml.bpf.h"
 #include "mm_rss_stat.h"
 
@@ -109,11 +112,8 @@ static __always_inline void emit(struct task_struct *task, __u64 addr, int membe
 				 __s64 size_bytes)
 {
 	struct mm_struct *mm = (void *)addr;
-	struct mm_rss_stat_event *e;
+	struct mm_rss_stat_event rec = {}, *e = &rec;
 
-	e = kml_reserve(&events, sizeof(*e), TABLE_MM_RSS_STAT);
-	if (!e)
-		return; /* counted as lost by kml_reserve */
 	e->ts_uptime_us = kml_now_us();
 	e->mm_id = mix(addr ^ mm_id_key);
 	e->file_pages = read_counter(mm, MM_RSS_FILE);
@@ -139,9 +139,10 @@ static __always_inline void emit(struct task_struct *task, __u64 addr, int membe
 	e->pid = BPF_CORE_READ(task, pid);
 	e->tgid = BPF_CORE_READ(task, tgid);
 	e->member = member >= 0 && member < NR_COUNTERS ? member : MM_RSS_UNKNOWN;
-	e->_pad = 0;
-	kml_submit(&events, e, TABLE_MM_RSS_STAT);
+	kml_stage_output(&events, e, sizeof(*e), TABLE_MM_RSS_STAT);
 }
+
+KML_FLUSH_PROGRAM(kml_flush_table(&events, TABLE_MM_RSS_STAT, sizeof(struct mm_rss_stat_event)))
 
 static __always_inline struct half *this_cpu_half(void)
 {
