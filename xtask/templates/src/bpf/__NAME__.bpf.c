@@ -59,3 +59,11 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	kml_submit(&events, e, TABLE_EVENTS);
 	return 0;
 }
+
+/* A table that takes a row per context switch or faster can save most of
+ * the ring's cost per row by staging rows per CPU: `#define KML_STAGED`
+ * before including kml.bpf.h, build the record on the stack and write it
+ * with kml_stage_output(&events, &rec, sizeof(rec), TABLE_EVENTS), and add
+ *   KML_FLUSH_PROGRAM(kml_flush_table(&events, TABLE_EVENTS,
+ *                                     sizeof(struct __NAME___event)))
+ * so the host can send a quiet CPU's partial batch (see quanta_runtime). */
