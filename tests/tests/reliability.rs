@@ -495,6 +495,44 @@ fn root_staged_rows_of_an_offline_cpu_are_kept() {
     std::fs::remove_dir_all(&plugins).expect("clean up");
 }
 
+/// A stop does not wait out the drain: with a 30 s drain interval, a run of
+/// a BPF probe and two sampling probes ends within a second of SIGINT, its
+/// files complete.
+#[test]
+fn root_a_stop_does_not_wait_for_the_drain_interval() {
+    if !require_root("root_a_stop_does_not_wait_for_the_drain_interval") {
+        return;
+    }
+    let _serial = serial();
+    let output = temp_dir("prompt-stop");
+    let slow = output.join("slow.toml");
+    std::fs::write(&slow, "[collect]\ndrain_interval = \"30s\"\n").expect("config");
+    let c = Collector::start(&[
+        "--config",
+        s(&slow),
+        "--plugins",
+        "quanta_runtime,memory_usage,perf",
+        "--power",
+        "none",
+        "--output",
+        s(&output),
+    ]);
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    let done = c.signal_and_wait(libc::SIGINT);
+    let took = t.elapsed();
+    assert!(done.status.success(), "{}", done.stderr);
+    eprintln!(
+        "reliability: stopped in {} ms with a 30 s drain interval",
+        took.as_millis()
+    );
+    assert!(took < Duration::from_secs(2), "the stop took {took:?}");
+    let dir = done.dir.expect("collection folder printed");
+    assert_eq!(manifest(&dir)["status"], "complete");
+    assert!(rows(&dir.join("quanta_runtime.arrow")) > 0);
+    std::fs::remove_dir_all(&output).expect("clean up");
+}
+
 /// Five SIGKILLs at different points of a heavy collection (a ticker at
 /// 200,000 rows/s, every context switch, every process): each time
 /// `repair` recovers every row older than a flush interval, checked

@@ -6,6 +6,10 @@
 //! waited a flush interval, so quiet tables reach the disk in time too. The
 //! first write error (a full disk) is reported in [`WriteFailure`], which
 //! stops the whole run: every probe stops and every file is closed.
+//!
+//! A stop does not wait out a drain: [`wake_until_ended`] interrupts each
+//! drain thread's wait with a signal (a BPF probe's `epoll_wait` returns
+//! EINTR) until the thread has ended.
 
 use std::{
     collections::BTreeMap,
@@ -74,6 +78,46 @@ pub(super) struct RunningProbe {
     pub counters: Vec<Arc<TableCounters>>,
     pub stats: ProbeStats,
     pub handle: thread::JoinHandle<Result<(), String>>,
+}
+
+/// The signal that interrupts a drain thread's wait. Its default action is
+/// to ignore it, so the no-op handler changes nothing else.
+const WAKE_SIGNAL: libc::c_int = libc::SIGURG;
+
+/// Interrupts the wait of the drain thread `handle` runs, once its no-op
+/// handler is installed (with `SA_RESTART`, so only waits that are never
+/// restarted, such as `epoll_wait`, return early).
+fn interrupt<T>(handle: &thread::JoinHandle<T>) {
+    use std::os::unix::thread::JoinHandleExt;
+    static HANDLER: std::sync::Once = std::sync::Once::new();
+    extern "C" fn wake(_: libc::c_int) {}
+    HANDLER.call_once(|| {
+        // SAFETY: sigaction is plain old data; zero is a valid value, then
+        // filled: a handler that does nothing (async-signal-safe).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = wake as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(WAKE_SIGNAL, &sa, std::ptr::null_mut());
+        }
+    });
+    // SAFETY: the thread is not joined yet, so its pthread_t is valid (a
+    // thread that has returned but is not joined still has one).
+    unsafe { libc::pthread_kill(handle.as_pthread_t(), WAKE_SIGNAL) };
+}
+
+/// After `stop` is set: wakes every drain thread until it has ended, so
+/// each stops its probe, drains the rest and closes its files now rather
+/// than at the end of its current wait (up to `drain_interval`). A wake-up
+/// that lands just before a wait is missed, hence the repeats.
+pub(super) fn wake_until_ended(running: &[RunningProbe]) {
+    while running.iter().any(|r| !r.handle.is_finished()) {
+        for r in running.iter().filter(|r| !r.handle.is_finished()) {
+            interrupt(&r.handle);
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// The tables a started probe fills, validated like declared ones and

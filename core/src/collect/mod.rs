@@ -286,6 +286,7 @@ pub fn run(
         eprintln!("warning: the benchmark left a change behind: {left}");
     }
 
+    drain::wake_until_ended(&running);
     let running_probes = running.len();
     let mut failed = false;
     let mut probe_stats = Vec::new();

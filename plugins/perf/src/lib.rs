@@ -14,8 +14,8 @@ use std::{
 
 use events::{EventSpec, Reading};
 use kernmlops_plugin_sdk::{
-    export_plugin, settings, sys::clock::uptime_us, table, Batch, BatchExt, Error, ProbeDecl,
-    ProbeImpl, Record, Result, StartArgs, TableDecl,
+    export_plugin, schedule::nap, settings, sys::clock::uptime_us, table, Batch, BatchExt, Error,
+    ProbeDecl, ProbeImpl, Record, Result, StartArgs, TableDecl,
 };
 use serde::{Deserialize, Serialize};
 
@@ -484,16 +484,18 @@ impl ProbeImpl for Perf {
             let deadline = Instant::now() + timeout;
             while let Some(due) = self.due() {
                 if due > deadline {
-                    // Sleep out the rest of the timeout, as the host expects.
+                    // Sleep out the rest of the timeout, as the host expects
+                    // (a stop cuts it short).
                     let now = Instant::now();
                     if deadline > now {
-                        std::thread::sleep(deadline - now);
+                        nap(deadline - now);
                     }
                     break;
                 }
                 let now = Instant::now();
-                if due > now {
-                    std::thread::sleep(due - now);
+                if due > now && !nap(due - now) {
+                    // Woken for a stop: the sample is not due yet.
+                    break;
                 }
                 sample(&self.counters, &mut taken)?;
                 // After a stall, skip the samples that are already late.
