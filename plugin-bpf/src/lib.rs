@@ -62,6 +62,9 @@ pub struct Common {
     pub wakeup_bytes: [u64; MAX_TABLES],
     /// Per table: check the ring's fill level every `mask + 1` records.
     pub wakeup_mask: [u32; MAX_TABLES],
+    /// Staged output in use (`KML_STAGED`); off where the flush program
+    /// cannot be run on a chosen CPU.
+    pub stage_on: bool,
 }
 
 /// Tables a probe may have (`KML_MAX_TABLES` in `kml.bpf.h`).
@@ -357,6 +360,7 @@ macro_rules! bpf_probe {
                     ro.kml_filter_pid = c.filter_pid;
                     ro.kml_filter_cgroup_id = c.filter_cgroup_id;
                     ro.kml_filter_cgroup_descendants = u32::from(c.filter_cgroup_descendants);
+                    ro.kml_stage_on = u32::from(c.stage_on);
                     ro.kml_self_tgid = c.self_tgid;
                     ro.kml_wakeup_bytes = c.wakeup_bytes;
                     ro.kml_wakeup_mask = c.wakeup_mask;

@@ -153,6 +153,7 @@ impl<P: BpfHooks> BpfProbe<P> {
             self_tgid: if args.include_self { 0 } else { args.self_tgid },
             wakeup_bytes: [0; MAX_TABLES],
             wakeup_mask: [0; MAX_TABLES],
+            stage_on: true,
         };
         for (i, (ring, table)) in P::RINGS.iter().zip(tables).enumerate().take(MAX_TABLES) {
             let bytes = if args.ring_bytes == 0 {
@@ -181,13 +182,25 @@ impl<P: BpfHooks> BpfProbe<P> {
                 )));
             }
         }
-        // Staged output (KML_STAGED): one stage per table.
+        // Staged output (KML_STAGED): one stage per table, where the host
+        // can send a quiet CPU's partial batch.
         let stage_entries = u32::try_from(tables.len().max(1)).unwrap_or(1);
+        let mut staged = false;
         for mut map in open.open_object_mut().maps_mut() {
             let name = map.name().to_str().unwrap_or_default();
             if name == stage::HEAD_MAP || name == stage::DATA_MAP {
+                staged = true;
                 map.set_max_entries(stage_entries)
                     .map_err(|e| explain(&format!("sizing {name}"), &e))?;
+            }
+        }
+        let mut notes = Vec::new();
+        if staged {
+            if let Err(why) = stage::flush_supported() {
+                common.stage_on = false;
+                notes.push(format!(
+                    "records go to the ring one at a time, not staged per CPU: {why}"
+                ));
             }
         }
         P::set_common(&mut open, &common);
@@ -199,7 +212,7 @@ impl<P: BpfHooks> BpfProbe<P> {
             notes: Vec::new(),
         };
         hooks.before_load(&mut open, &mut cx)?;
-        let notes = cx.notes;
+        notes.extend(cx.notes);
         let skel = open
             .load()
             .map_err(|e| explain(&format!("loading {}", P::NAME), &e))?;
@@ -288,6 +301,10 @@ impl<P: BpfHooks> BpfProbe<P> {
         let (Some(head), Some(data)) = (map(stage::HEAD_MAP)?, map(stage::DATA_MAP)?) else {
             return Ok(None);
         };
+        if stage::flush_supported().is_err() {
+            // Loaded with staging off (`kml_stage_on`): nothing to flush.
+            return Ok(None);
+        }
         let flush = skel
             .object()
             .progs()

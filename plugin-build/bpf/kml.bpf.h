@@ -39,6 +39,10 @@ const volatile __u64 kml_wakeup_bytes[KML_MAX_TABLES] = {};
 /* Per table: check the fill level every (mask + 1) records, a power of two
  * small enough that the ring cannot fill between two checks. */
 const volatile __u32 kml_wakeup_mask[KML_MAX_TABLES] = {};
+/* Staged output (KML_STAGED) in use; 0 where the host cannot run the flush
+ * program on a chosen CPU (before Linux 5.10): records go straight to the
+ * ring. */
+const volatile __u32 kml_stage_on = 1;
 
 /* Records submitted per CPU slot, to space out the fill checks. */
 #define KML_SUBMIT_SLOTS 1024
@@ -254,7 +258,7 @@ static __always_inline void kml_stage_output(void *ring, void *rec, __u32 size, 
 	struct kml_stage_head *h = bpf_map_lookup_elem(&kml_stage_head, &table);
 	struct kml_stage_data *d = bpf_map_lookup_elem(&kml_stage_data, &table);
 
-	if (!h || !d || size == 0 || size > KML_STAGE_BYTES) {
+	if (!kml_stage_on || !h || !d || size == 0 || size > KML_STAGE_BYTES) {
 		kml_output(ring, rec, size, table);
 		return;
 	}
