@@ -37,14 +37,29 @@ if [ "${#missing[@]}" -gt 0 ]; then
     say "installing ${missing[*]}"
     # Server packages (redis, memcached) must not start system services:
     # benchmarks run their own instances on free loopback ports.
+    # Nor be started at the next boot: the units these packages enable are
+    # disabled again, unless they were enabled before.
     policy=/usr/sbin/policy-rc.d
     own_policy=0
     if [ ! -e "$policy" ]; then
         printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && own_policy=1
     fi
+    services=(redis-server memcached munge slurmctld slurmd)
+    was_enabled=()
+    for unit in "${services[@]}"; do
+        systemctl is-enabled --quiet "$unit" 2>/dev/null && was_enabled+=("$unit")
+    done
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     [ "$own_policy" = 1 ] && rm -f "$policy"
+    for unit in "${services[@]}"; do
+        case " ${was_enabled[*]} " in *" $unit "*) continue ;; esac
+        if systemctl is-enabled --quiet "$unit" 2>/dev/null; then
+            systemctl disable --quiet "$unit" >/dev/null 2>&1 \
+                && say "disabled $unit.service (installed for the benchmarks and tests, which run their own)" \
+                || true
+        fi
+    done
 fi
 for p in "${optional[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
