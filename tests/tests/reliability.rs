@@ -319,6 +319,63 @@ impl Drop for Sleeper {
     }
 }
 
+/// Switches a [`Sleeper`] makes: enough to leave partial batches.
+const SLEEPS: u32 = 40;
+
+/// A `quanta_runtime` run following one test cgroup, for the staged-output
+/// tests: its plugin folder, output folder and cgroup.
+struct StagedRun {
+    plugins: PathBuf,
+    output: PathBuf,
+    cg: TestCgroup,
+    /// Drains once a second and keeps rows in memory until the stop.
+    slow: PathBuf,
+}
+
+impl StagedRun {
+    fn new(name: &str) -> Self {
+        let plugins = plugin_dir(name, &[("quanta_runtime", "quanta_runtime")]);
+        let output = temp_dir(&format!("{name}-out"));
+        let cg = TestCgroup::create(&format!("kml-e2e-{name}")).expect("cgroup v2 is mounted");
+        let slow = output.join("slow.toml");
+        std::fs::write(
+            &slow,
+            "[collect]\ndrain_interval = \"1s\"\nflush_interval = \"30s\"\n",
+        )
+        .expect("config");
+        Self {
+            plugins,
+            output,
+            cg,
+            slow,
+        }
+    }
+
+    /// Starts the run, with the slow drain when `slow`.
+    fn start(&self, slow: bool) -> Collector {
+        let mut args = vec![
+            "--plugin-dir",
+            s(&self.plugins),
+            "--plugins",
+            "quanta_runtime",
+            "--cgroup",
+            s(&self.cg.dir),
+            "--output",
+            s(&self.output),
+        ];
+        if slow {
+            args.extend(["--config", s(&self.slow)]);
+        }
+        Collector::start(&args)
+    }
+
+    fn finish(self) {
+        drop(self.cg);
+        std::fs::remove_dir_all(&self.output).expect("clean up");
+        std::fs::remove_dir_all(&self.plugins).expect("clean up");
+    }
+}
+
 /// `quanta_runtime` stages its rows per CPU and sends them a batch at a
 /// time; a process followed alone (`--cgroup`) leaves partial batches.
 /// They still reach the disk: a SIGKILL 3 s after the process went to
@@ -332,33 +389,7 @@ fn root_staged_rows_of_a_quiet_cpu_reach_the_disk() {
         return;
     }
     let _serial = serial();
-    const SLEEPS: u32 = 40;
-    let plugins = plugin_dir("staged", &[("quanta_runtime", "quanta_runtime")]);
-    let output = temp_dir("staged-out");
-    let cg = TestCgroup::create("kml-e2e-staged").expect("cgroup v2 is mounted");
-    // The second run drains once a second (and its rows wait for the
-    // stop), so what is staged is all but always still there when it is
-    // stopped 20 ms after the last switch: the stop has to send it.
-    let slow = output.join("slow.toml");
-    std::fs::write(
-        &slow,
-        "[collect]\ndrain_interval = \"1s\"\nflush_interval = \"30s\"\n",
-    )
-    .expect("config");
-    let start = |config: &[&str]| {
-        let mut args = vec![
-            "--plugin-dir",
-            s(&plugins),
-            "--plugins",
-            "quanta_runtime",
-            "--cgroup",
-            s(&cg.dir),
-            "--output",
-            s(&output),
-        ];
-        args.extend_from_slice(config);
-        Collector::start(&args)
-    };
+    let setup = StagedRun::new("staged");
     // Every switch away is a quanta_runtime row, and the sleeper runs
     // after every wake-up, a quanta_queued_time row.
     let check = |dir: &Path, pid: u32, switches: usize, when: &str| {
@@ -382,13 +413,13 @@ fn root_staged_rows_of_a_quiet_cpu_reach_the_disk() {
         (run, queued)
     };
 
-    let c = start(&[]);
-    let mut quiet = Sleeper::start(&cg, SLEEPS, 60);
+    let c = setup.start(false);
+    let mut quiet = Sleeper::start(&setup.cg, SLEEPS, 60);
     let switches = quiet.slept();
     std::thread::sleep(Duration::from_secs(3));
     let done = c.signal_and_wait(libc::SIGKILL);
     assert!(!done.status.success());
-    let dir = only_collection(&output);
+    let dir = only_collection(&setup.output);
     repair(&dir);
     check(
         &dir,
@@ -399,8 +430,11 @@ fn root_staged_rows_of_a_quiet_cpu_reach_the_disk() {
     drop(quiet);
     std::fs::remove_dir_all(&dir).expect("clean up");
 
-    let c = start(&["--config", s(&slow)]);
-    let mut brief = Sleeper::start(&cg, SLEEPS, 10);
+    // The second run drains once a second (and its rows wait for the
+    // stop), so what is staged is all but always still there when it is
+    // stopped 20 ms after the last switch: the stop has to send it.
+    let c = setup.start(true);
+    let mut brief = Sleeper::start(&setup.cg, SLEEPS, 10);
     let switches = brief.slept();
     let done = c.signal_and_wait(libc::SIGINT);
     assert!(done.status.success(), "{}", done.stderr);
@@ -410,9 +444,7 @@ fn root_staged_rows_of_a_quiet_cpu_reach_the_disk() {
     eprintln!(
         "reliability: staged rows of a quiet CPU: {run} quanta_runtime and {queued} quanta_queued_time rows for {switches} switches, after a SIGKILL and after a stop"
     );
-    drop(cg);
-    std::fs::remove_dir_all(&output).expect("clean up");
-    std::fs::remove_dir_all(&plugins).expect("clean up");
+    setup.finish();
 }
 
 /// Takes a CPU offline, and back online when dropped (panic or not).
@@ -452,31 +484,11 @@ fn root_staged_rows_of_an_offline_cpu_are_kept() {
         last > 0 && OfflineCpu::online_file(last).exists(),
         "needs a second CPU that can be taken offline"
     );
-    const SLEEPS: u32 = 40;
-    let plugins = plugin_dir("offline", &[("quanta_runtime", "quanta_runtime")]);
-    let output = temp_dir("offline-out");
-    let cg = TestCgroup::create("kml-e2e-offline").expect("cgroup v2 is mounted");
     // Drains once a second, so the partial batches are still staged when
     // the CPU goes offline.
-    let slow = output.join("slow.toml");
-    std::fs::write(
-        &slow,
-        "[collect]\ndrain_interval = \"1s\"\nflush_interval = \"30s\"\n",
-    )
-    .expect("config");
-    let c = Collector::start(&[
-        "--config",
-        s(&slow),
-        "--plugin-dir",
-        s(&plugins),
-        "--plugins",
-        "quanta_runtime",
-        "--cgroup",
-        s(&cg.dir),
-        "--output",
-        s(&output),
-    ]);
-    let mut sleeper = Sleeper::start_on(&cg, SLEEPS, 10, Some(last));
+    let setup = StagedRun::new("offline");
+    let c = setup.start(true);
+    let mut sleeper = Sleeper::start_on(&setup.cg, SLEEPS, 10, Some(last));
     let switches = sleeper.slept();
     let offline = OfflineCpu::take(last);
     let done = c.signal_and_wait(libc::SIGINT);
@@ -490,9 +502,7 @@ fn root_staged_rows_of_an_offline_cpu_are_kept() {
         "{run} quanta_runtime rows of a process the kernel switched out {switches} times, on a CPU taken offline before the stop"
     );
     drop(sleeper);
-    drop(cg);
-    std::fs::remove_dir_all(&output).expect("clean up");
-    std::fs::remove_dir_all(&plugins).expect("clean up");
+    setup.finish();
 }
 
 /// A stop does not wait out the drain: with a 30 s drain interval, a run of
