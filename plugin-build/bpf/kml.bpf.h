@@ -119,13 +119,19 @@ static __always_inline bool kml_wanted(struct task_struct *task)
 	return kml_wanted_tgid(task, BPF_CORE_READ(task, tgid));
 }
 
-/* Counts a lost record of `table`. */
-static __always_inline void kml_count_lost(__u32 table)
+/* Counts `n` lost records of `table`. */
+static __always_inline void kml_count_lost_n(__u32 table, __u64 n)
 {
 	__u64 *lost = bpf_map_lookup_elem(&kml_lost, &table);
 
 	if (lost)
-		*lost += 1;
+		*lost += n;
+}
+
+/* Counts a lost record of `table`. */
+static __always_inline void kml_count_lost(__u32 table)
+{
+	kml_count_lost_n(table, 1);
 }
 
 /* Reserves a record for `table` (its index in the plugin's declaration),
@@ -139,9 +145,18 @@ static __always_inline void *kml_reserve(void *ring, __u64 size, __u32 table)
 	return rec;
 }
 
-/* The wake-up flag for a record of `table`: BPF_RB_FORCE_WAKEUP when its
- * ring is past its fill threshold. The level is checked every
- * kml_wakeup_mask[table] + 1 records only (a per-CPU count, no helper
+/* BPF_RB_FORCE_WAKEUP when the ring of `table` is past its fill
+ * threshold, else BPF_RB_NO_WAKEUP (one helper call). */
+static __always_inline __u64 kml_fill_flag(void *ring, __u32 table)
+{
+	__u64 threshold = table < KML_MAX_TABLES ? kml_wakeup_bytes[table] : 0;
+
+	return bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= threshold ? BPF_RB_FORCE_WAKEUP
+									: BPF_RB_NO_WAKEUP;
+}
+
+/* The wake-up flag for a record of `table`: its ring's fill flag, checked
+ * every kml_wakeup_mask[table] + 1 records only (a per-CPU count, no helper
  * call), since each check is a helper call on the hot path. */
 static __always_inline __u64 kml_wakeup_flag(void *ring, __u32 table)
 {
@@ -151,9 +166,7 @@ static __always_inline __u64 kml_wakeup_flag(void *ring, __u32 table)
 
 	if (n & mask)
 		return BPF_RB_NO_WAKEUP;
-	__u64 threshold = table < KML_MAX_TABLES ? kml_wakeup_bytes[table] : 0;
-	return bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= threshold ? BPF_RB_FORCE_WAKEUP
-									: BPF_RB_NO_WAKEUP;
+	return kml_fill_flag(ring, table);
 }
 
 /* Submits a record of `table` reserved with kml_reserve, waking the
@@ -220,14 +233,6 @@ struct {
 	__type(value, struct kml_stage_data);
 } kml_stage_data SEC(".maps");
 
-static __always_inline void kml_count_lost_n(__u32 table, __u64 n)
-{
-	__u64 *lost = bpf_map_lookup_elem(&kml_lost, &table);
-
-	if (lost)
-		*lost += n;
-}
-
 /* Sends `len` staged bytes of `table` (records of `size` bytes) in one
  * sample, waking the consumer past the ring's fill threshold. */
 static __always_inline void kml_stage_send(void *ring, struct kml_stage_head *h,
@@ -239,15 +244,6 @@ static __always_inline void kml_stage_send(void *ring, struct kml_stage_head *h,
 	if (bpf_ringbuf_output(ring, d->bytes, len, flags) < 0)
 		kml_count_lost_n(table, size ? len / size : 1);
 	h->batches += 1;
-}
-
-/* The wake-up flag for a batch of `table`. */
-static __always_inline __u64 kml_stage_wakeup(void *ring, __u32 table)
-{
-	__u64 threshold = table < KML_MAX_TABLES ? kml_wakeup_bytes[table] : 0;
-
-	return bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= threshold ? BPF_RB_FORCE_WAKEUP
-									: BPF_RB_NO_WAKEUP;
 }
 
 /* Adds a record of `table` to this CPU's batch, sending the batch when the
@@ -268,15 +264,15 @@ static __always_inline void kml_stage_output(void *ring, void *rec, __u32 size, 
 	}
 	__u32 len = h->len;
 	if (len > KML_STAGE_BYTES - size) {
-		/* Only after a flush with another record size: send what is
-		 * there. */
-		kml_stage_send(ring, h, d, len, size, table, kml_stage_wakeup(ring, table));
+		/* Never with one record size per table (a full batch is sent
+		 * below); bounds `len` for the verifier. */
+		kml_stage_send(ring, h, d, len, size, table, kml_fill_flag(ring, table));
 		len = 0;
 	}
 	__builtin_memcpy(d->bytes + len, rec, size);
 	len += size;
 	if (len > KML_STAGE_BYTES - size) {
-		kml_stage_send(ring, h, d, len, size, table, kml_stage_wakeup(ring, table));
+		kml_stage_send(ring, h, d, len, size, table, kml_fill_flag(ring, table));
 		len = 0;
 	}
 	h->len = len;

@@ -15,7 +15,7 @@ pub fn nap(d: Duration) -> bool {
     }
     let ts = libc::timespec {
         tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+        tv_nsec: d.subsec_nanos() as libc::c_long,
     };
     // SAFETY: `ts` is a valid timespec; the remaining time is not wanted.
     unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) == 0 }
