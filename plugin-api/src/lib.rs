@@ -33,6 +33,11 @@ pub mod spec;
 /// covers meaning that layouts cannot express. Bump on incompatible change.
 pub const DATA_CONTRACT_VERSION: u32 = 1;
 
+/// Name of the program a probe that stages records per CPU carries
+/// (`KML_FLUSH_PROGRAM` in `kml.bpf.h`): the host runs it to send a CPU's
+/// partial batch, so its runs in [`BpfProgramStats`] are not events.
+pub const STAGE_FLUSH_PROGRAM: &str = "kml_flush";
+
 /// Name of the timestamp column every time-series table must declare:
 /// `CLOCK_BOOTTIME` in microseconds, as a `u64`.
 pub const TIMESTAMP_COLUMN: &str = "ts_uptime_us";

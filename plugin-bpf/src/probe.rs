@@ -134,14 +134,16 @@ impl<P: BpfHooks> BpfProbe<P> {
     }
 
     /// Opens, configures and loads the skeleton in `storage`, running the
-    /// before-load hook; returns the loaded skeleton and the notes.
+    /// before-load hook; returns the loaded skeleton, the notes, and whether
+    /// it stages records (`KML_STAGED`, where the kernel lets the host send
+    /// a CPU's partial batch).
     fn load(
         hooks: &mut P,
         storage: &'static mut MaybeUninit<OpenObject>,
         args: &StartArgs,
         settings: &P::Settings,
         tables: &[TableDecl],
-    ) -> Result<(Loaded<P>, Vec<String>)> {
+    ) -> Result<(Loaded<P>, Vec<String>, bool)> {
         let mut open = P::Builder::default()
             .open(storage)
             .map_err(|e| explain(&format!("opening {}", P::NAME), &e))?;
@@ -196,7 +198,7 @@ impl<P: BpfHooks> BpfProbe<P> {
         }
         let mut notes = Vec::new();
         if staged {
-            if let Err(why) = stage::flush_supported() {
+            if let Err(why) = kernmlops_sys::features::test_run_on_cpu() {
                 common.stage_on = false;
                 notes.push(format!(
                     "records go to the ring one at a time, not staged per CPU: {why}"
@@ -216,7 +218,7 @@ impl<P: BpfHooks> BpfProbe<P> {
         let skel = open
             .load()
             .map_err(|e| explain(&format!("loading {}", P::NAME), &e))?;
-        Ok((skel, notes))
+        Ok((skel, notes, staged && common.stage_on))
     }
 
     fn attach(&mut self) -> Result<()> {
@@ -286,9 +288,12 @@ impl<P: BpfHooks> BpfProbe<P> {
         Ok(())
     }
 
-    /// The staging of a `KML_STAGED` object: its header map and flush
-    /// program, which must come together.
-    fn stages(skel: &Loaded<P>, tables: &[TableDecl]) -> Result<Option<Stages>> {
+    /// The staging of a `KML_STAGED` object loaded with staging on: its
+    /// maps and flush program, which must come together.
+    fn stages(skel: &Loaded<P>, tables: &[TableDecl], staged: bool) -> Result<Option<Stages>> {
+        if !staged {
+            return Ok(None);
+        }
         let map = |name: &str| {
             skel.object()
                 .maps()
@@ -301,10 +306,6 @@ impl<P: BpfHooks> BpfProbe<P> {
         let (Some(head), Some(data)) = (map(stage::HEAD_MAP)?, map(stage::DATA_MAP)?) else {
             return Ok(None);
         };
-        if stage::flush_supported().is_err() {
-            // Loaded with staging off (`kml_stage_on`): nothing to flush.
-            return Ok(None);
-        }
         let flush = skel
             .object()
             .progs()
@@ -377,7 +378,7 @@ impl<P: BpfHooks> ProbeImpl for BpfProbe<P> {
             &settings,
             &tables,
         );
-        let (skel, notes) = match loaded {
+        let (skel, notes, staged) = match loaded {
             Ok(l) => l,
             Err(e) => {
                 // SAFETY: the failed load dropped everything that borrowed it.
@@ -403,7 +404,7 @@ impl<P: BpfHooks> ProbeImpl for BpfProbe<P> {
                 }
             }
         };
-        let stages = match Self::stages(&skel, &tables) {
+        let stages = match Self::stages(&skel, &tables, staged) {
             Ok(s) => s,
             Err(e) => {
                 drop(skel);

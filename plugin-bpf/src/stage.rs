@@ -20,40 +20,12 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 /// The map of stage headers and the flush program in `kml.bpf.h`.
 pub const HEAD_MAP: &str = "kml_stage_head";
 pub const DATA_MAP: &str = "kml_stage_data";
-pub const FLUSH_PROGRAM: &str = "kml_flush";
+pub const FLUSH_PROGRAM: &str = kernmlops_plugin_sdk::api::STAGE_FLUSH_PROGRAM;
 
 /// How long a partial batch may wait on a quiet CPU before the host sends
 /// it. With drain passes every `drain_interval` (100 ms), a staged record
 /// reaches the ring within about two passes.
 pub const MAX_AGE: Duration = Duration::from_millis(50);
-
-/// Whether this kernel runs a raw_tp program on a chosen CPU
-/// (`BPF_PROG_TEST_RUN` with `BPF_F_TEST_RUN_ON_CPU`, Linux 5.10), which
-/// sending a quiet CPU's partial batch needs; `Err` says why not.
-pub fn flush_supported() -> std::result::Result<(), String> {
-    // SAFETY: utsname is plain old data and uname fills it.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: `u` is a valid, writable utsname.
-    if unsafe { libc::uname(&mut u) } != 0 {
-        return Err("uname failed".into());
-    }
-    let release: String = u
-        .release
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8 as char)
-        .collect();
-    let mut parts = release.split(|c: char| !c.is_ascii_digit());
-    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    if (major, minor) >= (5, 10) {
-        Ok(())
-    } else {
-        Err(format!(
-            "Linux {release} cannot run a BPF program on a chosen CPU (BPF_F_TEST_RUN_ON_CPU, Linux 5.10)"
-        ))
-    }
-}
 
 /// `struct kml_stage_head`: busy (u32), staged bytes (u32), batches sent (u64).
 const HEAD_SIZE: usize = 16;
@@ -257,12 +229,6 @@ impl Stages {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn this_kernel_can_send_partial_batches() {
-        // The development and CI kernels are far past 5.10.
-        assert_eq!(flush_supported(), Ok(()));
-    }
 
     #[test]
     fn parses_a_stage_header() {

@@ -441,6 +441,47 @@ pub fn enable_bpf_stats() -> io::Result<OwnedFd> {
     bpf(BPF_ENABLE_STATS, &attr)
 }
 
+/// `BPF_PROG_TEST_RUN`, `BPF_PROG_TYPE_RAW_TRACEPOINT` and
+/// `BPF_F_TEST_RUN_ON_CPU` (include/uapi/linux/bpf.h).
+const BPF_PROG_TEST_RUN: i32 = 10;
+const PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
+const BPF_F_TEST_RUN_ON_CPU: u32 = 1;
+
+/// Whether a raw tracepoint program can be run on a chosen CPU
+/// (`BPF_PROG_TEST_RUN` with `BPF_F_TEST_RUN_ON_CPU`, Linux 5.10), which is
+/// how the host sends a CPU's staged records: loads a do-nothing raw_tp
+/// program and runs it so on the calling CPU. The error says which step
+/// failed and what the kernel said.
+pub fn test_run_on_cpu() -> Result<(), String> {
+    let prog = load_program(PROG_TYPE_RAW_TRACEPOINT, 0, 0)
+        .map_err(|f| format!("loading a raw_tp program: {f}"))?;
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = u32::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(0);
+    let mut attr = [0u8; BPF_ATTR_SIZE];
+    // test { u32 prog_fd; ... u32 flags at 64; u32 cpu at 68; }
+    put_u32(&mut attr, 0, prog.as_raw_fd() as u32);
+    put_u32(&mut attr, 64, BPF_F_TEST_RUN_ON_CPU);
+    put_u32(&mut attr, 68, cpu);
+    // SAFETY: bpf(2) reads `attr`, valid for the size given; the test run
+    // returns 0 or -1, not a descriptor.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_TEST_RUN,
+            attr.as_ptr(),
+            BPF_ATTR_SIZE as u32,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "running a raw_tp program on CPU {cpu} (BPF_F_TEST_RUN_ON_CPU, Linux 5.10): {}",
+            errno_text(&io::Error::last_os_error())
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -507,6 +548,19 @@ mod tests {
     fn ioctl_number_matches_the_kernel_header() {
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         assert_eq!(PERF_EVENT_IOC_SET_BPF, 0x4004_2408);
+    }
+
+    #[test]
+    fn a_raw_tp_program_runs_on_a_chosen_cpu_as_root() {
+        if !is_root() {
+            assert!(
+                std::env::var("CI").map_or(true, |v| v != "true"),
+                "needs root under CI"
+            );
+            return;
+        }
+        // This kernel is far past 5.10.
+        assert_eq!(test_run_on_cpu(), Ok(()));
     }
 
     #[test]

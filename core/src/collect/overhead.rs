@@ -74,7 +74,9 @@ impl CostMeter {
         for (probe, stats) in probes {
             let (mut events, mut ns) = (0u64, 0u64);
             for s in stats {
-                if s.name.as_str() != FLUSH_PROGRAM {
+                // The host runs a staged probe's flush program: its time is
+                // the probe's cost, its runs are not events.
+                if s.name.as_str() != kernmlops_plugin_api::STAGE_FLUSH_PROGRAM {
                     events += s.run_cnt;
                 }
                 ns += s.run_time_ns;
@@ -114,11 +116,6 @@ impl CostMeter {
         }
     }
 }
-
-/// The program `kml.bpf.h` gives a probe that stages records
-/// (`KML_FLUSH_PROGRAM`): the host runs it to send partial batches, so its
-/// runs are not events, though its time is the probe's cost.
-const FLUSH_PROGRAM: &str = "kml_flush";
 
 fn per_event(ns: u64, events: u64) -> Option<f64> {
     (events > 0).then(|| ns as f64 / events as f64)
