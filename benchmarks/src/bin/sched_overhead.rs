@@ -175,7 +175,8 @@ fn main() -> Result<()> {
             base.push(bench(loops, pinned)?);
             let c = collected(&bin, setup, &out, loops, pinned)?;
             with.push(c.bench_s);
-            if std::ptr::eq(setup, &default) {
+            // Start-up is reported for the default probes only.
+            if setup.plugins == default.plugins {
                 startup.push(c.startup_ms);
             }
             rates.push(c.rows as f64 / c.seconds);
