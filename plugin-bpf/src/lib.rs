@@ -65,6 +65,9 @@ pub struct Common {
     /// Staged output in use (`KML_STAGED`); off where the flush program
     /// cannot be run on a chosen CPU.
     pub stage_on: bool,
+    /// Per table: the bytes a staged batch goes out at (0: the stage's
+    /// size, `KML_STAGE_BYTES`).
+    pub stage_limit: [u32; MAX_TABLES],
 }
 
 /// Tables a probe may have (`KML_MAX_TABLES` in `kml.bpf.h`).
@@ -361,6 +364,7 @@ macro_rules! bpf_probe {
                     ro.kml_filter_cgroup_id = c.filter_cgroup_id;
                     ro.kml_filter_cgroup_descendants = u32::from(c.filter_cgroup_descendants);
                     ro.kml_stage_on = u32::from(c.stage_on);
+                    ro.kml_stage_limit = c.stage_limit;
                     ro.kml_self_tgid = c.self_tgid;
                     ro.kml_wakeup_bytes = c.wakeup_bytes;
                     ro.kml_wakeup_mask = c.wakeup_mask;

@@ -156,14 +156,41 @@ impl<P: BpfHooks> BpfProbe<P> {
             wakeup_bytes: [0; MAX_TABLES],
             wakeup_mask: [0; MAX_TABLES],
             stage_on: true,
+            stage_limit: [0; MAX_TABLES],
         };
+        // Staged output (KML_STAGED): one stage per table, where the host
+        // can send a quiet CPU's partial batch.
+        let stage_entries = u32::try_from(tables.len().max(1)).unwrap_or(1);
+        let mut stage_bytes = None;
+        for mut map in open.open_object_mut().maps_mut() {
+            let name = map.name().to_str().unwrap_or_default();
+            if name == stage::HEAD_MAP || name == stage::DATA_MAP {
+                if name == stage::DATA_MAP {
+                    stage_bytes = Some(u64::from(map.value_size()));
+                }
+                map.set_max_entries(stage_entries)
+                    .map_err(|e| explain(&format!("sizing {name}"), &e))?;
+            }
+        }
+        let staged = stage_bytes.is_some();
+        let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u64;
+        let staged_ring = stage_bytes.map_or(0, |b| stage::ring_bytes_for_stages(cpus, b));
+        let mut notes = Vec::new();
         for (i, (ring, table)) in P::RINGS.iter().zip(tables).enumerate().take(MAX_TABLES) {
             let bytes = if args.ring_bytes == 0 {
-                ring_bytes_for(ring.rate, table.record_size as usize)
+                ring_bytes_for(ring.rate, table.record_size as usize).max(staged_ring)
             } else {
                 // The host validates the size; clamp rather than fail.
                 args.ring_bytes.clamp(4096, 1 << 30).next_power_of_two()
             };
+            if let Some(stage) = stage_bytes {
+                // Smaller batches where the ring cannot take every CPU's
+                // full batch below its wake-up threshold.
+                let batch = stage::batch_bytes_for_ring(bytes, cpus, stage, table.record_size as u64);
+                if u64::from(batch) < stage {
+                    common.stage_limit[i] = batch;
+                }
+            }
             common.wakeup_bytes[i] = wakeup_bytes(bytes);
             common.wakeup_mask[i] = wakeup_check_every(bytes, table.record_size as usize) - 1;
             let obj = open.open_object_mut();
@@ -184,19 +211,6 @@ impl<P: BpfHooks> BpfProbe<P> {
                 )));
             }
         }
-        // Staged output (KML_STAGED): one stage per table, where the host
-        // can send a quiet CPU's partial batch.
-        let stage_entries = u32::try_from(tables.len().max(1)).unwrap_or(1);
-        let mut staged = false;
-        for mut map in open.open_object_mut().maps_mut() {
-            let name = map.name().to_str().unwrap_or_default();
-            if name == stage::HEAD_MAP || name == stage::DATA_MAP {
-                staged = true;
-                map.set_max_entries(stage_entries)
-                    .map_err(|e| explain(&format!("sizing {name}"), &e))?;
-            }
-        }
-        let mut notes = Vec::new();
         if staged {
             if let Err(why) = kernmlops_sys::features::test_run_on_cpu() {
                 common.stage_on = false;

@@ -27,6 +27,28 @@ pub const FLUSH_PROGRAM: &str = kernmlops_plugin_sdk::api::STAGE_FLUSH_PROGRAM;
 /// reaches the ring within about two passes.
 pub const MAX_AGE: Duration = Duration::from_millis(50);
 
+/// The ring a staged table asks for on `cpus` possible CPUs with stages of
+/// `stage_bytes`: every CPU's full batch together fit in a quarter of it
+/// (its wake-up threshold), since a drain pass may send every CPU's batch
+/// before it consumes; a power of two, at most 16 MiB (past that,
+/// [`batch_bytes_for_ring`] makes the batches smaller).
+pub fn ring_bytes_for_stages(cpus: u64, stage_bytes: u64) -> u64 {
+    cpus.max(1)
+        .saturating_mul(stage_bytes)
+        .saturating_mul(4)
+        .min(16 << 20)
+        .next_power_of_two()
+}
+
+/// The batch size (`kml_stage_limit`) of a staged table with a ring of
+/// `ring_bytes`: every CPU's batch together fit in a quarter of the ring,
+/// in whole records, at least one record and at most the stage.
+pub fn batch_bytes_for_ring(ring_bytes: u64, cpus: u64, stage_bytes: u64, record_size: u64) -> u32 {
+    let record = record_size.max(1);
+    let share = ring_bytes / cpus.max(1) / 4 / record * record;
+    u32::try_from(share.clamp(record, stage_bytes.max(record))).unwrap_or(u32::MAX)
+}
+
 /// `struct kml_stage_head`: busy (u32), staged bytes (u32), batches sent (u64).
 const HEAD_SIZE: usize = 16;
 
@@ -229,6 +251,28 @@ impl Stages {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_staged_ring_holds_every_cpus_batch_in_a_quarter() {
+        assert_eq!(ring_bytes_for_stages(2, 8192), 64 << 10);
+        assert_eq!(ring_bytes_for_stages(384, 8192), 16 << 20);
+        assert_eq!(ring_bytes_for_stages(0, 8192), 32 << 10);
+        assert_eq!(ring_bytes_for_stages(1 << 20, 8192), 16 << 20);
+    }
+
+    #[test]
+    fn a_small_ring_gets_batches_it_can_hold() {
+        // 16 KiB ring, 2 CPUs, 32-byte records: 2 KiB batches.
+        assert_eq!(batch_bytes_for_ring(16 << 10, 2, 8192, 32), 2048);
+        // Whole records only.
+        assert_eq!(batch_bytes_for_ring(16 << 10, 2, 8192, 48), 2016);
+        // 16 MiB ring, 1024 CPUs: 4 KiB batches.
+        assert_eq!(batch_bytes_for_ring(16 << 20, 1024, 8192, 32), 4096);
+        // At least one record, however many CPUs.
+        assert_eq!(batch_bytes_for_ring(16 << 10, 4096, 8192, 48), 48);
+        // Never past the stage.
+        assert_eq!(batch_bytes_for_ring(1 << 30, 2, 8192, 32), 8192);
+    }
 
     #[test]
     fn parses_a_stage_header() {

@@ -24,14 +24,38 @@ KML_RING(queued_ring);
 #define KML_MAX_CPUS 4096
 __u64 last_switch_ns[KML_MAX_CPUS] = {};
 
-/* When each runnable task started waiting, in ns (0: not waiting). Task
- * storage lives and dies with the task: no table to fill or leak. */
+/* When each runnable task started waiting, in ns (0: not waiting), by
+ * thread id: an array, which the JIT looks up inline, sized by the plugin
+ * to kernel.pid_max at start. A stale entry is harmless: a thread is woken
+ * (which sets its entry) before it first runs. Ids past the array (pid_max
+ * raised during a run) fall back to task storage, a helper call per
+ * lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 32768);
+	__type(key, __u32);
+	__type(value, __u64);
+} queued_since_ns SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, __u64);
-} queued_since_ns SEC(".maps");
+} queued_since_late_ns SEC(".maps");
+
+/* The waiting start of `p` (not the idle task); `create` makes the late
+ * storage when it is missing. NULL: no entry. */
+static __always_inline __u64 *queued_since(struct task_struct *p, bool create)
+{
+	__u32 tid = p->pid;
+	__u64 *since = bpf_map_lookup_elem(&queued_since_ns, &tid);
+
+	if (since)
+		return since;
+	return bpf_task_storage_get(&queued_since_late_ns, p, 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
 
 KML_FLUSH_PROGRAM(
 	kml_flush_table(&runtime_ring, TABLE_RUNTIME, sizeof(struct quanta_runtime_event));
@@ -49,8 +73,7 @@ static __always_inline void mark_queued(struct task_struct *p, __u64 now_ns)
 
 	if (p->pid == 0 || !kml_wanted_tgid(p, p->tgid))
 		return;
-	since = bpf_task_storage_get(&queued_since_ns, p, 0,
-				     BPF_LOCAL_STORAGE_GET_F_CREATE);
+	since = queued_since(p, true);
 	if (since)
 		*since = now_ns;
 }
@@ -74,6 +97,7 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
 {
 	__u64 now_ns = bpf_ktime_get_boot_ns();
+	__u64 now_us = now_ns / 1000;
 	__u32 cpu = bpf_get_smp_processor_id();
 	__u32 prev_tgid = prev->tgid;
 	bool prev_wanted = kml_wanted_tgid(prev, prev_tgid);
@@ -84,8 +108,8 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 		last_switch_ns[cpu] = now_ns;
 		if (started && prev_wanted) {
 			struct quanta_runtime_event e = {
-				.ts_uptime_us = now_ns / 1000,
-				.quanta_run_length_us = (now_ns - started) / 1000,
+				.ts_uptime_us = now_us,
+				.quanta_run_length_us = kml_ns_to_us(now_ns - started),
 				.cpu = cpu,
 				.pid = prev->pid,
 				.tgid = prev_tgid,
@@ -96,22 +120,19 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 
 	/* A preempted task is still runnable: it starts waiting now. */
 	if (prev_state == TASK_RUNNING && prev_wanted && prev->pid != 0) {
-		__u64 *since = bpf_task_storage_get(&queued_since_ns, prev, 0,
-						    BPF_LOCAL_STORAGE_GET_F_CREATE);
+		__u64 *since = queued_since(prev, true);
 		if (since)
 			*since = now_ns;
 	}
 
-	/* Only tasks marked waiting have storage (never the idle task): the
-	 * others cost one lookup. */
 	if (next->pid == 0)
 		return 0;
-	__u64 *since = bpf_task_storage_get(&queued_since_ns, next, 0, 0);
+	__u64 *since = queued_since(next, false);
 	if (since && *since) {
 		__u64 waited_ns = now_ns > *since ? now_ns - *since : 0;
 		struct quanta_queued_event e = {
-			.ts_uptime_us = now_ns / 1000,
-			.quanta_queued_time_us = waited_ns / 1000,
+			.ts_uptime_us = now_us,
+			.quanta_queued_time_us = kml_ns_to_us(waited_ns),
 			.cpu = cpu,
 			.pid = next->pid,
 			.tgid = next->tgid,
