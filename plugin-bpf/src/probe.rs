@@ -186,7 +186,8 @@ impl<P: BpfHooks> BpfProbe<P> {
             if let Some(stage) = stage_bytes {
                 // Smaller batches where the ring cannot take every CPU's
                 // full batch below its wake-up threshold.
-                let batch = stage::batch_bytes_for_ring(bytes, cpus, stage, table.record_size as u64);
+                let batch =
+                    stage::batch_bytes_for_ring(bytes, cpus, stage, table.record_size as u64);
                 if u64::from(batch) < stage {
                     common.stage_limit[i] = batch;
                 }

@@ -130,6 +130,216 @@ fn root_quanta_runtime_agrees_with_perf_stat() {
     );
 }
 
+/// A worker for the schedstat test: pinned to `cpu`, runs ~2 ms and sleeps
+/// 1 ms for 1.5 s, says `done`, then blocks reading stdin.
+const BUSY_WORKER: &str = r#"
+import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+end = time.monotonic() + 1.5
+while time.monotonic() < end:
+    t = time.monotonic() + 0.002
+    while time.monotonic() < t:
+        pass
+    time.sleep(0.001)
+print("done", flush=True)
+sys.stdin.read()
+"#;
+
+/// `kernel.pid_max` raised for a test, with the next thread id past the
+/// old maximum; the old value comes back when dropped (panic or not).
+struct PidMaxRaised {
+    old: String,
+}
+
+impl PidMaxRaised {
+    const PID_MAX: &'static str = "/proc/sys/kernel/pid_max";
+
+    /// None where pid_max is already at the kernel's limit.
+    fn past_the_current() -> Option<(Self, u64)> {
+        let old = std::fs::read_to_string(Self::PID_MAX).expect("reading pid_max");
+        let current: u64 = old.trim().parse().expect("pid_max");
+        let raised = (current * 2).min(4 << 20);
+        if raised <= current + 2000 {
+            return None;
+        }
+        std::fs::write(Self::PID_MAX, raised.to_string()).expect("raising pid_max");
+        let guard = Self { old };
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (current + 1000).to_string())
+            .expect("setting ns_last_pid");
+        Some((guard, current))
+    }
+}
+
+impl Drop for PidMaxRaised {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(Self::PID_MAX, self.old.trim()) {
+            eprintln!("restoring pid_max {}: {e}", self.old.trim());
+        }
+    }
+}
+
+/// Three workers share one CPU, so each waits runnable as well as runs.
+/// Per worker, the rows of both tables add up to the kernel's own
+/// accounting in `/proc/<pid>/schedstat` (read while the workers sleep, so
+/// every quantum is closed): one `quanta_runtime` row and one
+/// `quanta_queued_time` row per time it got the CPU (`pcount`), run lengths
+/// summing to its run time and waits to its run delay, within 1%.
+///
+/// Twice: with thread ids below `kernel.pid_max` (the program's array), and
+/// with pid_max raised during the run and the workers' ids past the old
+/// maximum (its task-storage fallback).
+#[test]
+fn root_quanta_rows_add_up_to_the_kernels_schedstat() {
+    if !require_root("root_quanta_rows_add_up_to_the_kernels_schedstat")
+        || !require_tool(
+            "root_quanta_rows_add_up_to_the_kernels_schedstat",
+            "python3",
+        )
+    {
+        return;
+    }
+    let _serial = serial();
+    for past_pid_max in [false, true] {
+        quanta_rows_match_schedstat(past_pid_max);
+    }
+}
+
+fn quanta_rows_match_schedstat(past_pid_max: bool) {
+    let plugins = default_plugins("schedstat");
+    let output = temp_dir("schedstat-out");
+    let c = Collector::start(&[
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "quanta_runtime",
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    let raised = if past_pid_max {
+        match PidMaxRaised::past_the_current() {
+            Some(raised) => Some(raised),
+            None => {
+                assert!(!in_ci(), "pid_max is at its limit: cannot test ids past it");
+                eprintln!("skipping ids past pid_max: pid_max is at its limit");
+                c.signal_and_wait(libc::SIGINT);
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1);
+    let cpu = (cpus - 1).to_string();
+    let mut workers: Vec<std::process::Child> = (0..3)
+        .map(|_| {
+            Command::new("python3")
+                .args(["-c", BUSY_WORKER, &cpu])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("starting python3")
+        })
+        .collect();
+    if let Some((_, old_max)) = &raised {
+        for w in &workers {
+            assert!(
+                u64::from(w.id()) >= *old_max,
+                "worker {} below the old pid_max",
+                w.id()
+            );
+        }
+    }
+    for w in &mut workers {
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(w.stdout.as_mut().expect("stdout")),
+            &mut line,
+        )
+        .expect("worker output");
+        assert_eq!(line.trim(), "done");
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    // (run time ns, run delay ns, times on a CPU) per worker.
+    let stats: Vec<(u32, [u64; 3])> = workers
+        .iter()
+        .map(|w| {
+            let text = std::fs::read_to_string(format!("/proc/{}/schedstat", w.id()))
+                .expect("schedstat (CONFIG_SCHED_INFO)");
+            let v: Vec<u64> = text
+                .split_whitespace()
+                .map(|f| f.parse().expect("number"))
+                .collect();
+            (w.id(), [v[0], v[1], v[2]])
+        })
+        .collect();
+    let read_at = uptime_us();
+    for mut w in workers {
+        drop(w.stdin.take());
+        w.wait().expect("worker exit");
+    }
+    drop(raised);
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+
+    // (pid, value) of each row of a table, up to the schedstat read.
+    let rows = |table: &str, value: &str| -> Vec<(u64, u64)> {
+        let batches = read_table(&dir.join(format!("{table}.arrow")));
+        let pid = column_u64(&batches, "pid");
+        let ts = column_u64(&batches, "ts_uptime_us");
+        let v = column_u64(&batches, value);
+        pid.into_iter()
+            .zip(ts)
+            .zip(v)
+            .filter(|((_, t), _)| *t <= read_at)
+            .map(|((p, _), v)| (p, v))
+            .collect()
+    };
+    let runs = rows("quanta_runtime", "quanta_run_length_us");
+    let waits = rows("quanta_queued_time", "quanta_queued_time_us");
+    let close = |got: f64, want: f64| (got - want).abs() <= want * 0.01 + 2.0;
+    for (pid, [run_ns, delay_ns, pcount]) in stats {
+        let mine = |rows: &[(u64, u64)]| {
+            let v: Vec<u64> = rows
+                .iter()
+                .filter(|(p, _)| *p == u64::from(pid))
+                .map(|r| r.1)
+                .collect();
+            (v.len() as f64, v.iter().sum::<u64>() as f64)
+        };
+        let (run_rows, run_us) = mine(&runs);
+        let (wait_rows, wait_us) = mine(&waits);
+        eprintln!(
+            "schedstat {pid}: {run_rows} runs / {wait_rows} waits for pcount {pcount}; \
+             ran {run_us} us (kernel {}), waited {wait_us} us (kernel {})",
+            run_ns / 1000,
+            delay_ns / 1000
+        );
+        assert!(pcount > 100, "the worker should have run often: {pcount}");
+        assert!(
+            delay_ns > 100_000_000,
+            "the workers should have waited: {delay_ns} ns"
+        );
+        assert!(
+            close(run_rows, pcount as f64),
+            "{pid}: {run_rows} run rows, pcount {pcount}"
+        );
+        assert!(
+            close(wait_rows, pcount as f64),
+            "{pid}: {wait_rows} wait rows, pcount {pcount}"
+        );
+        assert!(
+            close(run_us, run_ns as f64 / 1000.0),
+            "{pid}: ran {run_us} us, kernel {run_ns} ns"
+        );
+        assert!(
+            close(wait_us, delay_ns as f64 / 1000.0),
+            "{pid}: waited {wait_us} us, kernel {delay_ns} ns"
+        );
+    }
+}
+
 /// 50 processes with known names: each has start, exec and end rows with
 /// the right pid and tgid; threads have their own pid and the process's tgid.
 #[test]

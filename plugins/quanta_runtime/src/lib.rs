@@ -3,8 +3,7 @@
 //! tracepoints (`tp_btf`).
 
 use kernmlops_plugin_bpf::{
-    bpf_probe, export_plugin, sdk::NoSettings, BpfHooks, BpfProbe, Error, LoadContext, Open,
-    Result,
+    bpf_probe, export_plugin, sdk::NoSettings, BpfHooks, BpfProbe, Error, LoadContext, Open, Result,
 };
 
 bpf_probe! {
