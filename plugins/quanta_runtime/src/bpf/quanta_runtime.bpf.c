@@ -65,16 +65,24 @@ KML_FLUSH_PROGRAM(
 struct quanta_runtime_event _quanta_runtime_event = {};
 struct quanta_queued_event _quanta_queued_event = {};
 
-/* Marks a task runnable from now. Arguments come from tp_btf, so task
- * fields are read directly (no helper call). */
+/* Marks a woken task runnable from now. Arguments come from tp_btf, so
+ * task fields are read directly (no helper call).
+ *
+ * A task on a CPU is not waiting: a wake-up of the running task (it was
+ * about to sleep) marks nothing. The wake-up runs under the task's run
+ * queue lock, which its CPU holds from the switch away from it until
+ * on_cpu is cleared, so on_cpu is exact here. A task already waiting (it
+ * was preempted while about to sleep, then woken) keeps its start: the
+ * start is cleared whenever the task gets a CPU, so it is set only while
+ * the task waits. */
 static __always_inline void mark_queued(struct task_struct *p, __u64 now_ns)
 {
 	__u64 *since;
 
-	if (p->pid == 0 || !kml_wanted_tgid(p, p->tgid))
+	if (p->pid == 0 || p->on_cpu || !kml_wanted_tgid(p, p->tgid))
 		return;
 	since = queued_since(p, true);
-	if (since)
+	if (since && *since == 0)
 		*since = now_ns;
 }
 
@@ -118,8 +126,10 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 		}
 	}
 
-	/* A preempted task is still runnable: it starts waiting now. */
-	if (prev_state == TASK_RUNNING && prev_wanted && prev->pid != 0) {
+	/* A preempted task stays on the run queue whatever its state (it may
+	 * have been about to sleep), and so does one switched away from
+	 * while runnable (a yield): both start waiting now. */
+	if ((preempt || prev_state == TASK_RUNNING) && prev_wanted && prev->pid != 0) {
 		__u64 *since = queued_since(prev, true);
 		if (since)
 			*since = now_ns;
