@@ -135,11 +135,10 @@ fn check_keys(path: &str, known: &toml::Table, user: &toml::Table) -> Result<(),
 pub enum ConfigError {
     #[error("{file}: {message}")]
     Invalid { file: String, message: String },
-    #[error("{file}: {source}")]
-    Read {
-        file: String,
-        source: std::io::Error,
-    },
+    /// The I/O error is part of the message, not a source, so a chain
+    /// printed with `{:#}` shows it once.
+    #[error("{file}: {error}")]
+    Read { file: String, error: std::io::Error },
 }
 
 fn merge(base: &mut toml::Table, over: toml::Table) {
@@ -214,9 +213,9 @@ impl Config {
         let mut source = BUILT_IN.to_owned();
         if let Some(path) = file {
             source = crate::trust::printable(path.as_os_str().as_encoded_bytes());
-            let bytes = std::fs::read(path).map_err(|e| ConfigError::Read {
+            let bytes = std::fs::read(path).map_err(|error| ConfigError::Read {
                 file: source.clone(),
-                source: e,
+                error,
             })?;
             let over = parse_toml(&bytes).map_err(|message| ConfigError::Invalid {
                 file: source.clone(),

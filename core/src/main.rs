@@ -34,8 +34,9 @@ struct Cli {
     /// Folder holding plugin .so files [default: collect.plugin_dir, "plugins"].
     #[arg(long, global = true, value_name = "DIR", env = "KERNMLOPS_PLUGIN_DIR")]
     plugin_dir: Option<PathBuf>,
-    /// Load plugins, plugin folders and ./overrides.toml even when others
-    /// can write them or another user owns them, with a warning
+    /// Load plugins, plugin folders, ./overrides.toml, --config and
+    /// experiment files even when others can write them or another user
+    /// owns them, with a warning
     /// (development only: whoever can write them runs code as root). The
     /// ELF check still applies; the run's manifest records the flag.
     #[arg(long, global = true)]
@@ -317,9 +318,18 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             eprintln!("warning: {}", trust::printable(line.as_bytes()));
         }
     }
-    // Without --config, ./overrides.toml is the user's file when present
-    // and safe: anyone able to write it could otherwise choose what runs as
-    // root.
+    // A configuration can name commands that run as root (benchmarks):
+    // --config FILE passes the plugins' checks or is refused, and without
+    // it ./overrides.toml is the user's file only when present and safe.
+    if let Some(path) = &cli.config {
+        match trust::check_instructions(path, trust_policy()) {
+            Ok(None) => {}
+            Ok(Some(e)) => {
+                eprintln!("warning: using --config although {e} (--allow-insecure-plugins)")
+            }
+            Err(e) => anyhow::bail!("refusing --config: {e}"),
+        }
+    }
     let file = cli.config.clone().or_else(|| {
         let here = PathBuf::from("overrides.toml");
         here.symlink_metadata().ok()?;

@@ -459,3 +459,91 @@ fn unsafe_files_in_the_current_directory_are_ignored() {
         "{stdout}\n{stderr}"
     );
 }
+
+/// A configuration or experiment file can name commands that run as root
+/// (a `script` benchmark): `--config FILE` and `experiment run FILE` are
+/// refused, in one line saying why and how to fix it, when others could
+/// change the file, and used with a warning under `--allow-insecure-plugins`.
+/// A safe file is used; a missing one is reported once by its reader.
+#[test]
+fn unsafe_config_and_experiment_files_are_refused() {
+    let s = Scratch::new("instructions");
+    let config = s.path("run.toml");
+    std::fs::write(&config, "[collect]\nduration = \"3s\"\n").expect("write");
+    let experiment = s.path("sweep.toml");
+    std::fs::write(
+        &experiment,
+        "name = \"sweep\"\nbenchmark = \"script\"\nprobes = []\n\n\
+         [config.benchmarks.script]\ncommand = [\"/bin/true\"]\n",
+    )
+    .expect("write");
+    let (config_s, experiment_s) = (
+        config.to_str().expect("utf8"),
+        experiment.to_str().expect("utf8"),
+    );
+    let marker = s.path("marker");
+    let plan = s.path("plan");
+    let plan_s = plan.to_str().expect("utf8");
+    let cases: [(&Path, Vec<&str>); 2] = [
+        (&config, vec!["--config", config_s, "config", "show"]),
+        (
+            &experiment,
+            vec![
+                "experiment",
+                "run",
+                experiment_s,
+                "--dir",
+                plan_s,
+                "--dry-run",
+            ],
+        ),
+    ];
+    for (file, args) in &cases {
+        for (mode, used) in [(0o644, true), (0o664, false), (0o666, false)] {
+            chmod(file, mode);
+            let out = kernmlops_in(&s.0, args, &marker);
+            let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+            assert_eq!(
+                out.status.success(),
+                used,
+                "{args:?} mode {mode:o}:\n{stdout}\n{stderr}"
+            );
+            if used {
+                continue;
+            }
+            let lines: Vec<&str> = stderr.lines().collect();
+            assert!(
+                lines.len() == 1
+                    && lines[0].starts_with("error: refusing ")
+                    && lines[0].contains("untrusted: file")
+                    && lines[0].contains("fix: chmod"),
+                "{args:?} mode {mode:o}:\n{stderr}"
+            );
+            let mut insecure = vec!["--allow-insecure-plugins"];
+            insecure.extend(args.iter().copied());
+            let out = kernmlops_in(&s.0, &insecure, &marker);
+            let stderr = text(&out.stderr);
+            assert!(
+                out.status.success() && stderr.contains("(--allow-insecure-plugins)"),
+                "{insecure:?} mode {mode:o}:\n{stderr}"
+            );
+        }
+        chmod(file, 0o644);
+    }
+    let missing = s.path("missing.toml");
+    let out = kernmlops_in(
+        &s.0,
+        &[
+            "--config",
+            missing.to_str().expect("utf8"),
+            "config",
+            "show",
+        ],
+        &marker,
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.matches("No such file").count() == 1,
+        "{stderr}"
+    );
+}
