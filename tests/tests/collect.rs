@@ -20,6 +20,21 @@ fn default_plugins(name: &str) -> std::path::PathBuf {
     )
 }
 
+/// Starts a collection of one probe of the default plugins (a folder
+/// `name`) into a fresh output folder.
+fn collect_one(probe: &str, name: &str) -> Collector {
+    let plugins = default_plugins(name);
+    let output = temp_dir(&format!("{name}-out"));
+    Collector::start(&[
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        probe,
+        "--output",
+        output.to_str().expect("utf8"),
+    ])
+}
+
 /// Parses `perf stat -x,` output into event -> count.
 fn perf_counts(csv: &str) -> HashMap<String, u64> {
     csv.lines()
@@ -52,16 +67,7 @@ fn root_quanta_runtime_agrees_with_perf_stat() {
         return;
     }
     let _serial = serial();
-    let plugins = default_plugins("quanta");
-    let output = temp_dir("quanta-out");
-    let c = Collector::start(&[
-        "--plugin-dir",
-        plugins.to_str().expect("utf8"),
-        "--plugins",
-        "quanta_runtime",
-        "--output",
-        output.to_str().expect("utf8"),
-    ]);
+    let c = collect_one("quanta_runtime", "quanta");
 
     let mut windows = Vec::new();
     for pinned in [true, false] {
@@ -205,16 +211,7 @@ fn root_quanta_rows_add_up_to_the_kernels_schedstat() {
 }
 
 fn quanta_rows_match_schedstat(past_pid_max: bool) {
-    let plugins = default_plugins("schedstat");
-    let output = temp_dir("schedstat-out");
-    let c = Collector::start(&[
-        "--plugin-dir",
-        plugins.to_str().expect("utf8"),
-        "--plugins",
-        "quanta_runtime",
-        "--output",
-        output.to_str().expect("utf8"),
-    ]);
+    let c = collect_one("quanta_runtime", "schedstat");
     let raised = if past_pid_max {
         match PidMaxRaised::past_the_current() {
             Some(raised) => Some(raised),
@@ -348,17 +345,8 @@ fn root_process_trace_sees_every_spawned_process() {
         return;
     }
     let _serial = serial();
-    let plugins = default_plugins("proc");
-    let output = temp_dir("proc-out");
     let bin_dir = temp_dir("proc-bins");
-    let c = Collector::start(&[
-        "--plugin-dir",
-        plugins.to_str().expect("utf8"),
-        "--plugins",
-        "process_trace",
-        "--output",
-        output.to_str().expect("utf8"),
-    ]);
+    let c = collect_one("process_trace", "proc");
 
     let mut spawned = Vec::new();
     for i in 0..50 {
