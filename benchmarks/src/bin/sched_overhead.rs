@@ -5,6 +5,8 @@
 //! floor: what attaching there costs before a program does anything; a
 //! fourth adds a program that only reads `CLOCK_BOOTTIME`, for that read's
 //! cost (its cost per event less the empty program's).
+//! `pinned_ratio_above_floor` is the pinned ratio less the empty programs':
+//! what the collection costs beyond attaching to the tracepoints at all.
 //!
 //! Needs root and a release build (`cargo xtask build-plugins`, and
 //! `cargo build --release -p fixture_empty_switch`):
@@ -202,6 +204,12 @@ fn main() -> Result<()> {
             }),
         );
     }
+    // What collecting costs beyond attaching at all: the pinned ratio less
+    // the empty programs' (this machine's floor with statistics on).
+    let ratio = |mode: &str| modes.get(mode).and_then(|m| m["overhead_ratio"].as_f64());
+    let above_floor = ratio("pinned_cpu0")
+        .zip(ratio("pinned_cpu0_empty_programs"))
+        .map(|(r, floor)| r - floor);
     println!(
         "{}",
         serde_json::json!({
@@ -209,6 +217,7 @@ fn main() -> Result<()> {
             "runs": runs,
             "loops": loops,
             "modes": modes,
+            "pinned_ratio_above_floor": above_floor,
             "startup_ms_median": median(&mut startup),
         })
     );
