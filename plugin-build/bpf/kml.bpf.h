@@ -44,8 +44,9 @@ const volatile __u32 kml_wakeup_mask[KML_MAX_TABLES] = {};
  * ring. */
 const volatile __u32 kml_stage_on = 1;
 /* Per table: a staged batch goes out past this many bytes; 0 or more than
- * KML_STAGE_BYTES: KML_STAGE_BYTES. Smaller where the ring is too small to
- * take every CPU's full batch twice over (an explicit --ring-size). */
+ * KML_STAGE_BYTES: KML_STAGE_BYTES. Set smaller where every CPU's full
+ * batch would not fit below the ring's wake-up threshold (an explicit
+ * --ring-size, or more CPUs than a 16 MiB ring allows). */
 const volatile __u32 kml_stage_limit[KML_MAX_TABLES] = {};
 
 /* Records submitted per CPU slot, to space out the fill checks. */
