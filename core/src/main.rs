@@ -322,12 +322,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
     // --config FILE passes the plugins' checks or is refused, and without
     // it ./overrides.toml is the user's file only when present and safe.
     if let Some(path) = &cli.config {
-        match trust::check_instructions(path, trust_policy()) {
-            Ok(None) => {}
-            Ok(Some(e)) => {
-                eprintln!("warning: using --config although {e} (--allow-insecure-plugins)")
-            }
-            Err(e) => anyhow::bail!("refusing --config: {e}"),
+        let checked = trust::check_instructions(path, "--config", trust_policy());
+        if let Some(warning) = checked.map_err(anyhow::Error::msg)? {
+            eprintln!("warning: {warning}");
         }
     }
     let file = cli.config.clone().or_else(|| {

@@ -288,16 +288,22 @@ pub fn check_file_path(path: &Path, policy: &Policy) -> Result<(), TrustError> {
     check_file(&file, policy)
 }
 
-/// Checks a file kernmlops takes instructions from (`--config FILE`, an
-/// experiment file: both can name commands that run as root) like a
-/// plugin. `Ok(None)`: safe. `Ok(Some(e))`: unsafe, but the policy allows
-/// insecure files (the caller warns). A file that cannot be opened passes:
-/// its reader says why it cannot read it.
-pub fn check_instructions(path: &Path, policy: &Policy) -> Result<Option<TrustError>, TrustError> {
+/// Checks a file kernmlops takes instructions from (`what`: `--config`, the
+/// experiment file; both can name commands that run as root) like a
+/// plugin. `Ok(None)`: safe. `Ok(Some(warning))`: unsafe, but the policy
+/// allows insecure files. `Err(refusal)`: unsafe. A file that cannot be
+/// opened passes: its reader says why it cannot read it.
+pub fn check_instructions(
+    path: &Path,
+    what: &str,
+    policy: &Policy,
+) -> Result<Option<String>, String> {
     match check_file_path(path, policy) {
         Ok(()) | Err(TrustError::Io { .. }) => Ok(None),
-        Err(e) if policy.allow_insecure => Ok(Some(e)),
-        Err(e) => Err(e),
+        Err(e) if policy.allow_insecure => Ok(Some(format!(
+            "using {what} although {e} (--allow-insecure-plugins)"
+        ))),
+        Err(e) => Err(format!("refusing {what}: {e}")),
     }
 }
 

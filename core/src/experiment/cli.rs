@@ -452,18 +452,9 @@ fn install_signals() -> Result<Arc<AtomicBool>> {
 fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
     let slurm = args.common.executor.slurm()?;
     let policy = crate::trust::Policy::for_this_process(env.allow_insecure_plugins);
-    match crate::trust::check_instructions(&args.file, &policy) {
-        Ok(None) => {}
-        Ok(Some(e)) => eprintln!(
-            "warning: using experiment file although {} (--allow-insecure-plugins)",
-            crate::trust::printable(e.to_string().as_bytes())
-        ),
-        Err(e) => {
-            return Err(ExperimentError::Usage(format!(
-                "refusing the experiment file: {}",
-                crate::trust::printable(e.to_string().as_bytes())
-            )))
-        }
+    let checked = crate::trust::check_instructions(&args.file, "the experiment file", &policy);
+    if let Some(warning) = checked.map_err(ExperimentError::Usage)? {
+        eprintln!("warning: {warning}");
     }
     let spec = Spec::load(&args.file)?;
     let dir = ExpDir::new(args.dir.clone().unwrap_or_else(|| default_dir(&spec.name)));
