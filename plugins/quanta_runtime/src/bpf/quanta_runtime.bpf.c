@@ -3,8 +3,8 @@
  * long it waits runnable before it runs (quanta_queued_time).
  *
  * A task's quantum starts at the previous switch on its CPU, so the start is
- * kept per CPU. Waiting starts at wake-up, or at the switch that preempted a
- * still-runnable task. */
+ * kept per CPU. Waiting starts at wake-up, or at a switch that leaves the
+ * task on the run queue (a preemption, a yield). */
 /* Both tables take a row per context switch: stage them per CPU. */
 #define KML_STAGED
 #include "kml.bpf.h"
@@ -26,10 +26,10 @@ __u64 last_switch_ns[KML_MAX_CPUS] = {};
 
 /* When each runnable task started waiting, in ns (0: not waiting), by
  * thread id: an array, which the JIT looks up inline, sized by the plugin
- * to kernel.pid_max at start. A stale entry is harmless: a thread is woken
- * (which sets its entry) before it first runs. Ids past the array (pid_max
- * raised during a run) fall back to task storage, a helper call per
- * lookup. */
+ * to kernel.pid_max at start. An entry is set only while its thread waits
+ * and cleared when the thread gets a CPU, and a thread must run to exit,
+ * so a reused id starts at 0. Ids past the array (pid_max raised during a
+ * run) fall back to task storage, a helper call per lookup. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 32768);
