@@ -100,13 +100,15 @@ fn root_cgroup_filter_follows_descendants_unless_exact() {
         eprintln!("SKIP: no cgroup v2 here");
         return;
     };
-    // A busy shell in the child cgroup: it runs and switches all the time.
+    // A worker in the child cgroup that sleeps a millisecond at a time, so
+    // it leaves the CPU about a thousand times a second. (A busy loop on an
+    // idle machine may keep its CPU for the whole second and give no row.)
     let worker = KillOnDrop(
-        Command::new("sh")
-            .args(["-c", "while :; do :; done"])
+        Command::new("python3")
+            .args(["-c", "import time\nwhile True: time.sleep(0.001)"])
             .stdout(Stdio::null())
             .spawn()
-            .expect("starting a worker"),
+            .expect("starting python3 as the worker"),
     );
     std::fs::write(
         cg.child("child").join("cgroup.procs"),
@@ -147,8 +149,9 @@ fn root_cgroup_filter_follows_descendants_unless_exact() {
     }
     drop(worker);
     assert!(
-        rows[0] > 0,
-        "the parent's filter sees the child cgroup's task"
+        rows[0] > 100,
+        "the parent's filter sees the child cgroup's task: {} rows in 1 s",
+        rows[0]
     );
     assert_eq!(
         rows[1], 0,
