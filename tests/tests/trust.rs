@@ -547,3 +547,73 @@ fn unsafe_config_and_experiment_files_are_refused() {
         "{stderr}"
     );
 }
+
+/// The record of an experiment folder holds every run's configuration (the
+/// commands a `script` benchmark runs as root): `experiment resume` checks it
+/// like the experiment file before it carries out any run.
+#[test]
+fn root_an_unsafe_experiment_record_is_refused_on_resume() {
+    if !require_root("root_an_unsafe_experiment_record_is_refused_on_resume") {
+        return;
+    }
+    let s = Scratch::new("record");
+    let experiment = s.path("sweep.toml");
+    std::fs::write(
+        &experiment,
+        "name = \"sweep\"\nbenchmark = \"script\"\nprobes = []\nrepeats = 1\n\n\
+         [config.benchmarks.script]\ncommand = ['/bin/echo', '{\"name\": \"echo\", \"component\": \"echo\", \"@result\": {\"ops\": 1}}']\n",
+    )
+    .expect("write");
+    let dir = s.path("sweep");
+    let (experiment_s, dir_s) = (
+        experiment.to_str().expect("utf8"),
+        dir.to_str().expect("utf8"),
+    );
+    let marker = s.path("marker");
+    let out = kernmlops_in(
+        &s.0,
+        &[
+            "experiment",
+            "run",
+            experiment_s,
+            "--dir",
+            dir_s,
+            "--no-graphs",
+        ],
+        &marker,
+    );
+    assert!(
+        out.status.success(),
+        "experiment run:\n{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let record = dir.join("experiment.json");
+    let resume = ["experiment", "resume", dir_s, "--no-graphs"];
+    chmod(&record, 0o666);
+    let out = kernmlops_in(&s.0, &resume, &marker);
+    let stderr = text(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        !out.status.success()
+            && lines.len() == 1
+            && lines[0].starts_with("error: refusing the experiment record: ")
+            && lines[0].contains("fix: chmod"),
+        "resume with a world-writable record:\n{stderr}"
+    );
+    let mut insecure = vec!["--allow-insecure-plugins"];
+    insecure.extend(resume);
+    let out = kernmlops_in(&s.0, &insecure, &marker);
+    let stderr = text(&out.stderr);
+    assert!(
+        out.status.success() && stderr.contains("(--allow-insecure-plugins)"),
+        "{insecure:?}:\n{stderr}"
+    );
+    chmod(&record, 0o644);
+    let out = kernmlops_in(&s.0, &resume, &marker);
+    let stderr = text(&out.stderr);
+    assert!(
+        out.status.success() && !stderr.contains("refusing") && !stderr.contains("warning"),
+        "resume with a safe record:\n{stderr}"
+    );
+}

@@ -449,17 +449,33 @@ fn install_signals() -> Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
-fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
-    let slurm = args.common.executor.slurm()?;
+/// Checks a file the experiment takes commands from like a plugin (see
+/// `trust::check_instructions`): refused in one line when others could
+/// change it, or used with a warning under `--allow-insecure-plugins`.
+fn check_trusted(path: &Path, what: &str, env: &Env) -> Result<()> {
     let policy = crate::trust::Policy::for_this_process(env.allow_insecure_plugins);
-    let checked = crate::trust::check_instructions(&args.file, "the experiment file", &policy);
+    let checked = crate::trust::check_instructions(path, what, &policy);
     if let Some(warning) = checked.map_err(ExperimentError::Usage)? {
         eprintln!("warning: {warning}");
     }
+    Ok(())
+}
+
+/// Reads the record of an experiment whose runs this process carries out:
+/// the record holds each run's configuration, and so the commands a
+/// `script` benchmark runs as root.
+fn read_trusted_record(dir: &ExpDir, env: &Env) -> Result<Record> {
+    check_trusted(&dir.record(), "the experiment record", env)?;
+    Record::read(dir)
+}
+
+fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
+    let slurm = args.common.executor.slurm()?;
+    check_trusted(&args.file, "the experiment file", env)?;
     let spec = Spec::load(&args.file)?;
     let dir = ExpDir::new(args.dir.clone().unwrap_or_else(|| default_dir(&spec.name)));
     let existing = if dir.record().is_file() {
-        Some(Record::read(&dir)?)
+        Some(read_trusted_record(&dir, env)?)
     } else {
         if dir.root.is_dir()
             && std::fs::read_dir(&dir.root)
@@ -762,7 +778,7 @@ fn context(
 fn resume(args: ResumeArgs, env: &Env) -> Result<ExitCode> {
     let slurm = args.common.executor.slurm()?;
     let dir = ExpDir::new(args.dir);
-    let mut record = Record::read(&dir)?;
+    let mut record = read_trusted_record(&dir, env)?;
     let plugin_dir = resolve_plugin_dir(env, Some(&record))?;
     if let Some(options) = slurm {
         slurm_executor(options, record.warmup, &args.common).preflight(record.runs.len())?;
@@ -1239,7 +1255,7 @@ fn log_error(dir: &ExpDir, run_id: &str, e: &ExperimentError) {
 
 fn exec(dir: &ExpDir, run_id: &str, what: &ExecArgs, env: &Env) -> Result<ExitCode> {
     let (allow, retry_failed) = (what.allow, what.retry_failed);
-    let record = Record::read(dir)?;
+    let record = read_trusted_record(dir, env)?;
     let run = record
         .find(run_id)
         .ok_or_else(|| ExperimentError::UnknownRun {
