@@ -8,10 +8,13 @@
  * (tp/kmem/rss_stat). That event names the mm only by an obfuscated hash,
  * so a raw tracepoint program (tp_btf/rss_stat) on the same event takes
  * the mm pointer, from which the other three counters are read. Both
- * halves of one event run back to back on one CPU; whichever runs second
- * joins them (the kernel calls tracepoint probes in registration order,
- * which another perf user of the event can change), and a half older than
- * KML_PAIR_NS is never joined.
+ * halves of one event run in one thread on one CPU (the tracepoint keeps
+ * preemption, or on PREEMPT_RT migration, off across its probes), in the
+ * order the two probes were registered: the classic program's through its
+ * perf event, which keeps the perf probe registered for the whole run, so
+ * the order cannot change while both are attached. The second half joins
+ * them (see second_half below); an event whose first half did not run is
+ * counted as lost, never joined with another event's half.
  *
  * The other counters: since Linux 6.2 mm->rss_stat[] is an array of
  * percpu_counter, read as its `.count` (per-CPU deltas below the batch are
@@ -85,20 +88,30 @@ _Static_assert(MM_FILEPAGES == MM_RSS_FILE && MM_ANONPAGES == MM_RSS_ANON &&
 		       NR_MM_COUNTERS == NR_COUNTERS,
 	       "MM_RSS_* follow the kernel's mm counter indices");
 
-/* Longest gap between the two halves of one event. */
-#define KML_PAIR_NS 50000
-
 /* Page size as a shift, set by user space. */
 const volatile __u32 page_shift = 12;
 
-/* One event's halves, per CPU, until the second one arrives. */
+/* Which half of an event runs first is fixed for a run (the order the two
+ * probes were registered in) but not known in advance. Until the first
+ * join shows it, a half joins only a half of the other kind from the same
+ * thread at most KML_PAIR_NS old; once known, the second half joins only
+ * the first half of the same thread, however long an interrupt kept them
+ * apart, and never waits itself: after a missed first half, it cannot pair
+ * with the next event's (which would give that event this one's value). */
+#define KML_PAIR_NS 50000
+#define HALF_RAW 1
+#define HALF_CLASSIC 2
+/* The kind of half that runs second: 0 until the first join. */
+__u32 second_half = 0;
+
+/* One event's first half, per CPU, until its second half arrives. */
 struct half {
-	__u64 raw_ns;     /* when the raw half ran, 0: not yet */
-	__u64 mm;         /* the mm's address, from the raw half */
-	__u64 classic_ns; /* when the classic half ran, 0: not yet */
-	__s64 size;       /* the counter's value in bytes, from the classic half */
+	__u64 ns;     /* when it ran */
+	__u64 mm;     /* the mm's address, from a raw half */
+	__s64 size;   /* the counter's value in bytes, from a classic half */
 	__s32 member;
-	__u32 curr;
+	__u32 tid;    /* thread that ran it */
+	__u32 kind;   /* HALF_RAW, HALF_CLASSIC or 0: none waiting */
 };
 
 struct {
@@ -151,12 +164,46 @@ static __always_inline struct half *this_cpu_half(void)
 	return bpf_map_lookup_elem(&halves, &zero);
 }
 
+/* Takes the waiting half that is this event's other half, if any: from the
+ * same thread, for the same counter, and of the other kind. Returns
+ * nonzero when it was taken. */
+static __always_inline int take_other_half(struct half *h, __u32 kind, __u32 tid, int member)
+{
+	__u32 second = second_half;
+
+	if (h->kind != 0 && h->kind != kind && h->tid == tid && h->member == member &&
+	    (second == kind || (second == 0 && bpf_ktime_get_ns() - h->ns < KML_PAIR_NS))) {
+		h->kind = 0;
+		if (second == 0)
+			second_half = kind;
+		return 1;
+	}
+	return 0;
+}
+
+/* Leaves this half waiting for its other half, unless it is known to be an
+ * event's second half, whose first half did not run: that event is lost. */
+static __always_inline struct half *wait_for_other_half(struct half *h, __u32 kind, __u32 tid,
+						       int member)
+{
+	if (second_half == kind) {
+		h->kind = 0;
+		kml_count_lost(TABLE_MM_RSS_STAT);
+		return 0;
+	}
+	h->kind = kind;
+	h->ns = bpf_ktime_get_ns();
+	h->tid = tid;
+	h->member = member;
+	return h;
+}
+
 SEC("tp_btf/rss_stat")
 int BPF_PROG(handle_rss_stat_raw, struct mm_struct *mm, int member)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct half *h = this_cpu_half();
-	__u64 now = bpf_ktime_get_ns();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__u64 addr = 0;
 
 	if (!h || !mm || !kml_wanted(task))
@@ -164,14 +211,13 @@ int BPF_PROG(handle_rss_stat_raw, struct mm_struct *mm, int member)
 	/* The verifier allows no arithmetic on a trusted pointer: copy the
 	 * argument out of the context as a plain number. */
 	bpf_probe_read_kernel(&addr, sizeof(addr), &ctx[0]);
-	if (h->classic_ns && now - h->classic_ns < KML_PAIR_NS && h->member == member) {
-		h->classic_ns = 0;
+	if (take_other_half(h, HALF_RAW, tid, member)) {
 		emit(task, addr, member, h->size);
 		return 0;
 	}
-	h->raw_ns = now;
-	h->mm = addr;
-	h->member = member;
+	h = wait_for_other_half(h, HALF_RAW, tid, member);
+	if (h)
+		h->mm = addr;
 	return 0;
 }
 
@@ -180,20 +226,18 @@ int handle_rss_stat(struct trace_event_raw_rss_stat *ctx)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct half *h = this_cpu_half();
-	__u64 now = bpf_ktime_get_ns();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	int member = ctx->member;
 	__s64 size = ctx->size;
 
 	if (!h || !kml_wanted(task))
 		return KML_TP_PASS;
-	if (h->raw_ns && now - h->raw_ns < KML_PAIR_NS && h->member == member) {
-		h->raw_ns = 0;
+	if (take_other_half(h, HALF_CLASSIC, tid, member)) {
 		emit(task, h->mm, member, size);
 		return KML_TP_PASS;
 	}
-	h->classic_ns = now;
-	h->size = size;
-	h->member = member;
-	h->curr = ctx->curr;
+	h = wait_for_other_half(h, HALF_CLASSIC, tid, member);
+	if (h)
+		h->size = size;
 	return KML_TP_PASS;
 }
