@@ -238,6 +238,38 @@ impl RunFigures {
         Value::Object(obj)
     }
 
+    /// One line for the run's summary: how the benchmark ended and what it
+    /// reported, e.g. `benchmark redis: exit 0 after 2.1 s; get_rps
+    /// 118000.5, set_rps 112994.35`.
+    pub fn summary(&self) -> String {
+        let i = &self.indicator;
+        let ended = match self.exit_code {
+            Some(code) => format!("exit {code}"),
+            None => "stopped by kernmlops".to_owned(),
+        };
+        let mut line = format!(
+            "benchmark {}: {ended} after {:.1} s; ",
+            i.name, self.wall_time_s
+        );
+        let mut figures: Vec<String> = i
+            .result
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => format!("{k} {s}"),
+                v => format!("{k} {v}"),
+            })
+            .collect();
+        if let Some(score) = i.overall_score {
+            figures.push(format!("overall_score {score}"));
+        }
+        match (&self.error, figures.is_empty()) {
+            (Some(_), _) => line.push_str("no usable result (see the message above)"),
+            (None, true) => line.push_str("no result reported"),
+            (None, false) => line.push_str(&figures.join(", ")),
+        }
+        line
+    }
+
     /// Writes `indicator.json` in `dir` atomically.
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
         let tmp = dir.join(format!("{FILE}.tmp"));
@@ -376,6 +408,36 @@ mod tests {
         assert_eq!(i.component, "c");
         assert_eq!(i.result["iops"], 12.5);
         assert_eq!(i.overall_score, Some(3.0));
+    }
+
+    #[test]
+    fn the_summary_line_shows_how_it_ended_and_every_result() {
+        let figures = |text: &str, exit_code, error: Option<&str>| RunFigures {
+            indicator: Indicator::parse(text, "script").expect("valid"),
+            error: error.map(str::to_owned),
+            exit_code,
+            wall_time_s: 2.04,
+            rusage: Rusage([0.0; 16]),
+            end_uptime_us: 0,
+        };
+        let ok = figures(
+            r#"{"name":"fio","@result":{"read_iops":1250.5,"unit":"ops"},"overall_score":3}"#,
+            Some(0),
+            None,
+        );
+        assert_eq!(
+            ok.summary(),
+            "benchmark fio: exit 0 after 2.0 s; read_iops 1250.5, unit ops, overall_score 3"
+        );
+        let stopped = figures(r#"{"@result":{}}"#, None, None);
+        assert_eq!(
+            stopped.summary(),
+            "benchmark script: stopped by kernmlops after 2.0 s; no result reported"
+        );
+        let broken = figures(r#"{"@result":{}}"#, Some(1), Some("not JSON"));
+        assert!(broken
+            .summary()
+            .ends_with("; no usable result (see the message above)"));
     }
 
     #[test]

@@ -595,6 +595,9 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         "  manifest: {}",
         summary.dir.join("manifest.json").display()
     );
+    if let Some(figures) = &summary.benchmark {
+        kernmlops::outln!("  {}", figures.summary());
+    }
     if let Some(cost) = &summary.overhead {
         kernmlops::outln!("  {}", cost.summary());
     }

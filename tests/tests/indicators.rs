@@ -97,6 +97,19 @@ fn check_curated(done: &Finished, dir: &Path, name: &str, keys: &[&str]) -> serd
     }
     assert_eq!(ind["exit_code"], 0, "{ind}");
     assert!(ind["ru_utime"].is_number(), "no rusage: {ind}");
+    // The run's summary shows the same result in one line.
+    let line = done
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("  benchmark {name}: exit 0 after ")))
+        .unwrap_or_else(|| panic!("no benchmark line in the summary:\n{}", done.stdout));
+    for (key, value) in result {
+        let shown = match value {
+            serde_json::Value::String(s) => format!("{key} {s}"),
+            v => format!("{key} {v}"),
+        };
+        assert!(line.contains(&shown), "{shown:?} is not in {line:?}");
+    }
     ind
 }
 
@@ -257,6 +270,12 @@ fn root_script_runs_are_curated_or_failed_by_their_indicator() {
             Some(reason) => {
                 assert!(!done.status.success(), "{case}: {}", done.stdout);
                 assert_eq!(man["run_class"], "failed", "{case}: {man}");
+                assert!(
+                    done.stdout.lines().any(|l| l.starts_with("  benchmark ")
+                        && l.ends_with("no usable result (see the message above)")),
+                    "{case}: {}",
+                    done.stdout
+                );
                 let error = man["benchmark"]["error"].as_str().unwrap_or_default();
                 assert!(
                     error.contains(reason),

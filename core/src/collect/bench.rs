@@ -125,13 +125,14 @@ impl BenchmarkRun {
 
     /// Kills whatever is left of the workload (always, whatever ended the
     /// run), then records its result: `indicator.json` and the
-    /// `performance_indicator` table.
+    /// `performance_indicator` table. Returns the result, when the
+    /// benchmark was launched.
     pub fn finish(
         mut self,
         record: &mut RunRecord,
         stopped_by: Option<StopReason>,
         collection_id: &str,
-    ) {
+    ) -> Option<RunFigures> {
         if let RResult::RErr(e) = self.bench.kill() {
             let msg = format!("benchmark {}: stopping: {e}", self.name);
             eprintln!("error: {msg}");
@@ -144,9 +145,7 @@ impl BenchmarkRun {
                 entry.stopped_by = stopped_by;
             }
         }
-        let Some((launched_at, rusage_before)) = self.launched.take() else {
-            return;
-        };
+        let (launched_at, rusage_before) = self.launched.take()?;
         let figures = self.figures(launched_at, rusage_before, end_uptime_us, record);
         if let Err(e) = figures.write(&record.dir) {
             record.error(format!(
@@ -163,6 +162,7 @@ impl BenchmarkRun {
             Ok(()) => record.host_table(indicator::TABLE, 1),
             Err(e) => record.error(format!("writing {}: {e}", table.display())),
         }
+        Some(figures)
     }
 
     /// The benchmark's result with the runner's figures. A result that is

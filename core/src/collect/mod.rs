@@ -139,6 +139,8 @@ pub struct Summary {
     pub overhead: Option<CollectorOverhead>,
     /// Power sources, zones, energy and attribution, when recorded.
     pub power: Option<crate::power::PowerManifest>,
+    /// The benchmark's result, when one was launched.
+    pub benchmark: Option<crate::indicator::RunFigures>,
 }
 
 /// A new collection id: UTC start time and 48 random bits, so runs started
@@ -279,9 +281,9 @@ pub fn run(
     };
     let stopped_by = wait_for_end(opts, ends, bench.as_mut(), &running, &mut record);
     stop.store(true, Ordering::SeqCst);
-    if let Some(b) = bench.take() {
-        b.finish(&mut record, stopped_by, &collection_id);
-    }
+    let figures = bench
+        .take()
+        .and_then(|b| b.finish(&mut record, stopped_by, &collection_id));
     for left in guard.take().map(RunGuard::finish).unwrap_or_default() {
         eprintln!("warning: the benchmark left a change behind: {left}");
     }
@@ -341,6 +343,7 @@ pub fn run(
         attach_ms,
         overhead: record.man.collector_overhead.clone(),
         power: record.man.power.clone(),
+        benchmark: figures,
     })
 }
 
