@@ -119,11 +119,11 @@ enum req_opf___old {
 
 static __always_inline struct gendisk *rq_disk(struct request *rq)
 {
-	struct request_queue *q = BPF_CORE_READ(rq, q);
+	struct request_queue *q = rq->q;
 
 	if (bpf_core_field_exists(q->disk))
-		return BPF_CORE_READ(q, disk);
-	return BPF_CORE_READ((struct request___old *)rq, rq_disk);
+		return q->disk;
+	return ((struct request___old *)rq)->rq_disk;
 }
 
 /* The kernel's MKDEV (MINORBITS 20), as in /proc/self/mountinfo's st_dev. */
@@ -131,8 +131,7 @@ static __always_inline __u32 disk_dev(struct gendisk *disk)
 {
 	if (!disk)
 		return 0;
-	return ((__u32)BPF_CORE_READ(disk, major) << 20) |
-	       (__u32)BPF_CORE_READ(disk, first_minor);
+	return ((__u32)disk->major << 20) | (__u32)disk->first_minor;
 }
 
 /* True when `op` is the kernel's value of REQ_OP_<name>, whichever enum the
@@ -278,9 +277,9 @@ int BPF_PROG(handle_block_io_start, struct request *rq)
 	__u64 key = (__u64)rq;
 	struct submitter s = {};
 
-	s.pid = BPF_CORE_READ(task, pid);
-	s.tgid = BPF_CORE_READ(task, tgid);
-	s.wanted = kml_wanted(task);
+	s.pid = task->pid;
+	s.tgid = task->tgid;
+	s.wanted = kml_wanted_tgid(task, s.tgid);
 	bpf_map_update_elem(&submitters, &key, &s, BPF_ANY);
 	return 0;
 }
@@ -295,11 +294,11 @@ int BPF_PROG(handle_block_rq_issue, struct request *rq)
 	struct issue in = {};
 
 	in.issue_ns = bpf_ktime_get_boot_ns();
-	in.sector = BPF_CORE_READ(rq, __sector);
-	in.bytes = BPF_CORE_READ(rq, __data_len);
+	in.sector = rq->__sector;
+	in.bytes = rq->__data_len;
 	in.device = disk_dev(rq_disk(rq));
-	in.segments = BPF_CORE_READ(rq, nr_phys_segments);
-	in.flags = BPF_CORE_READ(rq, cmd_flags);
+	in.segments = rq->nr_phys_segments;
+	in.flags = rq->cmd_flags;
 	s = bpf_map_lookup_elem(&submitters, &key);
 	if (s) {
 		in.pid = s->pid;
@@ -307,17 +306,22 @@ int BPF_PROG(handle_block_rq_issue, struct request *rq)
 		in.wanted = s->wanted;
 		bpf_map_delete_elem(&submitters, &key);
 	} else {
-		in.pid = BPF_CORE_READ(task, pid);
-		in.tgid = BPF_CORE_READ(task, tgid);
-		in.wanted = kml_wanted(task);
+		in.pid = task->pid;
+		in.tgid = task->tgid;
+		in.wanted = kml_wanted_tgid(task, in.tgid);
 	}
 
-	old = bpf_map_lookup_elem(&inflight, &key);
-	if (old) {
-		/* Issued again without a completion or requeue seen: replace the
-		 * stale entry, keeping the request counted once. */
-		depth_add(old->device, -1, -(__s64)old->bytes);
+	if (bpf_map_update_elem(&inflight, &key, &in, BPF_NOEXIST) == 0) {
+		depth_add(in.device, 1, (__s64)in.bytes);
+		return 0;
 	}
+	/* The entry exists (or the map is full): issued again without a
+	 * completion or requeue seen. Replace the stale entry, keeping the
+	 * request counted once. */
+	old = bpf_map_lookup_elem(&inflight, &key);
+	if (!old)
+		return 0;
+	depth_add(old->device, -1, -(__s64)old->bytes);
 	if (bpf_map_update_elem(&inflight, &key, &in, BPF_ANY) == 0)
 		depth_add(in.device, 1, (__s64)in.bytes);
 	return 0;
@@ -363,7 +367,7 @@ int BPF_PROG(handle_block_rq_complete, struct request *rq, blk_status_t error,
 	}
 	/* A partial completion leaves the rest of the request in flight: the
 	 * row comes with the last part. */
-	if (nr_bytes < BPF_CORE_READ(rq, __data_len))
+	if (nr_bytes < rq->__data_len)
 		return 0;
 	now_ns = bpf_ktime_get_boot_ns();
 	depth_sub(in->device, in->bytes, &requests_after, &bytes_after);
