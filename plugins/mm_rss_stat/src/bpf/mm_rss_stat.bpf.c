@@ -47,16 +47,16 @@ struct mm_rss_stat_event mm_rss_stat_event_btf = {};
 /* Kernels before 6.2: struct mm_rss_stat { atomic_long_t count[]; }. */
 struct mm_rss_stat___old {
 	atomic_long_t count[NR_COUNTERS];
-};
+} __attribute__((preserve_access_index));
 
 struct mm_struct___old {
 	struct mm_rss_stat___old rss_stat;
-};
+} __attribute__((preserve_access_index));
 
 /* Kernels since 6.2. */
 struct mm_struct___new {
 	struct percpu_counter rss_stat[NR_COUNTERS];
-};
+} __attribute__((preserve_access_index));
 
 /* splitmix64's finaliser: a bijection, so distinct mms get distinct ids. */
 static __always_inline __u64 mix(__u64 z)
@@ -66,6 +66,8 @@ static __always_inline __u64 mix(__u64 z)
 	return z ^ (z >> 31);
 }
 
+/* One counter of the mm, through its BTF pointer (the raw tracepoint's
+ * argument): plain loads, no helper calls. `i` must be a constant. */
 static __always_inline __u64 read_counter(struct mm_struct *mm, int i)
 {
 	long v = 0;
@@ -74,13 +76,26 @@ static __always_inline __u64 read_counter(struct mm_struct *mm, int i)
 		return 0;
 	if (bpf_core_field_exists(((struct mm_struct___new *)0)->rss_stat)) {
 		struct mm_struct___new *m = (void *)mm;
-		v = BPF_CORE_READ(m, rss_stat[i].count);
+		v = m->rss_stat[i].count;
 	} else if (bpf_core_field_exists(((struct mm_struct___old *)0)->rss_stat)) {
 		struct mm_struct___old *m = (void *)mm;
-		v = BPF_CORE_READ(m, rss_stat.count[i].counter);
+		v = m->rss_stat.count[i].counter;
 	}
 	/* Per-CPU batching can leave a counter briefly below zero. */
 	return v > 0 ? (__u64)v : 0;
+}
+
+/* The four counters, in pages, indexed by MM_RSS_*. */
+struct counters {
+	__u64 pages[NR_COUNTERS];
+};
+
+static __always_inline void read_counters(struct mm_struct *mm, struct counters *c)
+{
+	c->pages[MM_RSS_FILE] = read_counter(mm, MM_RSS_FILE);
+	c->pages[MM_RSS_ANON] = read_counter(mm, MM_RSS_ANON);
+	c->pages[MM_RSS_SWAP] = read_counter(mm, MM_RSS_SWAP);
+	c->pages[MM_RSS_SHMEM] = read_counter(mm, MM_RSS_SHMEM);
 }
 
 _Static_assert(MM_FILEPAGES == MM_RSS_FILE && MM_ANONPAGES == MM_RSS_ANON &&
@@ -108,6 +123,7 @@ __u32 second_half = 0;
 struct half {
 	__u64 ns;     /* when it ran */
 	__u64 mm;     /* the mm's address, from a raw half */
+	struct counters counters; /* the mm's counters, from a raw half */
 	__s64 size;   /* the counter's value in bytes, from a classic half */
 	__s32 member;
 	__u32 tid;    /* thread that ran it */
@@ -121,18 +137,20 @@ struct {
 	__type(value, struct half);
 } halves SEC(".maps");
 
+/* Both halves run after the counter changed and before anything else can
+ * change the mm's counters on this CPU, so the raw half's reading of the
+ * other three is the event's, whichever half runs second. */
 static __always_inline void emit(struct task_struct *task, __u64 addr, int member,
-				 __s64 size_bytes)
+				 __s64 size_bytes, const struct counters *c)
 {
-	struct mm_struct *mm = (void *)addr;
 	struct mm_rss_stat_event rec = {}, *e = &rec;
 
 	e->ts_uptime_us = kml_now_us();
 	e->mm_id = mix(addr ^ mm_id_key);
-	e->file_pages = read_counter(mm, MM_RSS_FILE);
-	e->anon_pages = read_counter(mm, MM_RSS_ANON);
-	e->swap_pages = read_counter(mm, MM_RSS_SWAP);
-	e->shmem_pages = read_counter(mm, MM_RSS_SHMEM);
+	e->file_pages = c->pages[MM_RSS_FILE];
+	e->anon_pages = c->pages[MM_RSS_ANON];
+	e->swap_pages = c->pages[MM_RSS_SWAP];
+	e->shmem_pages = c->pages[MM_RSS_SHMEM];
 	/* The changed counter as the kernel computed it for the event. */
 	__u64 pages = size_bytes > 0 ? (__u64)size_bytes >> page_shift : 0;
 	switch (member) {
@@ -149,8 +167,8 @@ static __always_inline void emit(struct task_struct *task, __u64 addr, int membe
 		e->shmem_pages = pages;
 		break;
 	}
-	e->pid = BPF_CORE_READ(task, pid);
-	e->tgid = BPF_CORE_READ(task, tgid);
+	e->pid = task->pid;
+	e->tgid = task->tgid;
 	e->member = member >= 0 && member < NR_COUNTERS ? member : MM_RSS_UNKNOWN;
 	kml_stage_output(&events, e, sizeof(*e), TABLE_MM_RSS_STAT);
 }
@@ -204,20 +222,24 @@ int BPF_PROG(handle_rss_stat_raw, struct mm_struct *mm, int member)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct half *h = this_cpu_half();
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct counters c;
 	__u64 addr = 0;
 
-	if (!h || !mm || !kml_wanted(task))
+	if (!h || !mm || !kml_wanted_tgid(task, task->tgid))
 		return 0;
 	/* The verifier allows no arithmetic on a trusted pointer: copy the
 	 * argument out of the context as a plain number. */
 	bpf_probe_read_kernel(&addr, sizeof(addr), &ctx[0]);
+	read_counters(mm, &c);
 	if (take_other_half(h, HALF_RAW, tid, member)) {
-		emit(task, addr, member, h->size);
+		emit(task, addr, member, h->size, &c);
 		return 0;
 	}
 	h = wait_for_other_half(h, HALF_RAW, tid, member);
-	if (h)
+	if (h) {
 		h->mm = addr;
+		h->counters = c;
+	}
 	return 0;
 }
 
@@ -230,10 +252,10 @@ int handle_rss_stat(struct trace_event_raw_rss_stat *ctx)
 	int member = ctx->member;
 	__s64 size = ctx->size;
 
-	if (!h || !kml_wanted(task))
+	if (!h || !kml_wanted_tgid(task, task->tgid))
 		return KML_TP_PASS;
 	if (take_other_half(h, HALF_CLASSIC, tid, member)) {
-		emit(task, h->mm, member, size);
+		emit(task, h->mm, member, size, &h->counters);
 		return KML_TP_PASS;
 	}
 	h = wait_for_other_half(h, HALF_CLASSIC, tid, member);
