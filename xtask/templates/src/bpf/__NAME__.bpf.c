@@ -39,9 +39,13 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
 {
+	/* `next` is a BTF pointer: its fields are plain loads (next->tgid),
+	 * where BPF_CORE_READ(next, tgid) would make a helper call. */
+	__u32 tgid = next->tgid;
+
 	/* The host's --tgid/--pid/--cgroup filters, and the collector itself
 	 * left out unless --include-self. */
-	if (!kml_wanted(next))
+	if (!kml_wanted_tgid(next, tgid))
 		return 0;
 
 	struct __NAME___event *e = kml_reserve(&events, sizeof(*e), TABLE_EVENTS);
@@ -53,8 +57,8 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	 * in src/lib.rs. */
 	e->ts_uptime_us = kml_now_us();
 	e->cpu = bpf_get_smp_processor_id();
-	e->pid = BPF_CORE_READ(next, pid);
-	e->tgid = BPF_CORE_READ(next, tgid);
+	e->pid = next->pid;
+	e->tgid = tgid;
 	e->_pad = 0;
 	kml_submit(&events, e, TABLE_EVENTS);
 	return 0;
