@@ -1,0 +1,181 @@
+//! Kernel cost per event of the `block_io` and `mm_rss_stat` programs under
+//! the workloads they are made for: `fio` 4 KiB direct random reads (two
+//! jobs) for `block_io`, and a process touching 32 MiB page by page for
+//! `mm_rss_stat`. The figures are the kernel's BPF run-time statistics,
+//! read from each run's `collector_overhead`; the median of the runs is
+//! printed per program, with the events each run saw.
+//!
+//! Needs root, `fio`, `perl` and a release build (`cargo xtask
+//! build-plugins`); fio's files go in `/var/tmp` (on a block device, not
+//! tmpfs) and are removed:
+//! `cargo run --release -p kernmlops-benchmarks --bin probe_cost -- [RUNS]`
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{bail, Context, Result};
+use kernmlops_benchmarks::{median, release_host, workspace, Collecting};
+
+/// Seconds of fio random reads per run.
+const FIO_SECONDS: u32 = 6;
+
+/// A folder removed when dropped, whatever happened.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fio(dir: &Path, extra: &[&str]) -> Result<()> {
+    let status = Command::new("fio")
+        .args([
+            "--name=kml_probe_cost",
+            "--size=64m",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=psync",
+            "--numjobs=2",
+            "--thread",
+        ])
+        .arg(format!("--directory={}", dir.display()))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .context("running fio (apt-get install fio)")?;
+    if !status.success() {
+        bail!("fio failed: {status}");
+    }
+    Ok(())
+}
+
+fn touch_memory() -> Result<()> {
+    for _ in 0..3 {
+        let status = Command::new("perl")
+            .args([
+                "-e",
+                "my $x = \"a\" x (32*1024*1024); select(undef,undef,undef,0.1);",
+            ])
+            .status()
+            .context("running perl")?;
+        if !status.success() {
+            bail!("perl failed: {status}");
+        }
+    }
+    Ok(())
+}
+
+/// One run of `plugin` around `workload`: (program, events, ns per event).
+fn run_once(
+    bin: &Path,
+    out: &Path,
+    plugin: &str,
+    workload: &dyn Fn() -> Result<()>,
+) -> Result<Vec<(String, u64, f64)>> {
+    let mut run = Command::new(bin);
+    run.args(["run", "--plugins", plugin, "--plugin-dir"])
+        .arg(workspace().join("plugins"))
+        .arg("--output")
+        .arg(out);
+    let collecting = Collecting::start(run)?;
+    let done = workload();
+    collecting.interrupt();
+    let man = collecting.wait()?.manifest;
+    done?;
+    let programs = man["collector_overhead"]["programs"]
+        .as_array()
+        .context("no collector_overhead.programs in the manifest")?;
+    Ok(programs
+        .iter()
+        .filter(|p| p["probe"] == plugin)
+        .filter_map(|p| {
+            Some((
+                p["program"].as_str()?.to_owned(),
+                p["events"].as_u64()?,
+                p["ns_per_event"].as_f64()?,
+            ))
+        })
+        .filter(|(name, events, _)| name != "kml_flush" && *events > 0)
+        .collect())
+}
+
+fn report(plugin: &str, what: &str, runs: &[Vec<(String, u64, f64)>]) {
+    let mut per_program: BTreeMap<&str, (Vec<f64>, Vec<u64>)> = BTreeMap::new();
+    for run in runs {
+        for (name, events, ns) in run {
+            let e = per_program.entry(name).or_default();
+            e.0.push(*ns);
+            e.1.push(*events);
+        }
+    }
+    println!("{plugin} ({what}), {} runs:", runs.len());
+    for (name, (mut ns, events)) in per_program {
+        let m = median(&mut ns);
+        let lo = ns.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = ns.iter().copied().fold(0.0, f64::max);
+        println!(
+            "  {name:<28} {m:>7.0} ns/event (runs {lo:.0}-{hi:.0}), events per run {events:?}"
+        );
+    }
+    // All programs' kernel time over the busiest program's events: the
+    // cost of one event of the workload (one request, one counter change).
+    let mut per_event: Vec<f64> = runs
+        .iter()
+        .map(|run| {
+            let total: f64 = run.iter().map(|(_, e, ns)| *e as f64 * ns).sum();
+            let events = run.iter().map(|(_, e, _)| *e).max().unwrap_or(0);
+            total / events.max(1) as f64
+        })
+        .collect();
+    println!(
+        "  {:<28} {:>7.0} ns per workload event, all programs",
+        "total",
+        median(&mut per_event)
+    );
+}
+
+fn main() -> Result<()> {
+    let runs: usize = match std::env::args().nth(1) {
+        Some(a) => a
+            .parse()
+            .with_context(|| format!("RUNS {a:?}: a whole number"))?,
+        None => 3,
+    };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("needs root (BPF programs and their kernel statistics)");
+    }
+    let bin = release_host()?;
+    let scratch = Scratch(PathBuf::from(format!(
+        "/var/tmp/kml-probe-cost-{}",
+        std::process::id()
+    )));
+    let data = scratch.0.join("data");
+    let files = scratch.0.join("fio");
+    std::fs::create_dir_all(&data)?;
+    std::fs::create_dir_all(&files)?;
+    // Lay the files out first, so the measured runs only read.
+    fio(&files, &["--rw=write", "--bs=1m"])?;
+    let runtime = format!("--runtime={FIO_SECONDS}");
+    let read = || fio(&files, &["--rw=randread", "--time_based", &runtime]);
+    let mut block = Vec::new();
+    for _ in 0..runs {
+        block.push(run_once(&bin, &data, "block_io", &read)?);
+    }
+    report("block_io", "fio 4 KiB direct random reads, 2 jobs", &block);
+    let mut rss = Vec::new();
+    for _ in 0..runs {
+        rss.push(run_once(&bin, &data, "mm_rss_stat", &touch_memory)?);
+    }
+    report(
+        "mm_rss_stat",
+        "three processes touching 32 MiB page by page",
+        &rss,
+    );
+    Ok(())
+}
