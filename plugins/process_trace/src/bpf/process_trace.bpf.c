@@ -18,12 +18,13 @@ KML_RING(process_ring);
 /* Keep the record type in BTF so the skeleton generates it. */
 struct process_trace_event _process_trace_event = {};
 
+/* `task` is the tracepoint's BTF pointer: its fields are plain loads. */
 static __always_inline void emit(struct task_struct *task, __u32 cap_type)
 {
-	__u32 tgid = BPF_CORE_READ(task, tgid);
+	__u32 tgid = task->tgid;
 	struct process_trace_event *e;
 
-	if (!kml_wanted(task))
+	if (!kml_wanted_tgid(task, tgid))
 		return;
 	e = kml_reserve(&process_ring, sizeof(*e), TABLE_PROCESS_TRACE);
 	if (!e)
@@ -31,7 +32,7 @@ static __always_inline void emit(struct task_struct *task, __u32 cap_type)
 	/* Ring memory is not zeroed: clear padding and the name's tail. */
 	__builtin_memset(e, 0, sizeof(*e));
 	e->ts_uptime_us = kml_now_us();
-	e->pid = BPF_CORE_READ(task, pid);
+	e->pid = task->pid;
 	e->tgid = tgid;
 	e->cap_type = cap_type;
 	/* On failure the helper leaves an empty string; the buffer stays zero. */
