@@ -87,53 +87,83 @@ static __always_inline __u64 kml_ns_to_us(__u64 ns)
 /* Deepest cgroup level searched for --cgroup's descendants. */
 #define KML_MAX_CGROUP_DEPTH 32
 
-/* Whether the task's cgroup v2 is the --cgroup one or, with descendants,
- * below it: cgroup->ancestors[] holds every ancestor by level. */
-static __always_inline bool kml_in_cgroup(struct task_struct *task)
-{
-	struct cgroup *cg = BPF_CORE_READ(task, cgroups, dfl_cgrp);
+/* The --cgroup cgroup's level plus one, once a task in it or below it has
+ * been seen (0: not yet). A cgroup's level never changes, so from then on
+ * a check reads only the task's ancestor at that level, not every one. */
+__u32 kml_cgroup_level_plus1 = 0;
 
-	if (BPF_CORE_READ(cg, kn, id) == kml_filter_cgroup_id)
+/* Whether ancestors[i] of `cg` is the --cgroup one. */
+static __always_inline bool kml_cgroup_ancestor_is(struct cgroup *cg, __u32 i)
+{
+	struct cgroup *up = NULL;
+
+	bpf_core_read(&up, sizeof(up), &cg->ancestors[i & (KML_MAX_CGROUP_DEPTH - 1)]);
+	return up && BPF_CORE_READ(up, kn, id) == kml_filter_cgroup_id;
+}
+
+/* Whether the cgroup `cg` (its id and level read by the caller) is the
+ * --cgroup one or, with descendants, below it: cgroup->ancestors[] holds
+ * every ancestor by level. */
+static __always_inline bool kml_cgroup_matches(struct cgroup *cg, __u64 id, __u32 level)
+{
+	if (id == kml_filter_cgroup_id) {
+		kml_cgroup_level_plus1 = level + 1;
 		return true;
+	}
 	if (!kml_filter_cgroup_descendants)
 		return false;
-	int level = BPF_CORE_READ(cg, level);
-	for (int i = 0; i < KML_MAX_CGROUP_DEPTH; i++) {
-		struct cgroup *up = NULL;
-
+	__u32 known = kml_cgroup_level_plus1;
+	if (known)
+		return known - 1 < level && kml_cgroup_ancestor_is(cg, known - 1);
+	for (__u32 i = 0; i < KML_MAX_CGROUP_DEPTH; i++) {
 		if (i >= level)
 			break;
-		bpf_core_read(&up, sizeof(up), &cg->ancestors[i]);
-		if (up && BPF_CORE_READ(up, kn, id) == kml_filter_cgroup_id)
+		if (kml_cgroup_ancestor_is(cg, i)) {
+			kml_cgroup_level_plus1 = i + 1;
 			return true;
+		}
 	}
 	return false;
 }
 
-/* kml_wanted for a task whose tgid the caller has already read (directly,
- * from a BTF pointer such as a tp_btf argument, which costs no helper
- * call). Filters that are off cost nothing: the tunables are read-only,
- * so the verifier drops their branches at load. */
+/* kml_cgroup_matches for any task pointer (CO-RE reads). */
+static __always_inline bool kml_in_cgroup(struct task_struct *task)
+{
+	struct cgroup *cg = BPF_CORE_READ(task, cgroups, dfl_cgrp);
+
+	return cg && kml_cgroup_matches(cg, BPF_CORE_READ(cg, kn, id), BPF_CORE_READ(cg, level));
+}
+
+/* The host's filters and the collector's exclusion, given the task's tgid,
+ * pid and cgroup check. Filters that are off cost nothing: the tunables
+ * are read-only, so the verifier drops their branches at load. */
+#define KML_WANTED(tgid, pid_expr, in_cgroup_expr)                          \
+	(!(kml_self_tgid && (tgid) == kml_self_tgid) &&                      \
+	 !(kml_filter_tgid && (tgid) != kml_filter_tgid) &&                  \
+	 !(kml_filter_pid && (pid_expr) != kml_filter_pid) &&                \
+	 !(kml_filter_cgroup_id && !(in_cgroup_expr)))
+
+/* kml_wanted for a BTF pointer (a tp_btf argument, bpf_get_current_task_btf)
+ * whose tgid the caller has already read: the pid and the cgroup are plain
+ * loads too, where CO-RE reads make a helper call per field. */
 static __always_inline bool kml_wanted_tgid(struct task_struct *task, __u32 tgid)
 {
-	if (kml_self_tgid && tgid == kml_self_tgid)
-		return false;
-	if (kml_filter_tgid && tgid != kml_filter_tgid)
-		return false;
-	if (kml_filter_pid && BPF_CORE_READ(task, pid) != kml_filter_pid)
-		return false;
-	if (kml_filter_cgroup_id && !kml_in_cgroup(task))
-		return false;
-	return true;
+	if (!kml_filter_cgroup_id)
+		return KML_WANTED(tgid, task->pid, true);
+	struct cgroup *cg = task->cgroups->dfl_cgrp;
+
+	return KML_WANTED(tgid, task->pid, cg && kml_cgroup_matches(cg, cg->kn->id, cg->level));
 }
 
 /* True when events of this task pass the host's --tgid, --pid and --cgroup
  * filters and the task is not the collector itself. The checks are in the
  * kernel, so filtered-out events cost no ring space. Works on any task
- * pointer (CO-RE reads). */
+ * pointer (CO-RE reads); kml_wanted_tgid is cheaper for a BTF pointer. */
 static __always_inline bool kml_wanted(struct task_struct *task)
 {
-	return kml_wanted_tgid(task, BPF_CORE_READ(task, tgid));
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+
+	return KML_WANTED(tgid, BPF_CORE_READ(task, pid), kml_in_cgroup(task));
 }
 
 /* Counts `n` lost records of `table`. */

@@ -1,13 +1,15 @@
-//! Kernel cost per event of the `block_io` and `mm_rss_stat` programs under
-//! the workloads they are made for: `fio` 4 KiB direct random reads (two
-//! jobs) for `block_io`, and a process touching 32 MiB page by page for
-//! `mm_rss_stat`. The figures are the kernel's BPF run-time statistics,
-//! read from each run's `collector_overhead`; the median of the runs is
-//! printed per program, with the events each run saw.
+//! Kernel cost per event of BPF programs under the workloads they are made
+//! for: `block_io` under `fio` 4 KiB direct random reads (two jobs),
+//! `mm_rss_stat` under a process touching 32 MiB page by page, and
+//! `quanta_runtime` under `perf bench sched pipe` with and without a
+//! `--cgroup` filter (for the filter's own cost). The figures are the
+//! kernel's BPF run-time statistics, read from each run's
+//! `collector_overhead`; the median of the runs is printed per program,
+//! with the events each run saw.
 //!
-//! Needs root, `fio`, `perl` and a release build (`cargo xtask
-//! build-plugins`); fio's files go in `/var/tmp` (on a block device, not
-//! tmpfs) and are removed:
+//! Needs root, `fio`, `perl`, `perf`, cgroup v2 and a release build
+//! (`cargo xtask build-plugins`); fio's files go in `/var/tmp` (on a block
+//! device, not tmpfs) and are removed:
 //! `cargo run --release -p kernmlops-benchmarks --bin probe_cost -- [RUNS]`
 
 use std::{
@@ -70,18 +72,57 @@ fn touch_memory() -> Result<()> {
     Ok(())
 }
 
+/// `perf bench sched pipe`, both ends free to move.
+fn sched_pipe() -> Result<()> {
+    let status = Command::new("perf")
+        .args(["bench", "sched", "pipe", "-l", "200000"])
+        .stdout(Stdio::null())
+        .status()
+        .context("running perf bench (apt-get install linux-perf)")?;
+    if !status.success() {
+        bail!("perf bench failed: {status}");
+    }
+    Ok(())
+}
+
+/// A cgroup v2 folder removed when dropped.
+struct TestCgroup(PathBuf);
+
+impl TestCgroup {
+    fn create() -> Result<Self> {
+        let mounts = std::fs::read_to_string("/proc/self/mounts")?;
+        let root = mounts
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.len() > 2 && f[2] == "cgroup2")
+            .map(|f| PathBuf::from(f[1]))
+            .context("no cgroup v2 mount")?;
+        let dir = root.join(format!("kml-probe-cost-{}", std::process::id()));
+        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 /// One run of `plugin` around `workload`: (program, events, ns per event).
 fn run_once(
     bin: &Path,
     out: &Path,
     plugin: &str,
+    extra: &[&std::ffi::OsStr],
     workload: &dyn Fn() -> Result<()>,
 ) -> Result<Vec<(String, u64, f64)>> {
     let mut run = Command::new(bin);
     run.args(["run", "--plugins", plugin, "--plugin-dir"])
         .arg(workspace().join("plugins"))
         .arg("--output")
-        .arg(out);
+        .arg(out)
+        .args(extra);
     let collecting = Collecting::start(run)?;
     let done = workload();
     collecting.interrupt();
@@ -165,17 +206,34 @@ fn main() -> Result<()> {
     let read = || fio(&files, &["--rw=randread", "--time_based", &runtime]);
     let mut block = Vec::new();
     for _ in 0..runs {
-        block.push(run_once(&bin, &data, "block_io", &read)?);
+        block.push(run_once(&bin, &data, "block_io", &[], &read)?);
     }
     report("block_io", "fio 4 KiB direct random reads, 2 jobs", &block);
     let mut rss = Vec::new();
     for _ in 0..runs {
-        rss.push(run_once(&bin, &data, "mm_rss_stat", &touch_memory)?);
+        rss.push(run_once(&bin, &data, "mm_rss_stat", &[], &touch_memory)?);
     }
     report(
         "mm_rss_stat",
         "three processes touching 32 MiB page by page",
         &rss,
     );
+    // The --cgroup filter's own cost: a cgroup none of the tasks is in, so
+    // every event is checked and none recorded.
+    let cgroup = TestCgroup::create()?;
+    let filtered = [std::ffi::OsStr::new("--cgroup"), cgroup.0.as_os_str()];
+    for (what, extra) in [
+        ("perf bench sched pipe, no filter", &[][..]),
+        (
+            "perf bench sched pipe, --cgroup of an empty cgroup",
+            &filtered[..],
+        ),
+    ] {
+        let mut quanta = Vec::new();
+        for _ in 0..runs {
+            quanta.push(run_once(&bin, &data, "quanta_runtime", extra, &sched_pipe)?);
+        }
+        report("quanta_runtime", what, &quanta);
+    }
     Ok(())
 }
