@@ -702,14 +702,21 @@ fn root_startup_is_recorded_per_probe() {
 }
 
 /// With a busy machine, `--tgid` and `--cgroup` keep only the chosen
-/// process's rows, filtered in the kernel.
+/// process's rows, filtered in the kernel: `quanta_runtime` (a row per
+/// switch) and `cpu_time` (time per process, kept in kernel maps).
 #[test]
 fn root_filters_keep_only_the_chosen_process() {
     if !require_root("root_filters_keep_only_the_chosen_process") {
         return;
     }
     let _serial = serial();
-    let plugins = default_plugins("filter");
+    let plugins = plugin_dir(
+        "filter",
+        &[
+            ("quanta_runtime", "quanta_runtime"),
+            ("cpu_time", "cpu_time"),
+        ],
+    );
     let _noise = KillOnDrop(
         Command::new("sh")
             .args(["-c", "while :; do sleep 0.001; done"])
@@ -739,7 +746,7 @@ fn root_filters_keep_only_the_chosen_process() {
             "--plugin-dir",
             plugins.to_str().expect("utf8"),
             "--plugins",
-            "quanta_runtime",
+            "quanta_runtime,cpu_time",
             "--duration",
             "2s",
             "--output",
@@ -764,6 +771,17 @@ fn root_filters_keep_only_the_chosen_process() {
             others.is_empty(),
             "{filter:?}: rows of other processes: {:?}",
             &others[..others.len().min(10)]
+        );
+        // cpu_time: the target's time and the idle tasks' (tgid 0), nobody
+        // else's.
+        let timed = column_u64(&read_table(&dir.join("cpu_time.arrow")), "tgid");
+        assert!(
+            timed.contains(&u64::from(target_pid)),
+            "{filter:?}: cpu_time has no row of the target: {timed:?}"
+        );
+        assert!(
+            timed.iter().all(|&t| t == 0 || t == u64::from(target_pid)),
+            "{filter:?}: cpu_time rows of other processes: {timed:?}"
         );
     }
     drop(target);

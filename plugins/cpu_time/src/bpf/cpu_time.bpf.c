@@ -66,7 +66,7 @@ static __always_inline __u32 key_of(struct task_struct *t)
 	if (!kml_self_tgid && !kml_filter_tgid && !kml_filter_pid &&
 	    !kml_filter_cgroup_id)
 		return t->tgid;
-	return kml_wanted(t) ? t->tgid : CPU_TIME_UNRECORDED;
+	return kml_wanted_tgid(t, t->tgid) ? t->tgid : CPU_TIME_UNRECORDED;
 }
 
 static __always_inline void count_lost(void)
