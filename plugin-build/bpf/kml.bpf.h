@@ -134,6 +134,14 @@ static __always_inline bool kml_in_cgroup(struct task_struct *task)
 	return cg && kml_cgroup_matches(cg, BPF_CORE_READ(cg, kn, id), BPF_CORE_READ(cg, level));
 }
 
+/* kml_cgroup_matches for a BTF task pointer (plain loads). */
+static __always_inline bool kml_in_cgroup_btf(struct task_struct *task)
+{
+	struct cgroup *cg = task->cgroups->dfl_cgrp;
+
+	return cg && kml_cgroup_matches(cg, cg->kn->id, cg->level);
+}
+
 /* The host's filters and the collector's exclusion, given the task's tgid,
  * pid and cgroup check. Filters that are off cost nothing: the tunables
  * are read-only, so the verifier drops their branches at load. */
@@ -148,11 +156,7 @@ static __always_inline bool kml_in_cgroup(struct task_struct *task)
  * loads too, where CO-RE reads make a helper call per field. */
 static __always_inline bool kml_wanted_tgid(struct task_struct *task, __u32 tgid)
 {
-	if (!kml_filter_cgroup_id)
-		return KML_WANTED(tgid, task->pid, true);
-	struct cgroup *cg = task->cgroups->dfl_cgrp;
-
-	return KML_WANTED(tgid, task->pid, cg && kml_cgroup_matches(cg, cg->kn->id, cg->level));
+	return KML_WANTED(tgid, task->pid, kml_in_cgroup_btf(task));
 }
 
 /* True when events of this task pass the host's --tgid, --pid and --cgroup

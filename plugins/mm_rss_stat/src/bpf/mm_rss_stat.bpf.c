@@ -121,7 +121,7 @@ __u32 second_half = 0;
 
 /* One event's first half, per CPU, until its second half arrives. */
 struct half {
-	__u64 ns;     /* when it ran */
+	__u64 ns;     /* when it ran, while the order is not known */
 	__u64 mm;     /* the mm's address, from a raw half */
 	struct counters counters; /* the mm's counters, from a raw half */
 	__s64 size;   /* the counter's value in bytes, from a classic half */
@@ -204,13 +204,17 @@ static __always_inline int take_other_half(struct half *h, __u32 kind, __u32 tid
 static __always_inline struct half *wait_for_other_half(struct half *h, __u32 kind, __u32 tid,
 						       int member)
 {
-	if (second_half == kind) {
+	__u32 second = second_half;
+
+	if (second == kind) {
 		h->kind = 0;
 		kml_count_lost(TABLE_MM_RSS_STAT);
 		return 0;
 	}
 	h->kind = kind;
-	h->ns = bpf_ktime_get_ns();
+	/* The time only matters until the order is known. */
+	if (second == 0)
+		h->ns = bpf_ktime_get_ns();
 	h->tid = tid;
 	h->member = member;
 	return h;
