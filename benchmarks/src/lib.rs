@@ -47,6 +47,34 @@ pub fn median(values: &mut [f64]) -> f64 {
     }
 }
 
+/// Runs `cmd` (its output as the caller set it up), failing unless it
+/// succeeds; `what` names it in the error.
+pub fn run_checked(cmd: &mut std::process::Command, what: &str) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+
+    let status = cmd.status().with_context(|| format!("running {what}"))?;
+    if !status.success() {
+        anyhow::bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+/// `perf bench sched pipe -l <loops>`, its output discarded. Pinned to CPU
+/// 0, both ends of the pipe share a CPU: no idle in between, the highest
+/// switch rate.
+pub fn sched_pipe(loops: u32, pinned: bool) -> anyhow::Result<()> {
+    let mut cmd = if pinned {
+        let mut c = std::process::Command::new("taskset");
+        c.args(["-c", "0", "perf"]);
+        c
+    } else {
+        std::process::Command::new("perf")
+    };
+    cmd.args(["bench", "sched", "pipe", "-l", &loops.to_string()])
+        .stdout(std::process::Stdio::null());
+    run_checked(&mut cmd, "perf bench (apt-get install linux-perf)")
+}
+
 /// A `kernmlops run` a benchmark started, attached and collecting.
 pub struct Collecting {
     child: std::process::Child,

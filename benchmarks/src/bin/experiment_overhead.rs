@@ -15,22 +15,15 @@ use std::{
     time::Instant,
 };
 
-use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::{median, release_host, workspace};
+use anyhow::{bail, Result};
+use kernmlops_benchmarks::{median, release_host, run_checked, workspace};
 
 /// Runs in the sweep.
 const RUNS: usize = 20;
 
 fn quiet(cmd: &mut Command) -> Result<()> {
-    let status = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .context("starting kernmlops")?;
-    if !status.success() {
-        bail!("{cmd:?} failed with {status}");
-    }
-    Ok(())
+    let what = format!("{cmd:?}");
+    run_checked(cmd.stdout(Stdio::null()).stderr(Stdio::null()), &what)
 }
 
 /// Seconds for the whole experiment, and its folder.

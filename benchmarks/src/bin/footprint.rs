@@ -14,8 +14,8 @@ use std::{
     time::Instant,
 };
 
-use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::{median, release_host, workspace, Collecting};
+use anyhow::Result;
+use kernmlops_benchmarks::{median, release_host, run_checked, sched_pipe, workspace, Collecting};
 
 /// Every probe plugin this repository ships.
 const ALL_PROBES: &str = "quanta_runtime,process_trace,process_metadata,file_data,block_io,mm_rss_stat,collapse_huge_pages,memory_usage,perf";
@@ -35,15 +35,14 @@ fn startup_ms(bin: &Path, out: &Path, probes: &str) -> Result<f64> {
 /// Wall seconds of a whole `kernmlops run --duration 1ms`.
 fn short_run_s(bin: &Path, out: &Path, probes: &str) -> Result<f64> {
     let t = Instant::now();
-    let status = Command::new(bin)
-        .args(["run", "--plugins", probes, "--duration", "1ms", "--output"])
-        .arg(out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()?;
-    if !status.success() {
-        bail!("kernmlops run failed ({status})");
-    }
+    run_checked(
+        Command::new(bin)
+            .args(["run", "--plugins", probes, "--duration", "1ms", "--output"])
+            .arg(out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        "kernmlops run",
+    )?;
     Ok(t.elapsed().as_secs_f64())
 }
 
@@ -53,15 +52,7 @@ fn under_load(bin: &Path, out: &Path, probes: &str, loops: u32) -> Result<serde_
     let mut run = Command::new(bin);
     run.args(["run", "--plugins", probes, "--output"]).arg(out);
     let collecting = Collecting::start(run)?;
-    let status = Command::new("taskset")
-        .args(["-c", "0", "perf", "bench", "sched", "pipe", "-l"])
-        .arg(loops.to_string())
-        .stdout(Stdio::null())
-        .status()
-        .context("running perf bench (apt-get install linux-perf)")?;
-    if !status.success() {
-        bail!("perf bench failed");
-    }
+    sched_pipe(loops, true)?;
     collecting.interrupt();
     Ok(collecting.wait()?.manifest)
 }

@@ -9,14 +9,10 @@
 //! Needs root and a release build (`cargo xtask build-plugins`):
 //! `cargo run --release -p kernmlops-benchmarks --bin power_overhead -- [SECONDS] [RUNS] [LOOPS]`
 
-use std::{
-    path::Path,
-    process::{Command, Stdio},
-    time::Instant,
-};
+use std::{path::Path, process::Command, time::Instant};
 
-use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::{median, release_host, workspace, Collecting};
+use anyhow::Result;
+use kernmlops_benchmarks::{median, release_host, sched_pipe, workspace, Collecting};
 
 /// User + system CPU time of this process's reaped children, in seconds.
 fn children_cpu_s() -> f64 {
@@ -72,14 +68,7 @@ fn collect(
         None => None,
         Some(loops) => {
             let t = Instant::now();
-            let status = Command::new("perf")
-                .args(["bench", "sched", "pipe", "-l", &loops.to_string()])
-                .stdout(Stdio::null())
-                .status()
-                .context("running perf bench (apt-get install linux-perf)")?;
-            if !status.success() {
-                bail!("perf bench failed");
-            }
+            sched_pipe(loops, false)?;
             collecting.interrupt();
             Some(t.elapsed().as_secs_f64())
         }
@@ -103,14 +92,7 @@ fn collect(
 
 fn bench_alone(loops: u32) -> Result<f64> {
     let t = Instant::now();
-    let status = Command::new("perf")
-        .args(["bench", "sched", "pipe", "-l", &loops.to_string()])
-        .stdout(Stdio::null())
-        .status()
-        .context("running perf bench (apt-get install linux-perf)")?;
-    if !status.success() {
-        bail!("perf bench failed");
-    }
+    sched_pipe(loops, false)?;
     Ok(t.elapsed().as_secs_f64())
 }
 

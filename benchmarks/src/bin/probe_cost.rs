@@ -19,7 +19,7 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::{median, release_host, workspace, Collecting};
+use kernmlops_benchmarks::{median, release_host, run_checked, sched_pipe, workspace, Collecting};
 
 /// Seconds of fio random reads per run.
 const FIO_SECONDS: u32 = 6;
@@ -34,55 +34,41 @@ impl Drop for Scratch {
 }
 
 fn fio(dir: &Path, extra: &[&str]) -> Result<()> {
-    let status = Command::new("fio")
-        .args([
-            "--name=kml_probe_cost",
-            "--size=64m",
-            "--bs=4k",
-            "--direct=1",
-            "--ioengine=psync",
-            "--numjobs=2",
-            "--thread",
-        ])
-        .arg(format!("--directory={}", dir.display()))
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .context("running fio (apt-get install fio)")?;
-    if !status.success() {
-        bail!("fio failed: {status}");
-    }
-    Ok(())
+    run_checked(
+        Command::new("fio")
+            .args([
+                "--name=kml_probe_cost",
+                "--size=64m",
+                "--bs=4k",
+                "--direct=1",
+                "--ioengine=psync",
+                "--numjobs=2",
+                "--thread",
+            ])
+            .arg(format!("--directory={}", dir.display()))
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        "fio (apt-get install fio)",
+    )
 }
 
 fn touch_memory() -> Result<()> {
     for _ in 0..3 {
-        let status = Command::new("perl")
-            .args([
+        run_checked(
+            Command::new("perl").args([
                 "-e",
                 "my $x = \"a\" x (32*1024*1024); select(undef,undef,undef,0.1);",
-            ])
-            .status()
-            .context("running perl")?;
-        if !status.success() {
-            bail!("perl failed: {status}");
-        }
+            ]),
+            "perl",
+        )?;
     }
     Ok(())
 }
 
 /// `perf bench sched pipe`, both ends free to move.
-fn sched_pipe() -> Result<()> {
-    let status = Command::new("perf")
-        .args(["bench", "sched", "pipe", "-l", "200000"])
-        .stdout(Stdio::null())
-        .status()
-        .context("running perf bench (apt-get install linux-perf)")?;
-    if !status.success() {
-        bail!("perf bench failed: {status}");
-    }
-    Ok(())
+fn sched_pipe_free() -> Result<()> {
+    sched_pipe(200_000, false)
 }
 
 /// A cgroup v2 folder removed when dropped.
@@ -231,7 +217,13 @@ fn main() -> Result<()> {
     ] {
         let mut quanta = Vec::new();
         for _ in 0..runs {
-            quanta.push(run_once(&bin, &data, "quanta_runtime", extra, &sched_pipe)?);
+            quanta.push(run_once(
+                &bin,
+                &data,
+                "quanta_runtime",
+                extra,
+                &sched_pipe_free,
+            )?);
         }
         report("quanta_runtime", what, &quanta);
     }

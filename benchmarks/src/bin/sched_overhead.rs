@@ -12,35 +12,15 @@
 //! `cargo build --release -p fixture_empty_switch`):
 //! `cargo run --release -p kernmlops-benchmarks --bin sched_overhead -- [RUNS] [LOOPS]`
 
-use std::{
-    path::Path,
-    process::{Command, Stdio},
-    time::Instant,
-};
+use std::{path::Path, process::Command, time::Instant};
 
 use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::{median, release_host, workspace, Collecting};
+use kernmlops_benchmarks::{median, release_host, sched_pipe, workspace, Collecting};
 
-/// Runs the benchmark once and returns its wall time in seconds. Pinned to
-/// CPU 0, both ends of the pipe share a CPU: no idle in between, the highest
-/// switch rate.
+/// Runs the benchmark once and returns its wall time in seconds.
 fn bench(loops: u32, pinned: bool) -> Result<f64> {
     let t = Instant::now();
-    let mut cmd = if pinned {
-        let mut c = Command::new("taskset");
-        c.args(["-c", "0", "perf"]);
-        c
-    } else {
-        Command::new("perf")
-    };
-    let status = cmd
-        .args(["bench", "sched", "pipe", "-l", &loops.to_string()])
-        .stdout(Stdio::null())
-        .status()
-        .context("running perf bench (apt-get install linux-perf)")?;
-    if !status.success() {
-        bail!("perf bench failed");
-    }
+    sched_pipe(loops, pinned)?;
     Ok(t.elapsed().as_secs_f64())
 }
 
