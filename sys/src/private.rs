@@ -28,11 +28,7 @@ pub fn random_hex() -> io::Result<String> {
         // SAFETY: the pointer and length describe the unfilled tail of
         // `bytes`, a local that outlives the call.
         let n = unsafe {
-            libc::getrandom(
-                bytes[filled..].as_mut_ptr().cast(),
-                bytes.len() - filled,
-                0,
-            )
+            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
         };
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -151,7 +147,8 @@ fn rename_at(dir: &File, from: &CStr, to: &CStr) -> io::Result<()> {
     // SAFETY: `dir` is open and both names are NUL-terminated, alive for
     // the call. `renameat` replaces `to` itself, never what a symlink
     // named `to` points at.
-    let rc = unsafe { libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr()) };
+    let rc =
+        unsafe { libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr()) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -214,7 +211,9 @@ impl AtomicFile {
 
     /// The open temporary file, to write into.
     pub fn file(&mut self) -> &mut File {
-        self.file.as_mut().expect("an AtomicFile has its file until commit")
+        self.file
+            .as_mut()
+            .expect("an AtomicFile has its file until commit")
     }
 
     /// Makes the content durable and visible: fsync of the file, rename over
@@ -397,7 +396,10 @@ mod tests {
         let a = TempDir::new("kml-private-test").expect("temp dir");
         let b = TempDir::new("kml-private-test").expect("temp dir");
         assert_ne!(a.path(), b.path());
-        let mode = std::fs::metadata(a.path()).expect("meta").permissions().mode();
+        let mode = std::fs::metadata(a.path())
+            .expect("meta")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o700);
         let path = a.path().to_owned();
         a.create_file("x", 0o600)
@@ -417,7 +419,9 @@ mod tests {
         std::fs::write(&victim, b"precious").expect("victim");
         // A symlink where an exclusive create goes fails, and leaves the target alone.
         symlink(&victim, scratch.join("planted")).expect("symlink");
-        let err = scratch.create_file("planted", 0o600).expect_err("planted name");
+        let err = scratch
+            .create_file("planted", 0o600)
+            .expect_err("planted name");
         assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
         // A folder reached through a symlink is refused.
         symlink(scratch.path(), scratch.join("dirlink")).expect("symlink");
@@ -431,7 +435,10 @@ mod tests {
             .and_then(|mut f| f.read_to_string(&mut s))
             .expect("read");
         assert_eq!(s, "precious");
-        assert_eq!(std::fs::read(scratch.join("planted")).expect("read"), b"new");
+        assert_eq!(
+            std::fs::read(scratch.join("planted")).expect("read"),
+            b"new"
+        );
     }
 
     #[test]
