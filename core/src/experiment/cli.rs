@@ -545,6 +545,12 @@ fn adaptive_of(common: &CommonArgs, repeats: u32) -> Result<Option<Adaptive>> {
             "--max-repeats: at least 2 (an interval needs two runs)".into(),
         ));
     }
+    if max_repeats > super::spec::MAX_REPEATS {
+        return Err(ExperimentError::Usage(format!(
+            "--max-repeats {max_repeats}: at most {}",
+            super::spec::MAX_REPEATS
+        )));
+    }
     Ok(Some(Adaptive {
         metric,
         target,
