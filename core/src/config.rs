@@ -205,19 +205,34 @@ fn one_line(e: &dyn std::fmt::Display) -> String {
 impl Config {
     /// Defaults with `file` (if any) merged on top.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let Some(path) = file else {
+            return Self::merged(None);
+        };
+        let source = crate::trust::printable(path.as_os_str().as_encoded_bytes());
+        let bytes = std::fs::read(path).map_err(|error| ConfigError::Read {
+            file: source.clone(),
+            error,
+        })?;
+        Self::merged(Some((&source, &bytes)))
+    }
+
+    /// Defaults with the TOML text `bytes` merged on top, as [`Config::load`]
+    /// does with a file; `source` names it in errors. Nothing is written or
+    /// read (the experiment planner checks each run's configuration so).
+    pub fn from_text(source: &str, bytes: &[u8]) -> Result<Self, ConfigError> {
+        Self::merged(Some((source, bytes)))
+    }
+
+    fn merged(user: Option<(&str, &[u8])>) -> Result<Self, ConfigError> {
         let mut base: toml::Table =
             toml::from_str(DEFAULTS_TOML).map_err(|e| ConfigError::Invalid {
                 file: BUILT_IN.into(),
                 message: one_line(&e),
             })?;
         let mut source = BUILT_IN.to_owned();
-        if let Some(path) = file {
-            source = crate::trust::printable(path.as_os_str().as_encoded_bytes());
-            let bytes = std::fs::read(path).map_err(|error| ConfigError::Read {
-                file: source.clone(),
-                error,
-            })?;
-            let over = parse_toml(&bytes).map_err(|message| ConfigError::Invalid {
+        if let Some((name, bytes)) = user {
+            source = name.to_owned();
+            let over = parse_toml(bytes).map_err(|message| ConfigError::Invalid {
                 file: source.clone(),
                 message,
             })?;
@@ -409,6 +424,105 @@ impl Config {
         }
         self.power.check()?;
         Ok(())
+    }
+}
+
+/// Benchmark settings that name a program and its arguments, which a run
+/// executes as root: `(benchmark, key)`. Resolved and checked by
+/// [`resolve_command`] wherever a configuration is read for a run.
+pub const COMMAND_SETTINGS: &[(&str, &str)] = &[("script", "command")];
+
+/// Resolves and checks a command setting (`["./bench.sh", "--fast"]`) as
+/// run by root, in place:
+///
+/// - the program (first item): a path with a `/` is taken relative to
+///   `base`, the folder of the file that set it; a bare name is looked up
+///   on PATH. The file found and every folder above it must pass the
+///   plugins' owner and mode checks ([`crate::trust::check_program`]); it
+///   is replaced by its absolute path (the real path of its folder and its
+///   name), so a later run (a resumed experiment, a cluster task) runs the
+///   file that was checked;
+/// - each later item that is not an option (`-...`) and names an existing
+///   file, relative to `base` or absolute (an interpreter's script, as in
+///   `["bash", "bench.sh"]`), is checked and replaced the same way. Other
+///   items (options, numbers, words, a shell's `-c` text) are left as they
+///   are and not checked.
+///
+/// A value that is not a list of strings is left for the settings' type
+/// check. Returns the warnings of `--allow-insecure-plugins`; the error is
+/// one line.
+pub fn resolve_command(
+    value: &mut toml::Value,
+    base: &Path,
+    policy: &crate::trust::Policy,
+) -> Result<Vec<String>, String> {
+    let Some(items) = value.as_array_mut() else {
+        return Ok(Vec::new());
+    };
+    if items.iter().any(|v| !v.is_str()) {
+        return Ok(Vec::new());
+    }
+    let mut warnings = Vec::new();
+    for (i, item) in items.iter_mut().enumerate() {
+        let text = item.as_str().unwrap_or_default().to_owned();
+        let found = if i == 0 {
+            crate::trust::resolve_program(&text, base)?
+        } else {
+            if text.is_empty() || text.starts_with('-') {
+                continue;
+            }
+            let candidate: std::path::PathBuf = base.join(&text).components().collect();
+            if !candidate.is_file() {
+                continue;
+            }
+            candidate
+        };
+        let what = if i == 0 { "the program" } else { "the file" };
+        let (real, warning) = crate::trust::check_program(&found, what, policy)?;
+        warnings.extend(warning);
+        *item = toml::Value::String(real.to_string_lossy().into_owned());
+    }
+    Ok(warnings)
+}
+
+/// [`resolve_command`] for every command setting of `benchmarks` (a
+/// configuration's `[benchmarks]`: name to settings table). The error
+/// names the key (`benchmarks.script.command: ...`).
+pub fn resolve_commands<'a>(
+    benchmarks: impl IntoIterator<Item = (&'a String, &'a mut toml::Table)>,
+    base: &Path,
+    policy: &crate::trust::Policy,
+) -> Result<Vec<String>, String> {
+    let mut warnings = Vec::new();
+    for (name, table) in benchmarks {
+        for (bench, key) in COMMAND_SETTINGS {
+            if name != bench {
+                continue;
+            }
+            if let Some(value) = table.get_mut(*key) {
+                let found = resolve_command(value, base, policy)
+                    .map_err(|m| format!("benchmarks.{name}.{key}: {m}"))?;
+                warnings.extend(found);
+            }
+        }
+    }
+    Ok(warnings)
+}
+
+impl Config {
+    /// Resolves and checks the command settings of the user's file (see
+    /// [`resolve_command`]) against `base`, the folder of that file.
+    pub fn resolve_commands(
+        &mut self,
+        base: &Path,
+        policy: &crate::trust::Policy,
+    ) -> Result<Vec<String>, ConfigError> {
+        resolve_commands(self.benchmarks.iter_mut(), base, policy).map_err(|message| {
+            ConfigError::Invalid {
+                file: self.source.clone(),
+                message,
+            }
+        })
     }
 }
 

@@ -344,7 +344,25 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             }
         }
     });
-    let cfg = Config::load(file.as_deref())?;
+    let mut cfg = Config::load(file.as_deref())?;
+    // The commands a configuration names run as root: resolved against
+    // the folder of the file that names them and checked like plugins,
+    // before anything is created.
+    let runs_commands = matches!(
+        cli.command,
+        Command::Run(_)
+            | Command::Config {
+                what: ConfigCommand::Show
+            }
+    );
+    if let (Some(file), true) = (&file, runs_commands) {
+        let absolute =
+            std::path::absolute(file).with_context(|| format!("resolving {}", file.display()))?;
+        let base = absolute.parent().unwrap_or(Path::new("/"));
+        for warning in cfg.resolve_commands(base, trust_policy())? {
+            eprintln!("warning: {}", trust::printable(warning.as_bytes()));
+        }
+    }
     match cli.command {
         Command::Run(args) => run(&cfg, cli.plugin_dir.as_deref(), args),
         Command::Plugins => plugins(&cfg, cli.plugin_dir.as_deref()),

@@ -316,6 +316,98 @@ pub fn check_dir_path(path: &Path, policy: &Policy) -> Result<(), TrustError> {
     check_dir(&dir, policy)
 }
 
+/// Where the program a configuration names is: a name with a `/` is a
+/// path, relative to `base` (the folder of the file that named it) unless
+/// absolute; a bare name (`sh`, `python3`) is looked up on PATH (absolute
+/// entries only: a relative entry would depend on the current folder).
+/// It must be an executable regular file. The message is one line.
+pub fn resolve_program(program: &str, base: &Path) -> Result<PathBuf, String> {
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let show = |p: &Path| printable(p.as_os_str().as_bytes());
+    if program.is_empty() {
+        return Err("the program (its first item) is empty".into());
+    }
+    if program.contains('/') {
+        // Joined and cleaned of `.` parts (`./bench.sh`).
+        let path: PathBuf = base.join(program).components().collect();
+        return if executable(&path) {
+            Ok(path)
+        } else if path.exists() {
+            Err(format!(
+                "{} is not an executable file (chmod +x {})",
+                show(&path),
+                show(&path)
+            ))
+        } else {
+            Err(format!(
+                "{} does not exist (a relative path is taken from the folder of the file that names it, {})",
+                show(&path),
+                show(base)
+            ))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(program))
+        .find(|p| executable(p))
+        .ok_or_else(|| {
+            format!(
+                "{} is not on PATH (give its path, e.g. ./{})",
+                printable(program.as_bytes()),
+                printable(program.as_bytes())
+            )
+        })
+}
+
+/// Checks a file kernmlops is configured to run (`what`: "the program",
+/// "the file") like a plugin: the file and every folder above it, and when
+/// the path's last part is a symlink (`/usr/bin/sh`), the folder holding
+/// the link as well. `Ok` holds the path to run: the real path of the
+/// folder holding it (every folder of which was checked) with the name as
+/// given, so a program that looks at its own name still sees it; and,
+/// under `--allow-insecure-plugins`, a warning for an unsafe file. A file
+/// that cannot be opened is refused too: it is about to be run.
+pub fn check_program(
+    path: &Path,
+    what: &str,
+    policy: &Policy,
+) -> Result<(PathBuf, Option<String>), String> {
+    let cannot = |e: &dyn fmt::Display| format!("{what} {}: {e}", shown(path));
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(cannot(&"not a file"));
+    };
+    let link = path
+        .symlink_metadata()
+        .is_ok_and(|m| m.file_type().is_symlink());
+    let dir = open_dir(parent).map_err(|e| cannot(&kernmlops_sys::private::strip_os_error(&e)))?;
+    let file = open_file_at(&dir, name)
+        .map_err(|e| cannot(&kernmlops_sys::private::strip_os_error(&e)))?;
+    let real_parent = fd_path(&dir).map_err(|e| cannot(&e))?;
+    let mut checked = check_file(&file, policy);
+    if checked.is_ok() && link {
+        checked = check_dir(&dir, policy);
+    }
+    let run = real_parent.join(name);
+    match checked {
+        Ok(()) => Ok((run, None)),
+        Err(e @ (TrustError::Writable { .. } | TrustError::Owner { .. }))
+            if policy.allow_insecure =>
+        {
+            Ok((
+                run,
+                Some(format!(
+                    "running {what} {} although {e} (--allow-insecure-plugins)",
+                    shown(path)
+                )),
+            ))
+        }
+        Err(e) => Err(format!("refusing to run {what} {}: {e}", shown(path))),
+    }
+}
+
 fn check_opened(target: &File, policy: &Policy, is_dir: bool) -> Result<(), TrustError> {
     let io_err = |path: &Path| {
         let path = shown(path);

@@ -29,7 +29,7 @@ use super::{
     state::{self, Observed, RunState, StateView},
     stats, ExperimentError, Result,
 };
-use crate::{clock, config::Config, plugin::Registry};
+use crate::{clock, config::Config, plugin::Registry, trust::Policy};
 
 /// Sweep a benchmark over variables, repeated and shuffled; resume; results.
 #[derive(clap::Args, Debug)]
@@ -157,6 +157,10 @@ pub struct RunArgs {
     /// Print the planned runs and stop (nothing is written).
     #[arg(long)]
     pub dry_run: bool,
+    /// Most runs the plan may have, instead of the file's `max_runs`
+    /// [default: 100000]; a larger plan is refused before it is built.
+    #[arg(long, value_name = "N")]
+    pub max_runs: Option<usize>,
     #[command(flatten)]
     pub common: CommonArgs,
 }
@@ -286,12 +290,16 @@ pub fn main(args: ExperimentArgs, env: &Env) -> Result<ExitCode> {
     match args.command {
         ExperimentCommand::Run(a) => run(a, env),
         ExperimentCommand::Resume(a) => resume(a, env),
-        ExperimentCommand::Status { dir, json } => status(&ExpDir::new(dir), json),
+        ExperimentCommand::Status { dir, json } => {
+            check_folder(&dir, env)?;
+            status(&ExpDir::new(dir), json)
+        }
         ExperimentCommand::Results {
             dir,
             no_graphs,
             figures,
         } => {
+            check_folder(&dir, env)?;
             let dir = ExpDir::new(dir);
             let record = Record::read(&dir)?;
             let plugin_dir = match (no_graphs, resolve_plugin_dir(env, Some(&record))) {
@@ -360,39 +368,146 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
 }
 
 /// The base configuration: `--config FILE` with the experiment's
-/// `[config]` merged on top.
-fn base_config(spec: &Spec, env: &Env) -> Result<toml::Table> {
+/// `[config]` merged on top. Each table's commands (`[benchmarks.script]
+/// command`) are resolved against the folder of the file that holds them
+/// and checked like plugins (`config::resolve_commands`), before the merge.
+fn base_config(spec: &Spec, env: &Env, policy: &Policy) -> Result<toml::Table> {
     let mut base = match &env.config_file {
         None => toml::Table::new(),
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(ExperimentError::io(path))?;
-            toml::from_str(&text).map_err(|e: toml::de::Error| ExperimentError::Parse {
-                file: path.display().to_string(),
-                message: e.message().to_owned(),
-            })?
+            let mut table: toml::Table =
+                toml::from_str(&text).map_err(|e: toml::de::Error| ExperimentError::Parse {
+                    file: path.display().to_string(),
+                    message: e.message().to_owned(),
+                })?;
+            resolve_table_commands(&mut table, &folder_of(path)?, policy).map_err(|m| {
+                ExperimentError::Invalid {
+                    file: path.display().to_string(),
+                    key: "config".into(),
+                    message: m,
+                }
+            })?;
+            table
         }
     };
-    merge(&mut base, spec.config.clone());
+    let mut own = spec.config.clone();
+    resolve_table_commands(&mut own, &folder_of(Path::new(&spec.file))?, policy)
+        .map_err(|m| invalid(spec, "config", m))?;
+    merge(&mut base, own);
     Ok(base)
 }
 
-/// Checks one configuration as `kernmlops run` will: its keys and types,
-/// and every probe's and benchmark's settings. The host's message.
+/// The absolute folder holding `file`.
+fn folder_of(file: &Path) -> Result<PathBuf> {
+    let file = absolute(file)?;
+    Ok(file.parent().unwrap_or(Path::new("/")).to_owned())
+}
+
+/// Resolves and checks the command settings of a configuration table (its
+/// `benchmarks` section) against `base`; warnings are printed.
+fn resolve_table_commands(
+    table: &mut toml::Table,
+    base: &Path,
+    policy: &Policy,
+) -> std::result::Result<(), String> {
+    let Some(toml::Value::Table(benchmarks)) = table.get_mut("benchmarks") else {
+        return Ok(());
+    };
+    let sections = benchmarks.iter_mut().filter_map(|(name, v)| match v {
+        toml::Value::Table(t) => Some((name, t)),
+        _ => None,
+    });
+    for warning in crate::config::resolve_commands(sections, base, policy)? {
+        eprintln!("warning: {}", crate::trust::printable(warning.as_bytes()));
+    }
+    Ok(())
+}
+
+/// Resolves and checks the commands variables set (a variable whose key is
+/// a command setting, or a benchmark's whole table holding one), in each
+/// of their levels, against the experiment file's folder: the plan, its
+/// run ids and the record then hold the checked files' absolute paths.
+fn resolve_variable_commands(
+    spec: &Spec,
+    variables: &mut [super::spec::Variable],
+    policy: &Policy,
+) -> Result<()> {
+    let base = folder_of(Path::new(&spec.file))?;
+    for var in variables.iter_mut() {
+        for (bench, key) in crate::config::COMMAND_SETTINGS {
+            let whole = format!("benchmarks.{bench}");
+            let one = format!("{whole}.{key}");
+            if var.key != whole && var.key != one {
+                continue;
+            }
+            for level in &mut var.levels {
+                let Some(mut value) = super::spec::json_to_toml(&level.value) else {
+                    continue;
+                };
+                let target = if var.key == one {
+                    Some(&mut value)
+                } else {
+                    value.as_table_mut().and_then(|t| t.get_mut(*key))
+                };
+                let Some(target) = target else {
+                    continue;
+                };
+                let warnings =
+                    crate::config::resolve_command(target, &base, policy).map_err(|m| {
+                        invalid(
+                            spec,
+                            &format!("variables.{}", var.name),
+                            format!("{one}: {m}"),
+                        )
+                    })?;
+                for w in warnings {
+                    eprintln!("warning: {}", crate::trust::printable(w.as_bytes()));
+                }
+                level.value = super::spec::toml_to_json(&value);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a run is checked with besides its configuration: the probes it
+/// runs, its benchmark and its power sources.
+struct Checked<'a> {
+    probes: &'a [String],
+    benchmark: &'a str,
+    power: Option<&'a [String]>,
+}
+
+/// Checks one configuration as `kernmlops run` will, from the text it is
+/// given (no file is written): its keys and types, every probe's and
+/// benchmark's settings, the component rules (`check_config`) of the
+/// configured components, the run's probes and its benchmark, and the power
+/// options. The host's message.
 fn check_config(
     registry: &Registry,
     config: &toml::Table,
-    scratch: &Path,
+    run: &Checked<'_>,
 ) -> std::result::Result<Config, String> {
+    const SOURCE: &str = "the run's configuration";
     let text = toml::to_string(config).map_err(|e| e.to_string())?;
-    std::fs::write(scratch, text).map_err(|e| format!("{}: {e}", scratch.display()))?;
     let strip = |e: String| {
-        let prefix = format!("{}: ", scratch.display());
+        let prefix = format!("{SOURCE}: ");
         e.strip_prefix(&prefix).map(str::to_owned).unwrap_or(e)
     };
-    let cfg = Config::load(Some(scratch)).map_err(|e| strip(e.to_string()))?;
+    let cfg = Config::from_text(SOURCE, text.as_bytes()).map_err(|e| strip(e.to_string()))?;
     cfg.probe_settings(registry.config_defaults())
         .map_err(|e| strip(e.to_string()))?;
     cfg.benchmark_settings(registry.benchmark_defaults())
+        .map_err(|e| strip(e.to_string()))?;
+    let benchmarks = [run.benchmark.to_owned()];
+    crate::settings_rules::check_all(&cfg, registry, run.probes, &benchmarks)
+        .map_err(|e| strip(e.to_string()))?;
+    let declared = crate::power::registry::PowerSources::of(registry).defaults();
+    let power = cfg
+        .power_settings(declared.iter().map(|(n, t)| (n.as_str(), t.as_str())))
+        .map_err(|e| strip(e.to_string()))?;
+    crate::power::PowerOptions::new(&cfg.power, run.power, None, Config::settings_json(&power))
         .map_err(|e| strip(e.to_string()))?;
     Ok(cfg)
 }
@@ -429,6 +544,12 @@ fn adaptive_of(common: &CommonArgs, repeats: u32) -> Result<Option<Adaptive>> {
         return Err(ExperimentError::Usage(
             "--max-repeats: at least 2 (an interval needs two runs)".into(),
         ));
+    }
+    if max_repeats > super::spec::MAX_REPEATS {
+        return Err(ExperimentError::Usage(format!(
+            "--max-repeats {max_repeats}: at most {}",
+            super::spec::MAX_REPEATS
+        )));
     }
     Ok(Some(Adaptive {
         metric,
@@ -469,20 +590,106 @@ fn read_trusted_record(dir: &ExpDir, env: &Env) -> Result<Record> {
     Record::read(dir)
 }
 
+/// Refuses an experiment folder another user owns or others can write
+/// (and any folder above it), like a plugin folder, in one line with the
+/// fix; under `--allow-insecure-plugins`, a warning. A folder that cannot
+/// be opened passes: the command's own reading says why.
+fn check_folder(root: &Path, env: &Env) -> Result<()> {
+    use crate::trust::TrustError;
+    let policy = Policy::for_this_process(env.allow_insecure_plugins);
+    match crate::trust::check_dir_path(root, &policy) {
+        Ok(()) | Err(TrustError::Io { .. }) => Ok(()),
+        Err(e @ (TrustError::Writable { .. } | TrustError::Owner { .. }))
+            if policy.allow_insecure =>
+        {
+            eprintln!(
+                "warning: using experiment folder {} although {e} (--allow-insecure-plugins)",
+                crate::trust::printable(root.as_os_str().as_encoded_bytes())
+            );
+            Ok(())
+        }
+        Err(e) => Err(ExperimentError::Usage(format!(
+            "refusing experiment folder {}: {e}",
+            crate::trust::printable(root.as_os_str().as_encoded_bytes())
+        ))),
+    }
+}
+
+/// Whether a folder without a record holds only what an interrupted start
+/// of `experiment run` leaves (killed, or a full disk, before the record
+/// was written): the layout's sub-folders with no collection or log, the
+/// experiment lock, the copied experiment file and base configuration, run
+/// configurations and temporary files of atomic writes. Such a folder is
+/// started again as if it were empty.
+fn only_start_leftovers(root: &Path) -> Result<bool> {
+    let temporary = |n: &str| n.starts_with('.') || n.contains(".tmp");
+    let names = |d: &Path| -> Result<Vec<String>> {
+        std::fs::read_dir(d)
+            .map_err(ExperimentError::io(d))?
+            .map(|e| {
+                e.map(|e| e.file_name().to_string_lossy().into_owned())
+                    .map_err(ExperimentError::io(d))
+            })
+            .collect()
+    };
+    for name in names(root)? {
+        let path = root.join(&name);
+        let is_dir = path.symlink_metadata().is_ok_and(|m| m.is_dir());
+        let ok = match name.as_str() {
+            "experiment.toml" | "config.toml" => !is_dir,
+            "locks" if is_dir => names(&path)?
+                .iter()
+                .all(|n| n == "experiment.lock" || temporary(n)),
+            "configs" if is_dir => names(&path)?
+                .iter()
+                .all(|n| n.ends_with(".toml") || temporary(n)),
+            "runs" | "logs" if is_dir => names(&path)?.is_empty(),
+            n => !is_dir && temporary(n),
+        };
+        if !ok {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Creates the folder of a new experiment (not its contents) and checks
+/// it; a folder it created and refused is removed again.
+fn create_folder(root: &Path, env: &Env) -> Result<()> {
+    let existed = root.exists();
+    std::fs::create_dir_all(root).map_err(ExperimentError::io(root))?;
+    check_folder(root, env).inspect_err(|_| {
+        if !existed {
+            let _ = std::fs::remove_dir(root);
+        }
+    })
+}
+
 fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
     let slurm = args.common.executor.slurm()?;
+    let policy = Policy::for_this_process(env.allow_insecure_plugins);
     check_trusted(&args.file, "the experiment file", env)?;
     let spec = Spec::load(&args.file)?;
+    let max_runs = match args.max_runs {
+        Some(n) if n == 0 || n > super::spec::MAX_RUNS_CEILING => {
+            return Err(ExperimentError::Usage(format!(
+                "--max-runs {n}: give 1 to {}",
+                super::spec::MAX_RUNS_CEILING
+            )))
+        }
+        Some(n) => n,
+        None => spec.max_runs,
+    };
+    // Counted before anything is built or checked.
+    plan::check_size(&spec.file, &spec.variables, spec.repeats, max_runs)?;
     let dir = ExpDir::new(args.dir.clone().unwrap_or_else(|| default_dir(&spec.name)));
+    if dir.root.exists() {
+        check_folder(&dir.root, env)?;
+    }
     let existing = if dir.record().is_file() {
         Some(read_trusted_record(&dir, env)?)
     } else {
-        if dir.root.is_dir()
-            && std::fs::read_dir(&dir.root)
-                .map_err(ExperimentError::io(&dir.root))?
-                .next()
-                .is_some()
-        {
+        if dir.root.is_dir() && !only_start_leftovers(&dir.root)? {
             return Err(ExperimentError::Usage(format!(
                 "--dir {}: the folder exists, holds other files and is not an experiment folder (no experiment.json); choose a new or empty folder",
                 dir.root.display()
@@ -498,31 +705,27 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
     registry
         .find_benchmark(&spec.benchmark)
         .map_err(|m| invalid(&spec, "benchmark", m))?;
-    let base = base_config(&spec, env)?;
-    let scratch =
-        std::env::temp_dir().join(format!("kernmlops-experiment-{}.toml", std::process::id()));
-    let checked = check_config(&registry, &base, &scratch);
-    let cfg = match checked {
-        Ok(cfg) => cfg,
-        Err(m) => {
-            let _ = std::fs::remove_file(&scratch);
-            return Err(invalid(&spec, "config", m));
-        }
+    if let Some(power) = &spec.power {
+        crate::power::check_selection(&registry, power)
+            .map_err(|e| invalid(&spec, "power", e.to_string()))?;
+    }
+    let base = base_config(&spec, env, &policy)?;
+    let mut variables = spec.variables.clone();
+    resolve_variable_commands(&spec, &mut variables, &policy)?;
+    let benchmark_only = Checked {
+        probes: spec.probes.as_deref().unwrap_or(&[]),
+        benchmark: &spec.benchmark,
+        power: spec.power.as_deref(),
     };
+    let cfg =
+        check_config(&registry, &base, &benchmark_only).map_err(|m| invalid(&spec, "config", m))?;
     let probes = spec
         .probes
         .clone()
         .unwrap_or_else(|| cfg.collect.plugins.clone());
-    if let Err(m) = registry.resolve(&probes) {
-        let _ = std::fs::remove_file(&scratch);
-        return Err(invalid(&spec, "probes", m));
-    }
-    if let Some(power) = &spec.power {
-        if let Err(e) = crate::power::check_selection(&registry, power) {
-            let _ = std::fs::remove_file(&scratch);
-            return Err(invalid(&spec, "power", e.to_string()));
-        }
-    }
+    registry
+        .resolve(&probes)
+        .map_err(|m| invalid(&spec, "probes", m))?;
     let identity = Identity {
         benchmark: spec.benchmark.clone(),
         probes,
@@ -536,7 +739,7 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
     let order = args.order.unwrap_or(spec.order);
     let mut runs = plan::plan(&PlanInput {
         file: &spec.file,
-        variables: &spec.variables,
+        variables: &variables,
         base: &base,
         identity: &identity,
         repeats: spec.repeats,
@@ -546,29 +749,42 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
     // Adaptive repeats added earlier stay planned while their combination
     // exists.
     if let Some(r) = &existing {
+        let mut first_of: std::collections::HashMap<&str, usize> = Default::default();
+        for (i, x) in runs.iter().enumerate() {
+            first_of.entry(x.combo_id.as_str()).or_insert(i);
+        }
+        let mut ids: std::collections::HashSet<String> =
+            runs.iter().map(|x| x.run_id.clone()).collect();
+        let mut again = Vec::new();
         for extra in r.runs.iter().filter(|x| x.repeat >= spec.repeats) {
-            if let Some(first) = runs.iter().find(|x| x.combo_id == extra.combo_id) {
-                let again = first.another_repeat(&identity, extra.repeat, seed);
-                if !runs.iter().any(|x| x.run_id == again.run_id) {
-                    runs.push(again);
+            if let Some(&i) = first_of.get(extra.combo_id.as_str()) {
+                let more = runs[i].another_repeat(&identity, extra.repeat, seed);
+                if ids.insert(more.run_id.clone()) {
+                    again.push(more);
                 }
             }
         }
+        runs.extend(again);
     }
-    // Each combination's configuration as the host will check it.
-    let mut seen = std::collections::BTreeSet::new();
+    // Each distinct configuration, checked once as the host will check
+    // it (keys, types, each component's rules, power), before anything is
+    // written.
+    let checked_run = Checked {
+        probes: &identity.probes,
+        benchmark: &identity.benchmark,
+        power: identity.power.as_deref(),
+    };
+    let mut seen = std::collections::HashSet::new();
     for r in &runs {
-        if !seen.insert(r.combo_id.clone()) {
+        if !seen.insert(r.combo_id.as_str()) {
             continue;
         }
         let Some(toml::Value::Table(config)) = super::spec::json_to_toml(&r.config) else {
             continue;
         };
-        if let Err(m) = check_config(&registry, &config, &scratch) {
-            let _ = std::fs::remove_file(&scratch);
+        if let Err(m) = check_config(&registry, &config, &checked_run) {
             // Name the variable whose key the host complains about.
-            let culprit = spec
-                .variables
+            let culprit = variables
                 .iter()
                 .filter(|v| {
                     m.contains(&v.key) || v.key.starts_with(m.split(':').next().unwrap_or("\u{0}"))
@@ -583,15 +799,16 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
                 None => invalid(
                     &spec,
                     "config",
-                    format!("{m} (in the run {})", label(&spec.variables, &r.variables)),
+                    format!("{m} (in the run {})", label(&variables, &r.variables)),
                 ),
             });
         }
     }
-    let _ = std::fs::remove_file(&scratch);
 
     if args.dry_run {
-        print_plan(&spec, &runs, seed, seed_from, order, &identity, &dir);
+        print_plan(
+            &spec, &variables, &runs, seed, seed_from, order, &identity, &dir,
+        );
         return Ok(ExitCode::SUCCESS);
     }
     // Slurm missing, or refusing these options: said before anything is
@@ -599,18 +816,24 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
     if let Some(options) = slurm {
         slurm_executor(options, spec.warmup, &args.common).preflight(runs.len())?;
     }
-
-    dir.create()?;
-    let _lock = experiment_lock(&dir)?;
-    let plugins = plugin_set(&plugin_dir)?;
-    if let Some(r) = &existing {
-        check_plugins(r, &plugins, args.common.allow_plugin_change)?;
-    }
-    let now = clock::rfc3339(clock::unix_us());
     let adaptive = match adaptive_of(&args.common, spec.repeats)? {
         Some(a) => Some(a),
         None => existing.as_ref().and_then(|r| r.adaptive.clone()),
     };
+    let plugins = plugin_set(&plugin_dir)?;
+    if let Some(r) = &existing {
+        check_plugins(r, &plugins, args.common.allow_plugin_change)?;
+    }
+
+    // The record first, atomically, before anything else marks the folder
+    // as an experiment: a start cut off before it leaves a folder `run
+    // --dir` starts again (only_start_leftovers), one cut off after it a
+    // folder `resume` carries on.
+    create_folder(&dir.root, env)?;
+    let locks = dir.locks();
+    std::fs::create_dir_all(&locks).map_err(ExperimentError::io(&locks))?;
+    let _lock = experiment_lock(&dir)?;
+    let now = clock::rfc3339(clock::unix_us());
     let record = Record {
         format: FORMAT,
         name: spec.name.clone(),
@@ -630,12 +853,14 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
         order,
         repeats: spec.repeats,
         warmup: spec.warmup,
-        variables: spec.variables.clone(),
+        variables,
         plugin_dir: plugin_dir.display().to_string(),
         plugins,
         adaptive,
         runs,
     };
+    record.write(&dir)?;
+    dir.create()?;
     super::record::write_atomic(&dir.experiment_file(), spec.text.as_bytes())?;
     let base_text = toml::to_string_pretty(&base).unwrap_or_default();
     super::record::write_atomic(
@@ -652,7 +877,6 @@ fn run(args: RunArgs, env: &Env) -> Result<ExitCode> {
     for r in &record.runs {
         write_run_config(&dir, r)?;
     }
-    record.write(&dir)?;
     eprintln!(
         "experiment {} in {}: {} runs, order {}, seed {}{}",
         record.name,
@@ -691,8 +915,10 @@ fn write_run_config(dir: &ExpDir, run: &PlannedRun) -> Result<()> {
     super::record::write_atomic(&dir.config(&run.run_id), text.as_bytes())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn print_plan(
     spec: &Spec,
+    variables: &[super::spec::Variable],
     runs: &[PlannedRun],
     seed: u64,
     seed_from: &str,
@@ -729,7 +955,7 @@ fn print_plan(
             i + 1,
             r.run_id,
             r.repeat,
-            label(&spec.variables, &r.variables)
+            label(variables, &r.variables)
         );
     }
 }
@@ -777,6 +1003,7 @@ fn context(
 
 fn resume(args: ResumeArgs, env: &Env) -> Result<ExitCode> {
     let slurm = args.common.executor.slurm()?;
+    check_folder(&args.dir, env)?;
     let dir = ExpDir::new(args.dir);
     let mut record = read_trusted_record(&dir, env)?;
     let plugin_dir = resolve_plugin_dir(env, Some(&record))?;

@@ -63,7 +63,7 @@ pub enum ExperimentError {
     #[error("{}: {message}", path.display())]
     Corrupt { path: PathBuf, message: String },
     /// The folder is not an experiment folder.
-    #[error("{} is not an experiment folder (no experiment.json); start one with `kernmlops experiment run FILE --dir {}`", dir.display(), dir.display())]
+    #[error("{} is not an experiment folder (no experiment.json); start one (or start again one cut off before its record was written) with `kernmlops experiment run FILE --dir {}`", dir.display(), dir.display())]
     NotAnExperiment { dir: PathBuf },
     /// Another process is running this experiment or this run.
     #[error("{what} is in use by another kernmlops process ({holder}); wait for it or stop it")]

@@ -11,7 +11,7 @@
 //! order, other runs) enters it. A combination's id is the same hash
 //! without `repeat` and `seed`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     rng,
-    spec::{toml_to_json, Order, Variable, MAX_RUNS},
+    spec::{toml_to_json, Level, Order, Variable, MAX_RUNS_CEILING},
     ExperimentError, Result,
 };
 
@@ -151,18 +151,103 @@ fn short_hash(text: &str) -> String {
         .collect()
 }
 
+/// Every variable's `when` conditions, decided per level once: for each
+/// condition, the index of the variable it names and, per level of that
+/// variable, whether the condition holds. Whether a variable applies in a
+/// combination is then one look-up per condition, however long the lists.
+struct Conditions(Vec<Vec<(usize, Vec<bool>)>>);
+
+impl Conditions {
+    fn of(variables: &[Variable]) -> Self {
+        Self(
+            variables
+                .iter()
+                .map(|var| {
+                    var.when
+                        .iter()
+                        .map(|cond| {
+                            // A condition on an unknown variable never
+                            // holds (the file's checks refuse it first).
+                            let Some(idx) = variables.iter().position(|v| v.name == cond.variable)
+                            else {
+                                return (usize::MAX, Vec::new());
+                            };
+                            let wanted = Wanted::of(&cond.any_of);
+                            let holds = variables[idx]
+                                .levels
+                                .iter()
+                                .map(|l| wanted.names(l))
+                                .collect();
+                            (idx, holds)
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether variable `var`'s conditions hold for the levels chosen so far.
+    fn applies(&self, var: usize, chosen: &[Option<usize>]) -> bool {
+        self.0[var].iter().all(|(idx, holds)| {
+            chosen
+                .get(*idx)
+                .copied()
+                .flatten()
+                .is_some_and(|level| holds.get(level).copied().unwrap_or(false))
+        })
+    }
+}
+
+/// The values of one `when` condition as sets, so that whether one names a
+/// level is what [`Level::matches`] says, in one look-up.
+struct Wanted {
+    strings: HashSet<String>,
+    all: HashSet<String>,
+    not_strings: HashSet<String>,
+}
+
+impl Wanted {
+    fn of(any_of: &[Json]) -> Self {
+        let key = |v: &Json| match v {
+            Json::Number(n) => format!("n{}", n.as_f64().unwrap_or(f64::NAN)),
+            other => format!("j{}", canonical_json(other)),
+        };
+        Self {
+            strings: any_of
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect(),
+            all: any_of.iter().map(key).collect(),
+            not_strings: any_of.iter().filter(|v| !v.is_string()).map(key).collect(),
+        }
+    }
+
+    fn names(&self, level: &Level) -> bool {
+        let key = match &level.value {
+            Json::Number(n) => format!("n{}", n.as_f64().unwrap_or(f64::NAN)),
+            other => format!("j{}", canonical_json(other)),
+        };
+        match &level.label {
+            Some(label) => self.strings.contains(label) || self.not_strings.contains(&key),
+            None => self.all.contains(&key),
+        }
+    }
+}
+
 /// Every combination of levels, as one level index per variable (`None`
 /// where a conditional variable does not apply), the first variable
-/// varying slowest.
+/// varying slowest. Count them first ([`count_combinations`]): this builds
+/// them all.
 pub fn combinations(variables: &[Variable]) -> Vec<Vec<Option<usize>>> {
+    let conditions = Conditions::of(variables);
     let mut combos: Vec<Vec<Option<usize>>> = vec![Vec::new()];
-    for var in variables {
+    for (i, var) in variables.iter().enumerate() {
         let mut next = Vec::new();
         for c in combos {
-            if applies(variables, var, &c) {
-                for i in 0..var.levels.len() {
+            if conditions.applies(i, &c) {
+                for l in 0..var.levels.len() {
                     let mut with = c.clone();
-                    with.push(Some(i));
+                    with.push(Some(l));
                     next.push(with);
                 }
             } else {
@@ -176,20 +261,75 @@ pub fn combinations(variables: &[Variable]) -> Vec<Vec<Option<usize>>> {
     combos
 }
 
-/// Whether `var`'s conditions hold for the levels chosen so far.
-fn applies(variables: &[Variable], var: &Variable, chosen: &[Option<usize>]) -> bool {
-    var.when.iter().all(|cond| {
-        let Some(idx) = variables.iter().position(|v| v.name == cond.variable) else {
-            return false;
-        };
-        match chosen.get(idx).copied().flatten() {
-            Some(level) => cond
-                .any_of
-                .iter()
-                .any(|w| variables[idx].levels[level].matches(w)),
-            None => false,
+/// How many combinations the variables make (conditional variables
+/// multiplying only the combinations they apply to), or `None` as soon as
+/// there are more than `cap`: the time taken is bounded by `cap`, whatever
+/// the variables would make, and nothing is built.
+pub fn count_combinations(variables: &[Variable], cap: u64) -> Option<u64> {
+    fn walk(
+        i: usize,
+        variables: &[Variable],
+        conditions: &Conditions,
+        chosen: &mut Vec<Option<usize>>,
+        total: &mut u64,
+        cap: u64,
+    ) -> bool {
+        if i == variables.len() {
+            *total += 1;
+            return *total <= cap;
         }
-    })
+        if !conditions.applies(i, chosen) {
+            chosen.push(None);
+            let ok = walk(i + 1, variables, conditions, chosen, total, cap);
+            chosen.pop();
+            return ok;
+        }
+        for l in 0..variables[i].levels.len() {
+            chosen.push(Some(l));
+            let ok = walk(i + 1, variables, conditions, chosen, total, cap);
+            chosen.pop();
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+    let conditions = Conditions::of(variables);
+    let mut chosen = Vec::with_capacity(variables.len());
+    let mut total = 0;
+    walk(0, variables, &conditions, &mut chosen, &mut total, cap).then_some(total)
+}
+
+/// The most combinations the variables could make (every variable applying):
+/// the product of their sizes, saturating. For messages.
+pub fn most_combinations(variables: &[Variable]) -> u128 {
+    variables
+        .iter()
+        .fold(1u128, |n, v| n.saturating_mul(v.levels.len() as u128))
+}
+
+/// Refuses, in one line naming `file`, a plan of more than `max_runs` runs
+/// (combinations times `repeats`), counted without building it. The count
+/// of runs when it is within the limit.
+pub fn check_size(
+    file: &str,
+    variables: &[Variable],
+    repeats: u32,
+    max_runs: usize,
+) -> Result<u64> {
+    let repeats = u64::from(repeats.max(1));
+    let cap = max_runs as u64 / repeats;
+    match count_combinations(variables, cap) {
+        Some(combos) => Ok(combos * repeats),
+        None => Err(ExperimentError::Invalid {
+            file: file.to_owned(),
+            key: "variables".into(),
+            message: format!(
+                "the plan has more than {max_runs} runs (up to {} combinations x {repeats} repeats); narrow the variables or the repeats, or raise the limit with max_runs = N in the file or --max-runs N (at most {MAX_RUNS_CEILING})",
+                most_combinations(variables)
+            ),
+        }),
+    }
 }
 
 /// Sets `value` at the dotted `key` of `table`, creating tables on the way.
@@ -234,24 +374,19 @@ pub struct PlanInput<'a> {
 
 /// Every run of the experiment, in the order they are to be carried out.
 pub fn plan(input: &PlanInput<'_>) -> Result<Vec<PlannedRun>> {
+    // The caller checks its own limit first; this one bounds what is built
+    // whatever the caller did.
+    let total = check_size(input.file, input.variables, input.repeats, MAX_RUNS_CEILING)? as usize;
     let combos = combinations(input.variables);
-    let total = combos.len().saturating_mul(input.repeats as usize);
-    if total > MAX_RUNS {
-        return Err(ExperimentError::Invalid {
-            file: input.file.to_owned(),
-            key: "variables".into(),
-            message: format!(
-                "{} combinations x {} repeats = {total} runs, more than {MAX_RUNS}",
-                combos.len(),
-                input.repeats
-            ),
-        });
-    }
     let mut runs = Vec::with_capacity(total);
     for combo in &combos {
         let mut config = input.base.clone();
         let mut values = BTreeMap::new();
-        let mut set_by: Vec<(&str, &str)> = Vec::new();
+        // Keys set so far in this combination (and every folder above
+        // them), each with the variable that set it: a conflict is a look-up
+        // per key segment.
+        let mut set_keys: HashMap<&str, &str> = HashMap::new();
+        let mut set_above: HashMap<&str, &str> = HashMap::new();
         for (var, level) in input.variables.iter().zip(combo) {
             let Some(level) = level else {
                 values.insert(var.name.clone(), Json::Null);
@@ -263,11 +398,13 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Vec<PlannedRun>> {
                 key: format!("variables.{}", var.name),
                 message,
             };
-            if let Some((other, _)) = set_by.iter().find(|(_, k)| {
-                *k == var.key
-                    || var.key.starts_with(&format!("{k}."))
-                    || k.starts_with(&format!("{}.", var.key))
-            }) {
+            let key = var.key.as_str();
+            let above = key.match_indices('.').map(|(i, _)| &key[..i]);
+            let clash = set_keys
+                .get(key)
+                .or_else(|| set_above.get(key))
+                .or_else(|| above.clone().find_map(|p| set_keys.get(p)));
+            if let Some(other) = clash {
                 return Err(invalid(format!(
                     "sets {}, which variable {other} also sets in the same runs (use `when` to keep them apart)",
                     var.key
@@ -276,7 +413,10 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Vec<PlannedRun>> {
             let value = super::spec::json_to_toml(&level.value)
                 .ok_or_else(|| invalid("null is not a configuration value".into()))?;
             set_key(&mut config, &var.key, value).map_err(invalid)?;
-            set_by.push((&var.name, &var.key));
+            set_keys.insert(key, &var.name);
+            for p in above {
+                set_above.entry(p).or_insert(&var.name);
+            }
             values.insert(var.name.clone(), level.column());
         }
         let config = toml_to_json(&toml::Value::Table(config));
@@ -511,6 +651,41 @@ mod tests {
         .expect_err("not a table")
         .to_string();
         assert!(e.contains("benchmarks.fio is a value"), "{e}");
+    }
+
+    #[test]
+    fn runs_are_counted_before_they_are_built() {
+        // The count agrees with the combinations, conditions included.
+        let s = spec(
+            "[variables.variant]\nkey = \"benchmarks.fio.ioengine\"\nvalues = [\"psync\", \"multipath\", \"libaio\"]\n\
+             [variables.paths]\nkey = \"benchmarks.fio.numjobs\"\nrange = { start = 1, end = 4 }\nwhen = { variant = \"multipath\" }\n\
+             [variables.depth]\nkey = \"benchmarks.fio.size\"\nvalues = [\"1m\", \"2m\"]\nwhen = { variant = [\"libaio\", \"multipath\"], paths = [1, 4] }\n",
+        );
+        assert_eq!(count_combinations(&s.variables, 100), Some(8));
+        assert_eq!(count_combinations(&s.variables, 7), None);
+        assert_eq!(check_size("exp.toml", &s.variables, 3, 24).ok(), Some(24));
+        let e = check_size("exp.toml", &s.variables, 3, 23)
+            .expect_err("above")
+            .to_string();
+        assert!(
+            e.starts_with("exp.toml: variables: the plan has more than 23 runs"),
+            "{e}"
+        );
+        // 10^9 combinations: refused by counting at most the limit.
+        let s = spec(
+            "[variables.a]\nkey = \"benchmarks.fio.numjobs\"\nrange = { start = 1, end = 1000 }\n\
+             [variables.b]\nkey = \"benchmarks.fio.size\"\nrange = { start = 1, end = 1000 }\n\
+             [variables.c]\nkey = \"benchmarks.fio.bs\"\nrange = { start = 1, end = 1000 }\n",
+        );
+        assert_eq!(most_combinations(&s.variables), 1_000_000_000);
+        let e = check_size("exp.toml", &s.variables, 1, MAX_RUNS_CEILING)
+            .expect_err("10^9")
+            .to_string();
+        assert!(
+            e.contains("up to 1000000000 combinations x 1 repeats"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
     }
 
     #[test]

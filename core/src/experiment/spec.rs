@@ -40,9 +40,17 @@ use super::{ExperimentError, Result};
 
 /// Runs per variable combination when the file does not say.
 pub const DEFAULT_REPEATS: u32 = 3;
-/// Most runs an experiment may plan (a typo in a range should not plan a
-/// million runs).
+/// Most runs an experiment may plan unless its file (`max_runs`) or
+/// `--max-runs` says otherwise: a typo in a range should not plan a
+/// million runs. Runs are counted before any is built.
 pub const MAX_RUNS: usize = 100_000;
+/// The highest `max_runs` may be set, and so the most values one variable
+/// may have.
+pub const MAX_RUNS_CEILING: usize = 10_000_000;
+/// Most repeats of one combination.
+pub const MAX_REPEATS: u32 = 10_000;
+/// Most warm-up runs.
+pub const MAX_WARMUP: u32 = 1_000;
 
 /// Column names the results table uses itself; variables may not take them.
 pub const RESERVED_COLUMNS: [&str; 14] = [
@@ -209,6 +217,8 @@ pub struct Spec {
     pub seed: Option<u64>,
     pub order: Order,
     pub variables: Vec<Variable>,
+    /// Most runs the plan may have (`max_runs`, default [`MAX_RUNS`]).
+    pub max_runs: usize,
 }
 
 #[derive(Deserialize)]
@@ -224,6 +234,7 @@ struct RawSpec {
     warmup: Option<i64>,
     seed: Option<i64>,
     order: Option<Order>,
+    max_runs: Option<i64>,
     #[serde(default)]
     variables: BTreeMap<String, toml::Spanned<RawVariable>>,
 }
@@ -342,15 +353,29 @@ impl Spec {
                 "empty: name the workload benchmark (see `kernmlops plugins`)".into(),
             ));
         }
-        let count = |key: &str, v: Option<i64>, default: u32, min: i64| -> Result<u32> {
+        let count = |key: &str, v: Option<i64>, default: u64, min: i64, max: u64| -> Result<u64> {
             match v {
                 None => Ok(default),
-                Some(n) if n >= min && n <= i64::from(u32::MAX) => Ok(n as u32),
-                Some(n) => Err(invalid(key, format!("{n}: must be at least {min}"))),
+                Some(n) if n < min => Err(invalid(key, format!("{n}: must be at least {min}"))),
+                Some(n) if n as u64 > max => Err(invalid(key, format!("{n}: at most {max}"))),
+                Some(n) => Ok(n as u64),
             }
         };
-        let repeats = count("repeats", raw.repeats, DEFAULT_REPEATS, 1)?;
-        let warmup = count("warmup", raw.warmup, 0, 0)?;
+        let repeats = count(
+            "repeats",
+            raw.repeats,
+            DEFAULT_REPEATS.into(),
+            1,
+            MAX_REPEATS.into(),
+        )? as u32;
+        let warmup = count("warmup", raw.warmup, 0, 0, MAX_WARMUP.into())? as u32;
+        let max_runs = count(
+            "max_runs",
+            raw.max_runs,
+            MAX_RUNS as u64,
+            1,
+            MAX_RUNS_CEILING as u64,
+        )? as usize;
         let seed = match raw.seed {
             None => None,
             Some(s) if s >= 0 => Some(s as u64),
@@ -405,7 +430,52 @@ impl Spec {
             seed,
             order: raw.order.unwrap_or_default(),
             variables,
+            max_runs,
         })
+    }
+}
+
+/// A variable's levels as a set, so that whether a `when` value names one
+/// is one look-up ([`Level::matches`] for every level, in linear time).
+pub struct LevelKeys {
+    labels: std::collections::HashSet<String>,
+    values: std::collections::HashSet<String>,
+}
+
+impl LevelKeys {
+    pub fn of(levels: &[Level]) -> Self {
+        let mut keys = Self {
+            labels: Default::default(),
+            values: Default::default(),
+        };
+        for l in levels {
+            if let Some(label) = &l.label {
+                keys.labels.insert(label.clone());
+            }
+            keys.values.insert(value_key(&l.value));
+        }
+        keys
+    }
+
+    /// Whether `wanted` names one of the levels, as [`Level::matches`]
+    /// says for each: a string names a labelled level by its label, any
+    /// other value a level by an equal value (numbers by value).
+    pub fn matches(&self, wanted: &Json) -> bool {
+        if let Json::String(w) = wanted {
+            if !self.labels.is_empty() {
+                return self.labels.contains(w);
+            }
+        }
+        self.values.contains(&value_key(wanted))
+    }
+}
+
+/// A value's identity for [`LevelKeys`]: numbers by their `f64` value (as
+/// [`json_eq`] compares them), anything else by its canonical JSON.
+fn value_key(v: &Json) -> String {
+    match v {
+        Json::Number(n) => format!("n{}", n.as_f64().unwrap_or(f64::NAN)),
+        other => format!("j{}", super::plan::canonical_json(other)),
     }
 }
 
@@ -481,6 +551,15 @@ fn variable(
         Ok(toml_to_json(v))
     };
     let (form, levels) = if let Some(values) = raw.values {
+        if values.len() > MAX_RUNS_CEILING {
+            return err(
+                "values",
+                format!(
+                    "{} values: more than {MAX_RUNS_CEILING}, the most a plan may have",
+                    values.len()
+                ),
+            );
+        }
         let levels = values
             .iter()
             .map(|v| no_dates(v, "values").map(|value| Level { label: None, value }))
@@ -491,7 +570,7 @@ fn variable(
         if step == 0 {
             return err("range.step", "must not be 0".into());
         }
-        if (r.end - r.start).signum() * step.signum() < 0 {
+        if (i128::from(r.end) - i128::from(r.start)).signum() * i128::from(step.signum()) < 0 {
             return err(
                 "range",
                 format!(
@@ -502,11 +581,16 @@ fn variable(
                 ),
             );
         }
-        let n = (r.end - r.start) / step + 1;
-        if n as usize > MAX_RUNS {
-            return err("range", format!("{n} values: more than {MAX_RUNS}"));
+        // Counted in 128 bits before anything is built: the end minus the
+        // start of two 64-bit integers can overflow 64.
+        let n = (i128::from(r.end) - i128::from(r.start)) / i128::from(step) + 1;
+        if n > MAX_RUNS_CEILING as i128 {
+            return err(
+                "range",
+                format!("{n} values: more than {MAX_RUNS_CEILING}, the most a plan may have"),
+            );
         }
-        let levels = (0..n)
+        let levels = (0..n as i64)
             .map(|i| Level {
                 label: None,
                 value: Json::from(r.start + i * step),
@@ -531,9 +615,12 @@ fn variable(
     if levels.is_empty() {
         return err("", "has no values".into());
     }
-    for (i, l) in levels.iter().enumerate() {
-        if levels[..i].iter().any(|o| o.column() == l.column()) {
-            return err("", format!("the value {} is listed twice", l.column()));
+    // Duplicates through a set of each column's canonical text: linear.
+    let mut seen = std::collections::HashSet::with_capacity(levels.len());
+    for l in &levels {
+        let column = l.column();
+        if !seen.insert(super::plan::canonical_json(&column)) {
+            return err("", format!("the value {column} is listed twice"));
         }
     }
     let mut when = Vec::new();
@@ -563,8 +650,9 @@ fn variable(
         if any_of.is_empty() {
             return err(&at, "an empty list never applies".into());
         }
+        let target_keys = LevelKeys::of(&target.levels);
         for w in &any_of {
-            if !target.levels.iter().any(|l| l.matches(w)) {
+            if !target_keys.matches(w) {
                 return err(
                     &at,
                     format!(
@@ -664,6 +752,46 @@ mod tests {
             ));
             assert!(e.contains(needle) && e.starts_with("exp.toml"), "{r}: {e}");
         }
+    }
+
+    #[test]
+    fn long_lists_and_extreme_ranges_are_checked_in_linear_time() {
+        // 150,000 values, one listed twice at the end: found at once.
+        let mut values: Vec<String> = (0..150_000).map(|i| i.to_string()).collect();
+        values.push("7".into());
+        let started = std::time::Instant::now();
+        let e = err(&format!(
+            "{HEAD}[variables.n]\nkey = \"benchmarks.fio.numjobs\"\nvalues = [{}]\n",
+            values.join(",")
+        ));
+        assert!(e.contains("the value 7 is listed twice"), "{e}");
+        // A bound on a quadratic check (minutes before), not a timing claim.
+        assert!(started.elapsed().as_secs() < 30);
+        // The whole range of i64: no overflow, refused by its size.
+        let e = err(&format!(
+            "{HEAD}[variables.n]\nkey = \"benchmarks.fio.numjobs\"\nrange = {{ start = {}, end = {} }}\n",
+            i64::MIN,
+            i64::MAX
+        ));
+        assert!(e.contains("values: more than"), "{e}");
+        for (body, needle) in [
+            ("repeats = 10001\n", "repeats: 10001: at most 10000"),
+            ("warmup = 1001\n", "warmup: 1001: at most 1000"),
+            ("max_runs = 0\n", "max_runs: 0: must be at least 1"),
+            (
+                "max_runs = 10000001\n",
+                "max_runs: 10000001: at most 10000000",
+            ),
+        ] {
+            let e = err(&format!("{HEAD}{body}"));
+            assert!(e.contains(needle), "{body}: {e}");
+        }
+        assert_eq!(
+            parse(&format!("{HEAD}max_runs = 5\n"))
+                .expect("valid")
+                .max_runs,
+            5
+        );
     }
 
     #[test]

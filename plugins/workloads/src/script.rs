@@ -14,6 +14,7 @@ use kernmlops_plugin_sdk::{
     indicator::Indicator,
     serde_json::{self, Map, Value},
     settings,
+    sys::duration::parse_duration,
     workload::{Capture, OutputDir, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
@@ -30,7 +31,7 @@ settings! {
         pub drop_page_cache: bool = true,
         /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
         pub thp_mode: String = String::new(),
-        /// The program and its arguments (required), e.g. ["./bench.sh", "--fast"]. It must print one JSON performance indicator on standard output.
+        /// The program and its arguments (required), e.g. ["./bench.sh", "--fast"]. It must print one JSON performance indicator on standard output. A relative path is taken from the folder of the file that sets it, a bare name from PATH; kernmlops checks the program (and any argument naming a file there) like a plugin and runs it by its absolute path.
         pub command: Vec<String> = Vec::new(),
         /// Longest run ("": no limit of its own), e.g. "30s" or "10m"; a script still running then is stopped and the run fails (exit code 124).
         pub timeout: String = String::new(),
@@ -71,30 +72,23 @@ pub struct Script {
 }
 
 /// `"250ms"`, `"30s"`, `"1.5m"`, `"2h"`; `""` and zero mean no limit.
+/// The number is converted exactly (`kernmlops_sys::duration`), so a
+/// value too long for a duration is an error, never a panic.
 fn parse_timeout(text: &str) -> Result<Option<Duration>, String> {
     let t = text.trim();
     if t.is_empty() {
         return Ok(None);
     }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("{text:?} has no unit: use ms, s, m or h (e.g. \"30s\")"))?;
-    let (number, unit) = t.split_at(split);
-    let x: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} does not start with a number"))?;
-    let seconds = match unit {
-        "ms" => x / 1e3,
-        "s" => x,
-        "m" => x * 60.0,
-        "h" => x * 3600.0,
-        _ => {
-            return Err(format!(
-                "{text:?}: unknown unit {unit:?}: use ms, s, m or h"
-            ))
-        }
-    };
-    Ok((seconds > 0.0).then(|| Duration::from_secs_f64(seconds)))
+    if t.ends_with(|c: char| c.is_ascii_digit() || c == '.') {
+        return Err(format!(
+            "{text:?} has no unit: use ms, s, m or h (e.g. \"30s\")"
+        ));
+    }
+    if !t.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+        return Err(format!("{text:?} does not start with a number"));
+    }
+    let d = parse_duration(t).map_err(|e| e.to_string())?;
+    Ok((!d.is_zero()).then_some(d))
 }
 
 /// A parameter's key as an environment variable: `KML_PARAM_` and the key
@@ -334,6 +328,15 @@ mod tests {
             .expect_err("unit")
             .contains("unknown unit"));
         assert!(parse_timeout("s").expect_err("number").contains("number"));
+        // Longer than any duration: one error, no panic.
+        for huge in [
+            "100000000000000000000000s",
+            "1e23s",
+            "99999999999999999999h",
+        ] {
+            let e = parse_timeout(huge).expect_err(huge);
+            assert!(!e.contains('\n') && e.contains(huge), "{huge}: {e}");
+        }
         let e = Script::new(&start_args(r#"{"timeout": "soon"}"#))
             .err()
             .expect("bad timeout");
