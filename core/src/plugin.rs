@@ -359,7 +359,16 @@ impl Plugin {
 
     /// Creates, loads and attaches one of this plugin's probes.
     pub fn start_probe(&self, probe: &str, args: &StartArgs) -> Result<ProbeBox, PluginError> {
-        (self.module.new_probe())(probe.into(), args).into_result()
+        self.starter().start_probe(probe, args)
+    }
+
+    /// What starts this plugin's probes from any thread, for as long as the
+    /// process lives (the library is never unloaded): a start the host
+    /// gives up on can be left running on a thread of its own.
+    pub fn starter(&self) -> ProbeStarter {
+        ProbeStarter {
+            module: self.module,
+        }
     }
 
     /// Creates one of this plugin's graphs.
@@ -435,6 +444,19 @@ impl Plugin {
             out.insert((4, "graph", g.name.as_str()));
         }
         out
+    }
+}
+
+/// Starts a plugin's probes; see [`Plugin::starter`].
+#[derive(Clone, Copy)]
+pub struct ProbeStarter {
+    module: PluginMod_Ref,
+}
+
+impl ProbeStarter {
+    /// Creates, loads and attaches one of the plugin's probes.
+    pub fn start_probe(&self, probe: &str, args: &StartArgs) -> Result<ProbeBox, PluginError> {
+        (self.module.new_probe())(probe.into(), args).into_result()
     }
 }
 

@@ -10,6 +10,15 @@
 //! A stop does not wait out a drain: [`wake_until_ended`] interrupts each
 //! drain thread's wait with a signal (a BPF probe's `epoll_wait` returns
 //! EINTR) until the thread has ended.
+//!
+//! A watchdog bounds every call into a probe ([`Watch`]): a drain may take
+//! its wait plus the plugin timeout, a stop, a statistics read or freeing
+//! the probe the timeout. A probe whose call is overdue is given up
+//! ([`watchdog`]): its sinks, which its thread holds only between calls,
+//! are taken and closed with the rows they hold, and its thread is left
+//! behind, never joined (the process's exit ends it). Should the call
+//! return after all, the thread finds its sinks gone, frees the probe and
+//! ends.
 
 use std::{
     collections::BTreeMap,
@@ -26,6 +35,7 @@ use abi_stable::std_types::{RResult, RVec};
 use kernmlops_plugin_api::{Batch, BpfProgramStats, ProbeBox, TableDecl};
 
 use crate::{
+    clock::uptime_us,
     decode::TableDecoder,
     sink::{FlushPolicy, IpcSink},
     validate::{validate_table, ValidationError},
@@ -70,6 +80,129 @@ impl WriteFailure {
     }
 }
 
+/// A probe's sinks, one per table, held by its drain thread between calls
+/// into the probe; `None` once the watchdog has taken and closed them.
+pub type SharedSinks = Arc<Mutex<Option<Vec<IpcSink>>>>;
+
+fn lock_sinks(sinks: &SharedSinks) -> std::sync::MutexGuard<'_, Option<Vec<IpcSink>>> {
+    // A thread that panicked holding the sinks left them usable: each
+    // sink's state is updated before it writes.
+    sinks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A call into a plugin that the watchdog bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum PluginCall {
+    Start = 1,
+    Drain = 2,
+    Stop = 3,
+    Stats = 4,
+    Free = 5,
+}
+
+impl PluginCall {
+    fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => Self::Start,
+            2 => Self::Drain,
+            3 => Self::Stop,
+            4 => Self::Stats,
+            5 => Self::Free,
+            _ => return None,
+        })
+    }
+
+    /// The call's name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Drain => "drain",
+            Self::Stop => "stop",
+            Self::Stats => "statistics",
+            Self::Free => "release",
+        }
+    }
+}
+
+/// The call a probe's thread is making into its plugin, if any, and by when
+/// it must return; read by the watchdog on the run's main thread.
+#[derive(Debug, Default)]
+pub struct Watch {
+    /// The [`PluginCall`] in progress; 0 between calls.
+    call: std::sync::atomic::AtomicU8,
+    /// CLOCK_BOOTTIME µs when the call began.
+    began_us: AtomicU64,
+    /// CLOCK_BOOTTIME µs by which it must have returned.
+    due_us: AtomicU64,
+    /// Set once the watchdog has given the probe up, with why.
+    given_up: Mutex<Option<String>>,
+}
+
+/// Marks the end of a watched call when dropped.
+pub struct CallGuard<'a>(&'a Watch);
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        self.0.call.store(0, Ordering::Release);
+    }
+}
+
+impl Watch {
+    /// Marks the start of `call`, which may take `allowed`.
+    pub fn enter(&self, call: PluginCall, allowed: Duration) -> CallGuard<'_> {
+        let now = uptime_us();
+        let allowed_us = u64::try_from(allowed.as_micros()).unwrap_or(u64::MAX);
+        self.began_us.store(now, Ordering::Relaxed);
+        self.due_us
+            .store(now.saturating_add(allowed_us), Ordering::Relaxed);
+        // Release: a watchdog that sees the call sees its times.
+        self.call.store(call as u8, Ordering::Release);
+        CallGuard(self)
+    }
+
+    /// The call in progress past its due time, with how long it has run.
+    pub fn overdue(&self, now_us: u64) -> Option<(PluginCall, Duration)> {
+        let call = PluginCall::from_u8(self.call.load(Ordering::Acquire))?;
+        // A newer call stores later times, so a stale pair never makes a
+        // call that just began look overdue.
+        let (began, due) = (
+            self.began_us.load(Ordering::Relaxed),
+            self.due_us.load(Ordering::Relaxed),
+        );
+        (now_us > due).then(|| (call, Duration::from_micros(now_us.saturating_sub(began))))
+    }
+
+    /// Why the probe was given up, once it was.
+    pub fn given_up(&self) -> Option<String> {
+        self.given_up
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn give_up(&self, why: String) {
+        *self
+            .given_up
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
+    }
+}
+
+/// "its drain call has not returned in 5.2 s (limit 5 s): ..." for a call
+/// the watchdog gave up on.
+pub fn overdue_message(call: PluginCall, running_for: Duration, limit: Duration) -> String {
+    format!(
+        "hung: its {} call has not returned in {:.1} s (limit collect.plugin_timeout = {}); \
+         the probe was given up and the rest of the run went on without it",
+        call.name(),
+        running_for.as_secs_f64(),
+        kernmlops_sys::duration::format_duration(limit),
+    )
+}
+
 /// A probe whose drain thread is running.
 pub(super) struct RunningProbe {
     pub name: String,
@@ -78,6 +211,47 @@ pub(super) struct RunningProbe {
     pub counters: Vec<Arc<TableCounters>>,
     pub stats: ProbeStats,
     pub handle: thread::JoinHandle<Result<(), String>>,
+    pub watch: Arc<Watch>,
+    pub sinks: SharedSinks,
+    /// How long a call into the probe may take beyond its own wait.
+    pub limit: Duration,
+}
+
+impl RunningProbe {
+    /// Whether the thread is done with: ended, or given up by the watchdog.
+    pub fn settled(&self) -> bool {
+        self.handle.is_finished() || self.watch.given_up().is_some()
+    }
+}
+
+/// Gives up every probe whose call into its plugin is overdue: its tables
+/// are closed with the rows they hold (their counters then say those
+/// rows), and its thread is left to itself. Returns each newly given-up
+/// probe's index and why, for the caller to report and record.
+pub(super) fn watchdog(running: &[RunningProbe]) -> Vec<(usize, String)> {
+    let now = uptime_us();
+    let mut out = Vec::new();
+    for (i, r) in running.iter().enumerate() {
+        if r.handle.is_finished() || r.watch.given_up().is_some() {
+            continue;
+        }
+        let Some((call, running_for)) = r.watch.overdue(now) else {
+            continue;
+        };
+        let mut why = overdue_message(call, running_for, r.limit);
+        r.watch.give_up(why.clone());
+        // The thread holds the sinks only between calls: they are free.
+        let taken = lock_sinks(&r.sinks).take();
+        for (sink, c) in taken.into_iter().flatten().zip(&r.counters) {
+            let (rows, done) = sink.finish();
+            c.rows.store(rows, Ordering::Relaxed);
+            if let Err(e) = done {
+                why.push_str(&format!("; finishing {e}"));
+            }
+        }
+        out.push((i, why));
+    }
+    out
 }
 
 /// The signal that interrupts a drain thread's wait. Its default action is
@@ -110,11 +284,19 @@ fn interrupt<T>(handle: &thread::JoinHandle<T>) {
 /// After `stop` is set: wakes every drain thread until it has ended, so
 /// each stops its probe, drains the rest and closes its files now rather
 /// than at the end of its current wait (up to `drain_interval`). A wake-up
-/// that lands just before a wait is missed, hence the repeats.
-pub(super) fn wake_until_ended(running: &[RunningProbe]) {
-    while running.iter().any(|r| !r.handle.is_finished()) {
-        for r in running.iter().filter(|r| !r.handle.is_finished()) {
+/// that lands just before a wait is missed, hence the repeats. A thread
+/// stuck in its plugin is given up by the watchdog meanwhile; `on_hung`
+/// gets each one.
+pub(super) fn wake_until_ended(
+    running: &[RunningProbe],
+    mut on_hung: impl FnMut(&RunningProbe, String),
+) {
+    while running.iter().any(|r| !r.settled()) {
+        for r in running.iter().filter(|r| !r.settled()) {
             interrupt(&r.handle);
+        }
+        for (i, why) in watchdog(running) {
+            on_hung(&running[i], why);
         }
         thread::sleep(Duration::from_millis(5));
     }
@@ -155,6 +337,9 @@ pub(super) struct SinkSetup<'a> {
     /// When `--duration` ends the run: no drain waits past it, so a short
     /// run is not held up by a drain interval.
     pub deadline: Option<Instant>,
+    /// How long a call into a probe may take beyond its own wait before
+    /// the watchdog gives the probe up.
+    pub plugin_timeout: Duration,
 }
 
 /// Creates the probe's sinks and its drain thread.
@@ -184,6 +369,11 @@ pub(super) fn spawn(
     let drain_ms = u32::try_from(setup.drain_interval.as_millis()).unwrap_or(u32::MAX);
     let failure = setup.failure.clone();
     let deadline = setup.deadline;
+    let sinks: SharedSinks = Arc::new(Mutex::new(Some(sinks)));
+    let thread_sinks = sinks.clone();
+    let watch = Arc::new(Watch::default());
+    let thread_watch = watch.clone();
+    let limit = setup.plugin_timeout;
     let handle = thread::Builder::new()
         .name(format!("kml-{name}"))
         .spawn(move || {
@@ -192,13 +382,18 @@ pub(super) fn spawn(
                 failure: &failure,
                 deadline,
             };
+            let watched = Watched {
+                watch: &thread_watch,
+                limit,
+            };
             drain_loop(
                 probe,
-                sinks,
+                &thread_sinks,
                 &thread_counters,
                 drain_ms,
                 ends,
                 &thread_stats,
+                watched,
             )
         })
         .map_err(|e| format!("starting its thread: {e}"))?;
@@ -209,6 +404,9 @@ pub(super) fn spawn(
         counters,
         stats,
         handle,
+        watch,
+        sinks,
+        limit,
     })
 }
 
@@ -237,34 +435,67 @@ fn drain_wait(drain_ms: u32, sinks: &[IpcSink], deadline: Option<Instant>) -> u3
         .min(drain_ms.max(1))
 }
 
+/// The watch a drain thread reports its calls to, and the plugin timeout.
+#[derive(Clone, Copy)]
+pub struct Watched<'a> {
+    pub watch: &'a Watch,
+    pub limit: Duration,
+}
+
+/// What a drain thread returns when the watchdog gave its probe up and the
+/// call came back after all.
+const GIVEN_UP: &str = "given up by the watchdog";
+
 /// Drains a probe into its sinks until `stop`, then stops it, drains the
 /// rest and finishes the files. On a probe error the rows already taken are
 /// still written. A write error stops the whole run (`ends.failure`); the
 /// files are then closed with the rows they hold, and each table's counter
-/// ends as the rows on disk.
+/// ends as the rows on disk. Every call into the probe is reported to
+/// `watched`; the sinks are held only between calls, so the watchdog can
+/// close them while a call hangs.
 pub fn drain_loop(
     mut probe: ProbeBox,
-    mut sinks: Vec<IpcSink>,
+    sinks: &SharedSinks,
     counters: &[Arc<TableCounters>],
     drain_ms: u32,
     ends: DrainEnds<'_>,
     stats: &ProbeStats,
+    watched: Watched<'_>,
 ) -> Result<(), String> {
-    let mut batches: RVec<Batch> = sinks.iter().map(|_| Batch::default()).collect();
+    let Watched { watch, limit } = watched;
+    let mut batches: RVec<Batch> = counters.iter().map(|_| Batch::default()).collect();
     let mut error: Option<String> = None;
     loop {
         let stopping = ends.stop.load(Ordering::Relaxed);
         if stopping {
-            if let RResult::RErr(e) = probe.stop() {
+            let stopped = {
+                let _call = watch.enter(PluginCall::Stop, limit);
+                probe.stop()
+            };
+            if let RResult::RErr(e) = stopped {
                 error = Some(format!("stopping: {e}"));
             }
         }
         let wait = if stopping {
             0
         } else {
-            drain_wait(drain_ms, &sinks, ends.deadline)
+            match lock_sinks(sinks).as_deref() {
+                Some(s) => drain_wait(drain_ms, s, ends.deadline),
+                None => return Err(GIVEN_UP.into()),
+            }
         };
-        let drained = probe.drain(wait, &mut batches);
+        let drained = {
+            let allowed = limit + Duration::from_millis(u64::from(wait));
+            let _call = watch.enter(PluginCall::Drain, allowed);
+            probe.drain(wait, &mut batches)
+        };
+        let mut held = lock_sinks(sinks);
+        let Some(sinks) = held.as_mut() else {
+            // Given up while the call ran: the files are closed already.
+            drop(held);
+            drop(probe);
+            return Err(GIVEN_UP.into());
+        };
         for ((batch, sink), c) in batches.iter_mut().zip(sinks.iter_mut()).zip(counters) {
             if !sink.failed() {
                 let written = if batch.data.is_empty() {
@@ -288,6 +519,7 @@ pub fn drain_loop(
                 Ordering::Relaxed,
             );
         }
+        drop(held);
         if let RResult::RErr(e) = drained {
             error.get_or_insert(e.to_string());
         }
@@ -295,10 +527,20 @@ pub fn drain_loop(
             break;
         }
     }
+    let program_stats = {
+        let _call = watch.enter(PluginCall::Stats, limit);
+        probe.bpf_stats().into_vec()
+    };
     if let Ok(mut s) = stats.lock() {
-        *s = probe.bpf_stats().into_vec();
+        *s = program_stats;
     }
-    drop(probe);
+    {
+        let _call = watch.enter(PluginCall::Free, limit);
+        drop(probe);
+    }
+    let Some(sinks) = lock_sinks(sinks).take() else {
+        return Err(GIVEN_UP.into());
+    };
     for (sink, c) in sinks.into_iter().zip(counters) {
         let (rows, done) = sink.finish();
         c.rows.store(rows, Ordering::Relaxed);
