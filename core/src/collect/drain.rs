@@ -527,7 +527,16 @@ fn write_loop(
                     }
                 }
             }
-            Err(RecvTimeoutError::Disconnected) => return error,
+            Err(RecvTimeoutError::Disconnected) => {
+                // The drain thread is done: close the files here too, so
+                // it never writes.
+                if let Some(left) = lock_sinks(sinks).take() {
+                    if let Some(e) = finish_sinks(left, counters, ends) {
+                        error.get_or_insert(e);
+                    }
+                }
+                return error;
+            }
         }
     }
 }
@@ -612,10 +621,12 @@ pub fn drain_loop(
                 let data = if batch.data.is_empty() {
                     RVec::new()
                 } else {
-                    let keep = batch.data.capacity();
-                    std::mem::replace(&mut batch.data, RVec::with_capacity(keep))
+                    // The next pass likely needs as much as this one.
+                    let next = RVec::with_capacity(batch.data.len());
+                    std::mem::replace(&mut batch.data, next)
                 };
-                pass.bytes += data.len() as u64;
+                // What it holds in memory until written, not just its rows.
+                pass.bytes += data.capacity() as u64;
                 pass.tables
                     .push((data, batch.records, batch.malformed_total));
                 batch.records = 0;
@@ -667,9 +678,26 @@ pub fn drain_loop(
         let _call = watch.enter(PluginCall::Free, limit);
         drop(probe);
     }
-    let Some(sinks) = lock_sinks(sinks).take() else {
+    // The writer closed the files; had it not started, they close here.
+    if let Some(left) = lock_sinks(sinks).take() {
+        if let Some(e) = finish_sinks(left, counters, ends) {
+            error.get_or_insert(e);
+        }
+    }
+    if watch.given_up().is_some() {
         return Err(GIVEN_UP.into());
-    };
+    }
+    error.map_or(Ok(()), Err)
+}
+
+/// Closes a probe's files; each table's counter ends as the rows on disk.
+/// Returns the first error (a full disk also stops the run).
+fn finish_sinks(
+    sinks: Vec<IpcSink>,
+    counters: &[Arc<TableCounters>],
+    ends: DrainEnds<'_>,
+) -> Option<String> {
+    let mut error = None;
     for (sink, c) in sinks.into_iter().zip(counters) {
         let (rows, done) = sink.finish();
         c.rows.store(rows, Ordering::Relaxed);
@@ -681,5 +709,5 @@ pub fn drain_loop(
             error.get_or_insert(msg);
         }
     }
-    error.map_or(Ok(()), Err)
+    error
 }
