@@ -711,3 +711,45 @@ fn finish_sinks(
     }
     error
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_is_overdue_only_past_its_allowance_and_only_while_it_runs() {
+        let watch = Watch::default();
+        assert!(watch.overdue(uptime_us()).is_none(), "no call, nothing due");
+        {
+            let _call = watch.enter(PluginCall::Drain, Duration::from_millis(50));
+            assert!(watch.overdue(uptime_us()).is_none(), "within its allowance");
+            let later = uptime_us() + 60_000;
+            let (call, running_for) = watch.overdue(later).expect("past its allowance");
+            assert_eq!(call, PluginCall::Drain);
+            assert!(running_for >= Duration::from_millis(60), "{running_for:?}");
+        }
+        assert!(
+            watch.overdue(uptime_us() + 60_000).is_none(),
+            "a call that returned is never overdue"
+        );
+        let _call = watch.enter(PluginCall::Stop, Duration::from_secs(5));
+        let (call, _) = watch
+            .overdue(uptime_us() + 6_000_000)
+            .expect("the stop is overdue");
+        assert_eq!(call.name(), "stop");
+        let line = overdue_message(call, Duration::from_millis(5100), Duration::from_secs(5));
+        assert_eq!(
+            line,
+            "hung: its stop call has not returned in 5.1 s (limit collect.plugin_timeout = 5s); \
+             the probe was given up and the rest of the run went on without it"
+        );
+    }
+
+    #[test]
+    fn the_drain_waits_at_most_until_the_end_of_the_run() {
+        assert_eq!(drain_wait(100, None), 100);
+        let soon = Instant::now() + Duration::from_millis(20);
+        assert!(drain_wait(100, Some(soon)) <= 20);
+        assert_eq!(drain_wait(100, Some(Instant::now())), 1, "never zero");
+    }
+}
