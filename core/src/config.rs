@@ -54,6 +54,14 @@ pub struct CollectConfig {
     pub flush_rows: u64,
     /// Fail the run when any probe fails instead of continuing without it.
     pub strict: bool,
+    /// Longest a call into a probe (start, drain beyond its wait, stop)
+    /// may take before the probe is given up.
+    #[serde(default = "default_plugin_timeout")]
+    pub plugin_timeout: String,
+}
+
+fn default_plugin_timeout() -> String {
+    "5s".into()
 }
 
 impl Default for Config {
@@ -69,6 +77,7 @@ impl Default for Config {
                 flush_interval: "1s".into(),
                 flush_rows: crate::sink::BATCH_ROWS as u64,
                 strict: false,
+                plugin_timeout: default_plugin_timeout(),
             },
             probes: Default::default(),
             benchmarks: Default::default(),
@@ -422,6 +431,7 @@ impl Config {
         if c.flush_rows == 0 {
             return Err("collect.flush_rows: must be at least 1".into());
         }
+        plugin_timeout(&c.plugin_timeout).map_err(|e| format!("collect.plugin_timeout: {e}"))?;
         self.power.check()?;
         Ok(())
     }
@@ -529,6 +539,21 @@ impl Config {
 /// Durations in settings and flags (`250ms`, `1.5s`, `2m`; a bare number
 /// is seconds): the one parser of `kernmlops_sys`.
 pub use kernmlops_sys::duration::parse_duration;
+
+/// Shortest plugin timeout: a probe's start (loading and verifying BPF
+/// programs) can take a good part of a second on a slow machine.
+pub const MIN_PLUGIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `collect.plugin_timeout`: at least [`MIN_PLUGIN_TIMEOUT`].
+pub fn plugin_timeout(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text).map_err(|e| e.to_string())?;
+    if d < MIN_PLUGIN_TIMEOUT {
+        return Err(format!(
+            "{text:?} is shorter than the minimum, 1s (a probe's start alone can take most of a second)"
+        ));
+    }
+    Ok(d)
+}
 
 /// Shortest drain interval: a drain thread waits at least this long for
 /// data (shorter would spin a CPU for nothing).

@@ -491,6 +491,9 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
     let drain_interval = config::interval(&c.drain_interval, config::MIN_DRAIN_INTERVAL)
         .map_err(anyhow::Error::msg)
         .context("collect.drain_interval")?;
+    let plugin_timeout = config::plugin_timeout(&c.plugin_timeout)
+        .map_err(anyhow::Error::msg)
+        .context("collect.plugin_timeout")?;
     for (what, path) in [
         ("--output", args.output.as_deref()),
         ("--collection-dir", args.collection_dir.as_deref()),
@@ -584,6 +587,7 @@ fn run(cfg: &Config, plugin_flag: Option<&Path>, args: RunArgs) -> Result<ExitCo
         command: std::env::args().collect(),
         state_dir: None,
         power,
+        plugin_timeout,
     };
     let summary = collect::run(&registry, &opts, stop)?;
 

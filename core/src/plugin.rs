@@ -7,13 +7,23 @@
 //! others still load.
 //!
 //! Loading one file: open it (`O_RDONLY | O_CLOEXEC`), check its owner and
-//! mode and those of every folder above it on descriptors, check that it is
-//! a complete shared library for this machine exporting abi_stable's root
-//! module, and only then `dlopen("/proc/self/fd/N")`, the same open file.
-//! The descriptor and the library are never closed: the root module and
-//! everything it hands out refer into the library, and glibc recognises an
-//! already-loaded library by that `/proc/self/fd/N` name, so the number must
-//! never be reused for another file.
+//! mode and those of every folder above it on descriptors, copy its bytes
+//! from that descriptor into a private sealed memory file (`memfd_create`,
+//! then `F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL`), check
+//! that the copy is a complete shared library for this machine exporting
+//! abi_stable's root module, and only then `dlopen("/proc/self/fd/N")` of
+//! the copy. What is checked, hashed ([`Plugin::sha256`]) and loaded is one
+//! set of bytes nobody can change: a plugin file overwritten in place (`cp`
+//! over it, truncated) while the library is loaded no longer changes the
+//! code under the running host (it died of SIGBUS, SIGSEGV or SIGILL).
+//! Where the kernel refuses executable memory files (`vm.memfd_noexec =
+//! 2`), the plugin is loaded from the checked descriptor itself, with a
+//! warning.
+//!
+//! The copy's descriptor and the library are never closed: the root module
+//! and everything it hands out refer into the library, and glibc recognises
+//! an already-loaded library by that `/proc/self/fd/N` name, so the number
+//! must never be reused for another file.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -90,6 +100,9 @@ pub enum LoadError {
     Conflict(Conflict),
     #[error("the dynamic loader refused it: {}", printable(.0.as_bytes()))]
     Open(String),
+    /// Its private sealed copy could not be made.
+    #[error("copying it: {0}")]
+    Copy(String),
     #[error("reading the file: {0}")]
     Io(#[from] io::Error),
 }
@@ -151,8 +164,8 @@ impl fmt::Display for Conflict {
 /// A loaded, validated plugin.
 pub struct Plugin {
     pub path: PathBuf,
-    /// The file's SHA-256, computed on first use ([`Plugin::sha256`]): only
-    /// plugins a run uses are hashed.
+    /// The SHA-256 of the bytes loaded (the sealed copy), computed on first
+    /// use ([`Plugin::sha256`]): only plugins a run uses are hashed.
     digest: FileDigest,
     pub info: PluginInfo,
     pub probes: Vec<ProbeDecl>,
@@ -268,6 +281,18 @@ impl Plugin {
                 Shown(path.to_owned())
             ));
         }
+        let file = match sealed_copy(&file, path)? {
+            Some(copy) => copy,
+            None => {
+                warnings.push(format!(
+                    "plugin {} loaded from its file, not from a sealed copy: this kernel refuses \
+                     executable memory files (vm.memfd_noexec = 2), so overwriting the file while \
+                     it is loaded can crash kernmlops",
+                    Shown(path.to_owned())
+                ));
+                file
+            }
+        };
         trust::check_elf(&file, ROOT_MODULE_SYMBOL)?;
 
         // From here on the library's code runs. Never closed: see the
@@ -333,8 +358,8 @@ impl Plugin {
         self.info.name.as_str()
     }
 
-    /// The SHA-256 of the plugin's file (lower-case hex), read from the
-    /// descriptor it was loaded from on the first call and cached.
+    /// The SHA-256 of the plugin's loaded bytes (lower-case hex), read from
+    /// the sealed copy it was loaded from on the first call and cached.
     pub fn sha256(&self) -> io::Result<&str> {
         self.digest.get()
     }
@@ -359,7 +384,16 @@ impl Plugin {
 
     /// Creates, loads and attaches one of this plugin's probes.
     pub fn start_probe(&self, probe: &str, args: &StartArgs) -> Result<ProbeBox, PluginError> {
-        (self.module.new_probe())(probe.into(), args).into_result()
+        self.starter().start_probe(probe, args)
+    }
+
+    /// What starts this plugin's probes from any thread, for as long as the
+    /// process lives (the library is never unloaded): a start the host
+    /// gives up on can be left running on a thread of its own.
+    pub fn starter(&self) -> ProbeStarter {
+        ProbeStarter {
+            module: self.module,
+        }
     }
 
     /// Creates one of this plugin's graphs.
@@ -435,6 +469,141 @@ impl Plugin {
             out.insert((4, "graph", g.name.as_str()));
         }
         out
+    }
+}
+
+/// Starts a plugin's probes; see [`Plugin::starter`].
+#[derive(Clone, Copy)]
+pub struct ProbeStarter {
+    module: PluginMod_Ref,
+}
+
+impl ProbeStarter {
+    /// Creates, loads and attaches one of the plugin's probes.
+    pub fn start_probe(&self, probe: &str, args: &StartArgs) -> Result<ProbeBox, PluginError> {
+        (self.module.new_probe())(probe.into(), args).into_result()
+    }
+}
+
+/// How often a copy is retried when the file changed while it was read.
+const COPY_ATTEMPTS: usize = 3;
+
+/// A private copy of the plugin file open as `file`: a memory file
+/// (`memfd_create`, close-on-exec, executable) holding exactly its bytes,
+/// sealed against any change (shrink, grow, write, and further seals).
+/// The file must not change while it is read (size, modification and
+/// change times compared before and after), or the copy is made again.
+/// `Ok(None)` when the kernel refuses executable memory files.
+fn sealed_copy(file: &File, path: &Path) -> Result<Option<File>, LoadError> {
+    for _ in 0..COPY_ATTEMPTS {
+        let Some(copy) = memfd(path)? else {
+            return Ok(None);
+        };
+        let before = Stamp::of(file)?;
+        let copied = copy_bytes(file, &copy)?;
+        if Stamp::of(file)? != before || copied != before.size {
+            continue;
+        }
+        let seals =
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on a descriptor this function owns; F_ADD_SEALS
+        // takes an integer argument.
+        if unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(LoadError::Copy(format!(
+                "sealing it: {}",
+                kernmlops_sys::private::strip_os_error(&io::Error::last_os_error())
+            )));
+        }
+        return Ok(Some(copy));
+    }
+    Err(LoadError::Copy(format!(
+        "it changed while it was read, {COPY_ATTEMPTS} times (is it being rewritten?); \
+         load it once it is complete, and replace plugins with a rename, not in place"
+    )))
+}
+
+/// A new, empty, executable memory file named after the plugin file.
+fn memfd(path: &Path) -> Result<Option<File>, LoadError> {
+    use std::os::fd::FromRawFd;
+    let base = path
+        .file_name()
+        .map(|n| printable(n.as_bytes()))
+        .unwrap_or_default();
+    // The name shows in /proc/<pid>/maps as "/memfd:kernmlops:<file>".
+    let name: String = format!("kernmlops:{base}").chars().take(200).collect();
+    let name = std::ffi::CString::new(name.replace('\0', "?")).unwrap_or_default();
+    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    let create = |extra: libc::c_uint| {
+        // SAFETY: `name` is NUL-terminated and outlives the call.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), flags | extra) };
+        if fd < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            // SAFETY: a new descriptor nobody else owns.
+            Ok(unsafe { File::from_raw_fd(fd) })
+        }
+    };
+    // MFD_EXEC (Linux 6.3) keeps the file executable whatever
+    // vm.memfd_noexec says by default; older kernels do not know the flag,
+    // and their memory files are executable anyway.
+    match create(libc::MFD_EXEC) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => match create(0) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) => Err(memfd_error(&e)),
+        },
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => Ok(None),
+        Err(e) => Err(memfd_error(&e)),
+    }
+}
+
+fn memfd_error(e: &io::Error) -> LoadError {
+    LoadError::Copy(format!(
+        "creating its private copy (memfd_create): {}",
+        kernmlops_sys::private::strip_os_error(e)
+    ))
+}
+
+/// Copies every byte of `from` (positional reads) to the start of `to`;
+/// returns how many.
+fn copy_bytes(from: &File, to: &File) -> Result<u64, LoadError> {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut offset = 0u64;
+    loop {
+        let n = match from.read_at(&mut buf, offset) {
+            Ok(0) => return Ok(offset),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(LoadError::Io(e)),
+        };
+        to.write_all_at(&buf[..n], offset).map_err(|e| {
+            LoadError::Copy(format!(
+                "writing its private copy: {}",
+                kernmlops_sys::private::strip_os_error(&e)
+            ))
+        })?;
+        offset += n as u64;
+    }
+}
+
+/// What changes when a file is written: its size and its modification and
+/// change times.
+#[derive(PartialEq, Eq)]
+struct Stamp {
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(file: &File) -> Result<Self, LoadError> {
+        use std::os::unix::fs::MetadataExt;
+        let m = file.metadata()?;
+        Ok(Self {
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
     }
 }
 

@@ -25,7 +25,9 @@
 //! walked from `/` with `O_PATH | O_NOFOLLOW` descriptors, each checked
 //! with `fstat`; the last entry must be the very inode that was opened. A
 //! symlink is followed to its target, and the target's folders are the
-//! ones checked. The plugin is then loaded from the same descriptor.
+//! ones checked. The plugin's bytes are then copied from the same
+//! descriptor into a sealed memory file, and that copy is what
+//! [`check_elf`] checks and what is loaded (`crate::plugin`).
 //!
 //! **ELF sanity** ([`check_elf`]): before `dlopen`, a plugin must be a
 //! complete shared library for this machine's class, byte order and

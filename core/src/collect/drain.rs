@@ -1,15 +1,32 @@
-//! Probes while they run: each started probe gets its tables' sinks and one
-//! drain thread that moves its batches into them, with live row and loss
+//! Probes while they run: each started probe gets its tables' sinks, one
+//! drain thread that empties its rings, and one writer thread that decodes
+//! and writes what the drain thread hands it, with live row and loss
 //! counters the status line and the manifest read.
 //!
-//! Every pass of a drain thread flushes the sinks whose oldest row has
-//! waited a flush interval, so quiet tables reach the disk in time too. The
-//! first write error (a full disk) is reported in [`WriteFailure`], which
-//! stops the whole run: every probe stops and every file is closed.
+//! The drain thread never writes: a write can block for up to 200 ms a time
+//! in the kernel's dirty-page throttling when other processes fill the page
+//! cache, and a ring holds an eighth of a second. Passes go to the writer
+//! through a channel (at most [`WRITE_BACKLOG_BYTES`] waiting), and drain
+//! threads run at nice -10 where the process may raise them, so CPU hogs
+//! that outnumber the CPUs do not keep them from their rings either.
+//!
+//! The writer flushes the sinks whose oldest row has waited a flush
+//! interval, so quiet tables reach the disk in time too. The first write
+//! error (a full disk) is reported in [`WriteFailure`], which stops the
+//! whole run: every probe stops and every file is closed.
 //!
 //! A stop does not wait out a drain: [`wake_until_ended`] interrupts each
 //! drain thread's wait with a signal (a BPF probe's `epoll_wait` returns
 //! EINTR) until the thread has ended.
+//!
+//! A watchdog bounds every call into a probe ([`Watch`]): a drain may take
+//! its wait plus the plugin timeout, a stop, a statistics read or freeing
+//! the probe the timeout. A probe whose call is overdue is given up
+//! ([`watchdog`]): its sinks, which its thread holds only between calls,
+//! are taken and closed with the rows they hold, and its thread is left
+//! behind, never joined (the process's exit ends it). Should the call
+//! return after all, the thread finds its sinks gone, frees the probe and
+//! ends.
 
 use std::{
     collections::BTreeMap,
@@ -26,6 +43,7 @@ use abi_stable::std_types::{RResult, RVec};
 use kernmlops_plugin_api::{Batch, BpfProgramStats, ProbeBox, TableDecl};
 
 use crate::{
+    clock::uptime_us,
     decode::TableDecoder,
     sink::{FlushPolicy, IpcSink},
     validate::{validate_table, ValidationError},
@@ -70,6 +88,129 @@ impl WriteFailure {
     }
 }
 
+/// A probe's sinks, one per table, held by its drain thread between calls
+/// into the probe; `None` once the watchdog has taken and closed them.
+pub type SharedSinks = Arc<Mutex<Option<Vec<IpcSink>>>>;
+
+fn lock_sinks(sinks: &SharedSinks) -> std::sync::MutexGuard<'_, Option<Vec<IpcSink>>> {
+    // A thread that panicked holding the sinks left them usable: each
+    // sink's state is updated before it writes.
+    sinks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A call into a plugin that the watchdog bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum PluginCall {
+    Start = 1,
+    Drain = 2,
+    Stop = 3,
+    Stats = 4,
+    Free = 5,
+}
+
+impl PluginCall {
+    fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => Self::Start,
+            2 => Self::Drain,
+            3 => Self::Stop,
+            4 => Self::Stats,
+            5 => Self::Free,
+            _ => return None,
+        })
+    }
+
+    /// The call's name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Drain => "drain",
+            Self::Stop => "stop",
+            Self::Stats => "statistics",
+            Self::Free => "release",
+        }
+    }
+}
+
+/// The call a probe's thread is making into its plugin, if any, and by when
+/// it must return; read by the watchdog on the run's main thread.
+#[derive(Debug, Default)]
+pub struct Watch {
+    /// The [`PluginCall`] in progress; 0 between calls.
+    call: std::sync::atomic::AtomicU8,
+    /// CLOCK_BOOTTIME µs when the call began.
+    began_us: AtomicU64,
+    /// CLOCK_BOOTTIME µs by which it must have returned.
+    due_us: AtomicU64,
+    /// Set once the watchdog has given the probe up, with why.
+    given_up: Mutex<Option<String>>,
+}
+
+/// Marks the end of a watched call when dropped.
+pub struct CallGuard<'a>(&'a Watch);
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        self.0.call.store(0, Ordering::Release);
+    }
+}
+
+impl Watch {
+    /// Marks the start of `call`, which may take `allowed`.
+    pub fn enter(&self, call: PluginCall, allowed: Duration) -> CallGuard<'_> {
+        let now = uptime_us();
+        let allowed_us = u64::try_from(allowed.as_micros()).unwrap_or(u64::MAX);
+        self.began_us.store(now, Ordering::Relaxed);
+        self.due_us
+            .store(now.saturating_add(allowed_us), Ordering::Relaxed);
+        // Release: a watchdog that sees the call sees its times.
+        self.call.store(call as u8, Ordering::Release);
+        CallGuard(self)
+    }
+
+    /// The call in progress past its due time, with how long it has run.
+    pub fn overdue(&self, now_us: u64) -> Option<(PluginCall, Duration)> {
+        let call = PluginCall::from_u8(self.call.load(Ordering::Acquire))?;
+        // A newer call stores later times, so a stale pair never makes a
+        // call that just began look overdue.
+        let (began, due) = (
+            self.began_us.load(Ordering::Relaxed),
+            self.due_us.load(Ordering::Relaxed),
+        );
+        (now_us > due).then(|| (call, Duration::from_micros(now_us.saturating_sub(began))))
+    }
+
+    /// Why the probe was given up, once it was.
+    pub fn given_up(&self) -> Option<String> {
+        self.given_up
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn give_up(&self, why: String) {
+        *self
+            .given_up
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
+    }
+}
+
+/// "its drain call has not returned in 5.2 s (limit 5 s): ..." for a call
+/// the watchdog gave up on.
+pub fn overdue_message(call: PluginCall, running_for: Duration, limit: Duration) -> String {
+    format!(
+        "hung: its {} call has not returned in {:.1} s (limit collect.plugin_timeout = {}); \
+         the probe was given up and the rest of the run went on without it",
+        call.name(),
+        running_for.as_secs_f64(),
+        kernmlops_sys::duration::format_duration(limit),
+    )
+}
+
 /// A probe whose drain thread is running.
 pub(super) struct RunningProbe {
     pub name: String,
@@ -78,6 +219,47 @@ pub(super) struct RunningProbe {
     pub counters: Vec<Arc<TableCounters>>,
     pub stats: ProbeStats,
     pub handle: thread::JoinHandle<Result<(), String>>,
+    pub watch: Arc<Watch>,
+    pub sinks: SharedSinks,
+    /// How long a call into the probe may take beyond its own wait.
+    pub limit: Duration,
+}
+
+impl RunningProbe {
+    /// Whether the thread is done with: ended, or given up by the watchdog.
+    pub fn settled(&self) -> bool {
+        self.handle.is_finished() || self.watch.given_up().is_some()
+    }
+}
+
+/// Gives up every probe whose call into its plugin is overdue: its tables
+/// are closed with the rows they hold (their counters then say those
+/// rows), and its thread is left to itself. Returns each newly given-up
+/// probe's index and why, for the caller to report and record.
+pub(super) fn watchdog(running: &[RunningProbe]) -> Vec<(usize, String)> {
+    let now = uptime_us();
+    let mut out = Vec::new();
+    for (i, r) in running.iter().enumerate() {
+        if r.handle.is_finished() || r.watch.given_up().is_some() {
+            continue;
+        }
+        let Some((call, running_for)) = r.watch.overdue(now) else {
+            continue;
+        };
+        let mut why = overdue_message(call, running_for, r.limit);
+        r.watch.give_up(why.clone());
+        // The thread holds the sinks only between calls: they are free.
+        let taken = lock_sinks(&r.sinks).take();
+        for (sink, c) in taken.into_iter().flatten().zip(&r.counters) {
+            let (rows, done) = sink.finish();
+            c.rows.store(rows, Ordering::Relaxed);
+            if let Err(e) = done {
+                why.push_str(&format!("; finishing {e}"));
+            }
+        }
+        out.push((i, why));
+    }
+    out
 }
 
 /// The signal that interrupts a drain thread's wait. Its default action is
@@ -110,11 +292,19 @@ fn interrupt<T>(handle: &thread::JoinHandle<T>) {
 /// After `stop` is set: wakes every drain thread until it has ended, so
 /// each stops its probe, drains the rest and closes its files now rather
 /// than at the end of its current wait (up to `drain_interval`). A wake-up
-/// that lands just before a wait is missed, hence the repeats.
-pub(super) fn wake_until_ended(running: &[RunningProbe]) {
-    while running.iter().any(|r| !r.handle.is_finished()) {
-        for r in running.iter().filter(|r| !r.handle.is_finished()) {
+/// that lands just before a wait is missed, hence the repeats. A thread
+/// stuck in its plugin is given up by the watchdog meanwhile; `on_hung`
+/// gets each one.
+pub(super) fn wake_until_ended(
+    running: &[RunningProbe],
+    mut on_hung: impl FnMut(&RunningProbe, String),
+) {
+    while running.iter().any(|r| !r.settled()) {
+        for r in running.iter().filter(|r| !r.settled()) {
             interrupt(&r.handle);
+        }
+        for (i, why) in watchdog(running) {
+            on_hung(&running[i], why);
         }
         thread::sleep(Duration::from_millis(5));
     }
@@ -155,6 +345,9 @@ pub(super) struct SinkSetup<'a> {
     /// When `--duration` ends the run: no drain waits past it, so a short
     /// run is not held up by a drain interval.
     pub deadline: Option<Instant>,
+    /// How long a call into a probe may take beyond its own wait before
+    /// the watchdog gives the probe up.
+    pub plugin_timeout: Duration,
 }
 
 /// Creates the probe's sinks and its drain thread.
@@ -184,6 +377,11 @@ pub(super) fn spawn(
     let drain_ms = u32::try_from(setup.drain_interval.as_millis()).unwrap_or(u32::MAX);
     let failure = setup.failure.clone();
     let deadline = setup.deadline;
+    let sinks: SharedSinks = Arc::new(Mutex::new(Some(sinks)));
+    let thread_sinks = sinks.clone();
+    let watch = Arc::new(Watch::default());
+    let thread_watch = watch.clone();
+    let limit = setup.plugin_timeout;
     let handle = thread::Builder::new()
         .name(format!("kml-{name}"))
         .spawn(move || {
@@ -192,13 +390,18 @@ pub(super) fn spawn(
                 failure: &failure,
                 deadline,
             };
+            let watched = Watched {
+                watch: &thread_watch,
+                limit,
+            };
             drain_loop(
                 probe,
-                sinks,
+                &thread_sinks,
                 &thread_counters,
                 drain_ms,
                 ends,
                 &thread_stats,
+                watched,
             )
         })
         .map_err(|e| format!("starting its thread: {e}"))?;
@@ -209,6 +412,9 @@ pub(super) fn spawn(
         counters,
         stats,
         handle,
+        watch,
+        sinks,
+        limit,
     })
 }
 
@@ -222,83 +428,276 @@ pub struct DrainEnds<'a> {
     pub deadline: Option<Instant>,
 }
 
-/// How long a drain may wait: the drain interval, or less when a sink's
-/// pending rows are due on disk sooner or the run's duration ends sooner
-/// (rounded up to a millisecond, so a flush nearly due never spins).
-fn drain_wait(drain_ms: u32, sinks: &[IpcSink], deadline: Option<Instant>) -> u32 {
-    let until_end = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-    sinks
-        .iter()
-        .filter_map(IpcSink::due_in)
-        .chain(until_end)
+/// How long a drain may wait: the drain interval, or less when the run's
+/// duration ends sooner (rounded up to a millisecond). Flushes that fall
+/// due are the writer thread's.
+fn drain_wait(drain_ms: u32, deadline: Option<Instant>) -> u32 {
+    deadline
+        .map(|d| d.saturating_duration_since(Instant::now()))
         .map(|d| u32::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u32::MAX))
-        .fold(drain_ms, u32::min)
+        .map_or(drain_ms, |d| d.min(drain_ms))
         .max(1)
         .min(drain_ms.max(1))
 }
+
+/// Bytes of drained records a probe's writer may have waiting before the
+/// drain thread waits for it: a few seconds of the busiest probe's rows,
+/// so a write stalled by dirty-page throttling (up to 200 ms a pause) never
+/// holds up the rings.
+pub const WRITE_BACKLOG_BYTES: u64 = 32 << 20;
+
+/// One drain pass's records, handed from a drain thread to its writer.
+struct Drained {
+    /// Per table: records' bytes, count, and the probe's malformed total.
+    tables: Vec<(RVec<u8>, u64, u64)>,
+    bytes: u64,
+}
+
+/// The drain threads' nice value: under CPU hogs that outnumber the CPUs a
+/// drain thread still runs soon after its ring wakes it (each is mostly
+/// asleep, so it takes little from the others). Without the privilege to
+/// raise it, the thread runs at the process's priority.
+const DRAIN_NICE: libc::c_int = -10;
+
+fn raise_priority() {
+    // SAFETY: gettid has no preconditions; setpriority on this thread's
+    // own id changes only its nice value.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, DRAIN_NICE);
+    }
+}
+
+/// The writer of one probe's tables: pushes what its drain thread hands
+/// over into the sinks and flushes those whose rows are due, until the
+/// drain thread is done (its sender dropped) or the watchdog took the
+/// sinks. A write error stops the run (`failure`, `stop`); the first is
+/// returned.
+fn write_loop(
+    rx: std::sync::mpsc::Receiver<Drained>,
+    sinks: &SharedSinks,
+    counters: &[Arc<TableCounters>],
+    backlog: &AtomicU64,
+    ends: DrainEnds<'_>,
+) -> Option<String> {
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut error: Option<String> = None;
+    let report = |e: String, error: &mut Option<String>| {
+        ends.failure.report(e.clone());
+        ends.stop.store(true, Ordering::SeqCst);
+        error.get_or_insert(e);
+    };
+    loop {
+        let due = match lock_sinks(sinks).as_deref() {
+            Some(s) => s.iter().filter_map(IpcSink::due_in).min(),
+            // Given up: nothing more is written.
+            None => return error,
+        };
+        let wait = due
+            .unwrap_or(Duration::from_millis(100))
+            .min(Duration::from_millis(100));
+        match rx.recv_timeout(wait) {
+            Ok(pass) => {
+                let mut held = lock_sinks(sinks);
+                let Some(sinks) = held.as_mut() else {
+                    return error;
+                };
+                for ((sink, c), (data, records, malformed)) in
+                    sinks.iter_mut().zip(counters).zip(pass.tables)
+                {
+                    if !sink.failed() && !data.is_empty() {
+                        if let Err(e) = sink.push(&data, records) {
+                            report(format!("writing {e}"), &mut error);
+                        }
+                    }
+                    c.rows.store(sink.rows_accepted(), Ordering::Relaxed);
+                    c.malformed
+                        .store(malformed + sink.rows_rejected(), Ordering::Relaxed);
+                }
+                backlog.fetch_sub(pass.bytes, Ordering::Relaxed);
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let mut held = lock_sinks(sinks);
+                let Some(sinks) = held.as_mut() else {
+                    return error;
+                };
+                for sink in sinks.iter_mut().filter(|s| !s.failed()) {
+                    if let Err(e) = sink.flush_if_due() {
+                        report(format!("writing {e}"), &mut error);
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                // The drain thread is done: close the files here too, so
+                // it never writes.
+                if let Some(left) = lock_sinks(sinks).take() {
+                    if let Some(e) = finish_sinks(left, counters, ends) {
+                        error.get_or_insert(e);
+                    }
+                }
+                return error;
+            }
+        }
+    }
+}
+
+/// The watch a drain thread reports its calls to, and the plugin timeout.
+#[derive(Clone, Copy)]
+pub struct Watched<'a> {
+    pub watch: &'a Watch,
+    pub limit: Duration,
+}
+
+/// What a drain thread returns when the watchdog gave its probe up and the
+/// call came back after all.
+const GIVEN_UP: &str = "given up by the watchdog";
 
 /// Drains a probe into its sinks until `stop`, then stops it, drains the
 /// rest and finishes the files. On a probe error the rows already taken are
 /// still written. A write error stops the whole run (`ends.failure`); the
 /// files are then closed with the rows they hold, and each table's counter
-/// ends as the rows on disk.
+/// ends as the rows on disk. Every call into the probe is reported to
+/// `watched`; the sinks are held only between calls, so the watchdog can
+/// close them while a call hangs.
 pub fn drain_loop(
     mut probe: ProbeBox,
-    mut sinks: Vec<IpcSink>,
+    sinks: &SharedSinks,
     counters: &[Arc<TableCounters>],
     drain_ms: u32,
     ends: DrainEnds<'_>,
     stats: &ProbeStats,
+    watched: Watched<'_>,
 ) -> Result<(), String> {
-    let mut batches: RVec<Batch> = sinks.iter().map(|_| Batch::default()).collect();
+    let Watched { watch, limit } = watched;
+    raise_priority();
+    let mut batches: RVec<Batch> = counters.iter().map(|_| Batch::default()).collect();
     let mut error: Option<String> = None;
-    loop {
-        let stopping = ends.stop.load(Ordering::Relaxed);
-        if stopping {
-            if let RResult::RErr(e) = probe.stop() {
-                error = Some(format!("stopping: {e}"));
-            }
-        }
-        let wait = if stopping {
-            0
-        } else {
-            drain_wait(drain_ms, &sinks, ends.deadline)
+    let backlog = AtomicU64::new(0);
+    let written = thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel::<Drained>();
+        // "kml-w-<probe>" beside the drain thread's "kml-<probe>".
+        let probe_name = thread::current()
+            .name()
+            .and_then(|n| n.strip_prefix("kml-"))
+            .unwrap_or("probe")
+            .to_owned();
+        let writer = thread::Builder::new()
+            .name(format!("kml-w-{probe_name}"))
+            .spawn_scoped(scope, || write_loop(rx, sinks, counters, &backlog, ends));
+        let writer = match writer {
+            Ok(w) => w,
+            Err(e) => return Err(format!("starting its writer thread: {e}")),
         };
-        let drained = probe.drain(wait, &mut batches);
-        for ((batch, sink), c) in batches.iter_mut().zip(sinks.iter_mut()).zip(counters) {
-            if !sink.failed() {
-                let written = if batch.data.is_empty() {
-                    sink.flush_if_due()
-                } else {
-                    sink.push(&batch.data, batch.records)
+        loop {
+            let stopping = ends.stop.load(Ordering::Relaxed);
+            if stopping {
+                let stopped = {
+                    let _call = watch.enter(PluginCall::Stop, limit);
+                    probe.stop()
                 };
-                if let Err(e) = written {
-                    let msg = format!("writing {e}");
-                    ends.failure.report(msg.clone());
-                    ends.stop.store(true, Ordering::SeqCst);
-                    error.get_or_insert(msg);
+                if let RResult::RErr(e) = stopped {
+                    error = Some(format!("stopping: {e}"));
                 }
             }
-            batch.data.clear();
-            batch.records = 0;
-            c.rows.store(sink.rows_accepted(), Ordering::Relaxed);
-            c.lost.store(batch.lost_total, Ordering::Relaxed);
-            c.malformed.store(
-                batch.malformed_total + sink.rows_rejected(),
-                Ordering::Relaxed,
-            );
+            let wait = if stopping {
+                0
+            } else {
+                drain_wait(drain_ms, ends.deadline)
+            };
+            let drained = {
+                let allowed = limit + Duration::from_millis(u64::from(wait));
+                let _call = watch.enter(PluginCall::Drain, allowed);
+                probe.drain(wait, &mut batches)
+            };
+            if watch.given_up().is_some() {
+                // Given up while the call ran: the files are closed already.
+                break;
+            }
+            let mut pass = Drained {
+                tables: Vec::with_capacity(batches.len()),
+                bytes: 0,
+            };
+            for (batch, c) in batches.iter_mut().zip(counters) {
+                let data = if batch.data.is_empty() {
+                    RVec::new()
+                } else {
+                    // The next pass likely needs as much as this one.
+                    let next = RVec::with_capacity(batch.data.len());
+                    std::mem::replace(&mut batch.data, next)
+                };
+                // What it holds in memory until written, not just its rows.
+                pass.bytes += data.capacity() as u64;
+                pass.tables
+                    .push((data, batch.records, batch.malformed_total));
+                batch.records = 0;
+                c.lost.store(batch.lost_total, Ordering::Relaxed);
+            }
+            // The writer is far behind (a stalled disk): wait for it rather
+            // than hold more in memory.
+            while backlog.load(Ordering::Relaxed) > WRITE_BACKLOG_BYTES && !writer.is_finished() {
+                thread::sleep(Duration::from_millis(1));
+            }
+            backlog.fetch_add(pass.bytes, Ordering::Relaxed);
+            if tx.send(pass).is_err() {
+                // The writer ended: the sinks were taken.
+                break;
+            }
+            if let RResult::RErr(e) = drained {
+                error.get_or_insert(e.to_string());
+            }
+            if stopping || error.is_some() || ends.failure.get().is_some() {
+                break;
+            }
         }
-        if let RResult::RErr(e) = drained {
-            error.get_or_insert(e.to_string());
+        drop(tx);
+        Ok(writer
+            .join()
+            .unwrap_or_else(|_| Some("its writer thread panicked".into())))
+    });
+    match written {
+        Ok(Some(e)) => {
+            error.get_or_insert(e);
         }
-        if stopping || error.is_some() {
-            break;
+        Ok(None) => {}
+        Err(e) => {
+            error.get_or_insert(e);
         }
     }
+    if watch.given_up().is_some() {
+        drop(probe);
+        return Err(GIVEN_UP.into());
+    }
+    let program_stats = {
+        let _call = watch.enter(PluginCall::Stats, limit);
+        probe.bpf_stats().into_vec()
+    };
     if let Ok(mut s) = stats.lock() {
-        *s = probe.bpf_stats().into_vec();
+        *s = program_stats;
     }
-    drop(probe);
+    {
+        let _call = watch.enter(PluginCall::Free, limit);
+        drop(probe);
+    }
+    // The writer closed the files; had it not started, they close here.
+    if let Some(left) = lock_sinks(sinks).take() {
+        if let Some(e) = finish_sinks(left, counters, ends) {
+            error.get_or_insert(e);
+        }
+    }
+    if watch.given_up().is_some() {
+        return Err(GIVEN_UP.into());
+    }
+    error.map_or(Ok(()), Err)
+}
+
+/// Closes a probe's files; each table's counter ends as the rows on disk.
+/// Returns the first error (a full disk also stops the run).
+fn finish_sinks(
+    sinks: Vec<IpcSink>,
+    counters: &[Arc<TableCounters>],
+    ends: DrainEnds<'_>,
+) -> Option<String> {
+    let mut error = None;
     for (sink, c) in sinks.into_iter().zip(counters) {
         let (rows, done) = sink.finish();
         c.rows.store(rows, Ordering::Relaxed);
@@ -310,5 +709,47 @@ pub fn drain_loop(
             error.get_or_insert(msg);
         }
     }
-    error.map_or(Ok(()), Err)
+    error
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_is_overdue_only_past_its_allowance_and_only_while_it_runs() {
+        let watch = Watch::default();
+        assert!(watch.overdue(uptime_us()).is_none(), "no call, nothing due");
+        {
+            let _call = watch.enter(PluginCall::Drain, Duration::from_millis(50));
+            assert!(watch.overdue(uptime_us()).is_none(), "within its allowance");
+            let later = uptime_us() + 60_000;
+            let (call, running_for) = watch.overdue(later).expect("past its allowance");
+            assert_eq!(call, PluginCall::Drain);
+            assert!(running_for >= Duration::from_millis(60), "{running_for:?}");
+        }
+        assert!(
+            watch.overdue(uptime_us() + 60_000).is_none(),
+            "a call that returned is never overdue"
+        );
+        let _call = watch.enter(PluginCall::Stop, Duration::from_secs(5));
+        let (call, _) = watch
+            .overdue(uptime_us() + 6_000_000)
+            .expect("the stop is overdue");
+        assert_eq!(call.name(), "stop");
+        let line = overdue_message(call, Duration::from_millis(5100), Duration::from_secs(5));
+        assert_eq!(
+            line,
+            "hung: its stop call has not returned in 5.1 s (limit collect.plugin_timeout = 5s); \
+             the probe was given up and the rest of the run went on without it"
+        );
+    }
+
+    #[test]
+    fn the_drain_waits_at_most_until_the_end_of_the_run() {
+        assert_eq!(drain_wait(100, None), 100);
+        let soon = Instant::now() + Duration::from_millis(20);
+        assert!(drain_wait(100, Some(soon)) <= 20);
+        assert_eq!(drain_wait(100, Some(Instant::now())), 1, "never zero");
+    }
 }

@@ -5,7 +5,9 @@
 //!
 //! A probe that fails to start, or fails while running, is reported and
 //! recorded; the other probes keep running and its rows already collected
-//! stay on disk.
+//! stay on disk. So does a probe stuck in a call into its plugin (start,
+//! drain, stop) past the plugin timeout: the watchdog gives it up, closes
+//! its tables with what they hold, and the run ends on time without it.
 //!
 //! - [`drain`]: probe threads, sinks and live counters;
 //! - [`bench`]: the benchmark's lifecycle and its result;
@@ -85,6 +87,25 @@ pub struct RunOptions {
     pub state_dir: Option<PathBuf>,
     /// Power sources, slots and attribution (`--power`, `[power]`).
     pub power: crate::power::PowerOptions,
+    /// How long a call into a probe may take (beyond a drain's own wait)
+    /// before the probe is given up (`collect.plugin_timeout`); zero means
+    /// [`DEFAULT_PLUGIN_TIMEOUT`].
+    pub plugin_timeout: Duration,
+}
+
+/// The plugin timeout when none is configured: far above any probe's
+/// start-up (verifying and attaching takes well under a second) or drain.
+pub const DEFAULT_PLUGIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl RunOptions {
+    /// The plugin timeout in force.
+    pub fn plugin_timeout(&self) -> Duration {
+        if self.plugin_timeout.is_zero() {
+            DEFAULT_PLUGIN_TIMEOUT
+        } else {
+            self.plugin_timeout
+        }
+    }
 }
 
 /// Which tasks probes record, applied in the kernel (0: no filter).
@@ -246,6 +267,7 @@ pub fn run(
         drain_interval: opts.drain_interval,
         failure: Arc::default(),
         deadline: opts.duration.map(|d| Instant::now() + d),
+        plugin_timeout: opts.plugin_timeout(),
     };
     let running = start_probes(&selected, opts, &setup, &stop, &mut record);
     let attach_ms = attach_start.elapsed().as_secs_f64() * 1e3;
@@ -288,11 +310,18 @@ pub fn run(
         eprintln!("warning: the benchmark left a change behind: {left}");
     }
 
-    drain::wake_until_ended(&running);
+    drain::wake_until_ended(&running, |r, why| record.probe_hung(r, why));
     let running_probes = running.len();
     let mut failed = false;
     let mut probe_stats = Vec::new();
     for r in running {
+        if r.watch.given_up().is_some() {
+            // Recorded when it was given up; its thread is left behind,
+            // never joined (the process's exit ends it).
+            failed = true;
+            record.record_tables(&r.name, &r.tables, &r.counters);
+            continue;
+        }
         let outcome = r
             .handle
             .join()
@@ -391,27 +420,7 @@ fn start_probes(
     let mut running: Vec<RunningProbe> = Vec::new();
     // Tables of this run, by name, with the probe writing each.
     let mut table_owner: BTreeMap<String, String> = BTreeMap::new();
-    let starts: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = selected
-            .iter()
-            .map(|(plugin, decl)| {
-                let name = decl.name.to_string();
-                s.spawn(move || {
-                    let t0 = Instant::now();
-                    let args = start_args(&name, opts, &opts.probe_config);
-                    let started = plugin.start_probe(&name, &args).map_err(|e| e.to_string());
-                    (started, t0.elapsed().as_secs_f64() * 1e3)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| (Err("starting it panicked in the host".into()), 0.0))
-            })
-            .collect()
-    });
+    let starts = start_watched(selected, opts);
     for ((plugin, decl), (started, attach_ms)) in selected.iter().zip(starts) {
         let name = decl.name.to_string();
         let mut notes = Vec::new();
@@ -444,6 +453,62 @@ fn start_probes(
         }
     }
     running
+}
+
+/// Starts the selected probes in parallel, each on a thread of its own,
+/// and takes their results in the order given. A start that has not
+/// returned within the plugin timeout is given up: that probe fails to
+/// start, its thread is left behind, and a probe it hands back later is
+/// freed at once.
+fn start_watched(
+    selected: &[(&Plugin, &ProbeDecl)],
+    opts: &RunOptions,
+) -> Vec<(Result<kernmlops_plugin_api::ProbeBox, String>, f64)> {
+    let limit = opts.plugin_timeout();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t0 = Instant::now();
+    let mut starts: Vec<Option<(Result<_, String>, f64)>> = Vec::new();
+    for (i, (plugin, decl)) in selected.iter().enumerate() {
+        let name = decl.name.to_string();
+        let args = start_args(&name, opts, &opts.probe_config);
+        let starter = plugin.starter();
+        let tx = tx.clone();
+        let spawned = thread::Builder::new()
+            .name(format!("kml-start-{name}"))
+            .spawn(move || {
+                let t = Instant::now();
+                let started = starter.start_probe(&name, &args).map_err(|e| e.to_string());
+                // Too late: the run gave it up, so it is dropped (stopped)
+                // here, on this thread.
+                let _ = tx.send((i, started, t.elapsed().as_secs_f64() * 1e3));
+            });
+        starts.push(match spawned {
+            Ok(_) => None,
+            Err(e) => Some((Err(format!("starting its thread: {e}")), 0.0)),
+        });
+    }
+    drop(tx);
+    while starts.iter().any(Option::is_none) {
+        let left = (t0 + limit).saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, started, ms)) => starts[i] = Some((started, ms)),
+            Err(_) => break,
+        }
+    }
+    let waited_ms = t0.elapsed().as_secs_f64() * 1e3;
+    starts
+        .into_iter()
+        .map(|s| {
+            s.unwrap_or_else(|| {
+                let why = drain::overdue_message(
+                    drain::PluginCall::Start,
+                    Duration::from_secs_f64(waited_ms / 1e3),
+                    limit,
+                );
+                (Err(why), waited_ms)
+            })
+        })
+        .collect()
 }
 
 /// The line saying what is collected where, for how long.
@@ -508,10 +573,14 @@ fn wait_for_end(
                 break None;
             }
         }
-        if opts.strict && running.iter().any(|r| r.handle.is_finished()) {
+        if opts.strict && running.iter().any(RunningProbe::settled) {
             break None;
         }
-        if last_manifest.elapsed() >= MANIFEST_EVERY {
+        let hung = drain::watchdog(running);
+        for (i, why) in &hung {
+            record.probe_hung(&running[*i], why.clone());
+        }
+        if !hung.is_empty() || last_manifest.elapsed() >= MANIFEST_EVERY {
             record.fill_tables(running);
             if let Err(e) = record.write() {
                 // The first write error stops the run like a table's does.

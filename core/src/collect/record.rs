@@ -175,6 +175,13 @@ impl RunRecord {
         }
     }
 
+    /// Records a probe the watchdog gave up (`why` names the call), and
+    /// prints it as one error line.
+    pub fn probe_hung(&mut self, probe: &RunningProbe, why: String) {
+        self.probe_ended(&probe.name, &probe.plugin, &Err(why), false);
+        self.record_tables(&probe.name, &probe.tables, &probe.counters);
+    }
+
     /// Puts the current counts of every running probe's tables in the
     /// manifest.
     pub fn fill_tables(&mut self, running: &[RunningProbe]) {

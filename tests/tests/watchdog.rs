@@ -1,0 +1,270 @@
+//! The watchdog on calls into plugins: a probe that hangs in its start,
+//! drain or stop (the `fixture_hang` plugin) is reported once, given up with
+//! its tables closed, and the run, with a real BPF probe beside it, ends on
+//! time with a finished manifest, whether `--duration` or SIGTERM ends it.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use kernmlops_e2e::*;
+
+/// The plugin timeout the runs use (the default).
+const LIMIT: Duration = Duration::from_secs(5);
+/// Slack for starting, stopping and writing on a loaded machine.
+const SLACK: Duration = Duration::from_secs(4);
+
+/// How a case's run ends.
+#[derive(Clone, Copy, Debug)]
+enum End {
+    /// `--duration 4s`.
+    Duration,
+    /// SIGTERM one second after the probes attached, no duration.
+    Sigterm,
+}
+
+struct Case {
+    name: &'static str,
+    /// Hanging probes of the fixture, with the call each hangs in.
+    hung: &'static [(&'static str, &'static str)],
+    end: End,
+    /// The longest the whole run may take.
+    bound: Duration,
+}
+
+/// A `kernmlops run` whose output goes to files, killed if the test fails.
+struct Run {
+    child: Child,
+    stderr: PathBuf,
+    stdout: PathBuf,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Run {
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits until the process ends, or panics past `deadline`.
+    fn wait_until(&mut self, deadline: Instant) -> std::process::ExitStatus {
+        loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for kernmlops") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kernmlops did not end in time:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn pyarrow_rows(file: &Path) -> Option<u64> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, pyarrow.ipc as ipc; print(ipc.open_file(sys.argv[1]).read_all().num_rows)",
+        ])
+        .arg(file)
+        .output()
+        .expect("running python3");
+    let stderr = text(&out.stderr);
+    if stderr.contains("ModuleNotFoundError") {
+        assert!(!in_ci(), "pyarrow missing in CI: {stderr}");
+        eprintln!("SKIP pyarrow read-back: {stderr}");
+        return None;
+    }
+    assert!(
+        out.status.success(),
+        "pyarrow cannot read {}: {stderr}",
+        file.display()
+    );
+    Some(text(&out.stdout).trim().parse().expect("a row count"))
+}
+
+fn run_case(case: &Case) {
+    let plugins = plugin_dir(
+        case.name,
+        &[
+            ("fixture_hang", "hang"),
+            ("quanta_runtime", "quanta_runtime"),
+        ],
+    );
+    let output = temp_dir(&format!("{}-out", case.name));
+    let logs = temp_dir(&format!("{}-logs", case.name));
+    let probes: Vec<&str> = case
+        .hung
+        .iter()
+        .map(|(p, _)| *p)
+        .chain(["quanta_runtime"])
+        .collect();
+    let probes = probes.join(",");
+    let mut args = vec![
+        "run",
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        &probes,
+        "--output",
+        output.to_str().expect("utf8"),
+    ];
+    if matches!(case.end, End::Duration) {
+        args.extend(["--duration", "4s"]);
+    }
+    let (stdout, stderr) = (logs.join("stdout"), logs.join("stderr"));
+    let began = Instant::now();
+    let child = Command::new(kernmlops_bin())
+        .args(&args)
+        .current_dir(workspace_root())
+        .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+        .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("starting kernmlops run");
+    let mut run = Run {
+        child,
+        stderr,
+        stdout,
+    };
+    let deadline = began + case.bound;
+    if matches!(case.end, End::Sigterm) {
+        while !run.stderr().contains("collecting ") {
+            assert!(
+                run.child.try_wait().expect("wait").is_none(),
+                "kernmlops ended early:\n{}",
+                run.stderr()
+            );
+            assert!(Instant::now() < deadline, "no attach:\n{}", run.stderr());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        // SAFETY: kill with the pid of a child this test spawned and has
+        // not waited for.
+        unsafe { libc::kill(run.child.id() as i32, libc::SIGTERM) };
+    }
+    let status = run.wait_until(deadline);
+    let took = began.elapsed();
+    let stderr = run.stderr();
+    eprintln!(
+        "{}: ended in {:.1} s (bound {:.0} s), {status}\n{stderr}",
+        case.name,
+        took.as_secs_f64(),
+        case.bound.as_secs_f64()
+    );
+    assert!(
+        !status.success() && status.code() == Some(1),
+        "{}: a run with a hung probe exits 1, got {status}:\n{stderr}",
+        case.name
+    );
+    let dir = only_collection(&output);
+    let man = manifest(&dir);
+    assert_eq!(
+        man["status"], "complete_with_errors",
+        "{}: the manifest is finished and says the run had errors",
+        case.name
+    );
+    for (probe, call) in case.hung {
+        let line = format!("error: probe {probe} (plugin fixture_hang): hung: its {call} call");
+        assert_eq!(
+            stderr.matches(&line).count(),
+            1,
+            "{}: one error line names {probe} and its {call} call:\n{stderr}",
+            case.name
+        );
+        let entry = man["probes"]
+            .as_array()
+            .expect("probes")
+            .iter()
+            .find(|p| p["name"] == *probe)
+            .unwrap_or_else(|| panic!("{probe} in the manifest: {man}"));
+        assert_eq!(entry["status"], "failed", "{probe}: {entry}");
+        let error = entry["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(&format!("its {call} call has not returned")),
+            "{probe}: {error}"
+        );
+        if *call != "start" {
+            // Its table is closed with what it holds: readable, and as long
+            // as the manifest says.
+            let rows = man["tables"][*probe]["rows"].as_u64().expect("rows");
+            assert!(rows > 0, "{probe} drained rows before it hung");
+            if let Some(read) = pyarrow_rows(&dir.join(format!("{probe}.arrow"))) {
+                assert_eq!(read, rows, "{probe}: rows on disk");
+            }
+        }
+    }
+    let real = man["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .find(|p| p["name"] == "quanta_runtime")
+        .expect("quanta_runtime in the manifest");
+    assert_eq!(real["status"], "ok", "the real probe went on: {real}");
+    let rows = man["tables"]["quanta_runtime"]["rows"]
+        .as_u64()
+        .expect("rows");
+    assert!(rows > 0, "quanta_runtime collected rows");
+    if let Some(read) = pyarrow_rows(&dir.join("quanta_runtime.arrow")) {
+        assert_eq!(read, rows, "quanta_runtime rows on disk");
+    }
+    let printed = std::fs::read_to_string(&run.stdout).unwrap_or_default();
+    assert!(
+        printed.contains("quanta_runtime"),
+        "the summary was printed:\n{printed}"
+    );
+}
+
+#[test]
+fn root_probes_hung_in_a_plugin_call_are_given_up_and_the_run_ends_on_time() {
+    if !require_root("root_probes_hung_in_a_plugin_call_are_given_up_and_the_run_ends_on_time") {
+        return;
+    }
+    let _serial = serial();
+    let cases = [
+        Case {
+            name: "hang-drain",
+            hung: &[("hangs_in_drain", "drain")],
+            end: End::Duration,
+            // It hangs within the run's 4 s: given up at most LIMIT after.
+            bound: Duration::from_secs(4) + LIMIT + SLACK,
+        },
+        Case {
+            name: "hang-start-stop",
+            hung: &[("hangs_on_start", "start"), ("hangs_on_stop", "stop")],
+            end: End::Duration,
+            // The start is given up, the run lasts 4 s, the stop is given up.
+            bound: LIMIT + Duration::from_secs(4) + LIMIT + SLACK,
+        },
+    ];
+    for case in &cases {
+        run_case(case);
+    }
+}
+
+/// SIGTERM while a probe hangs: the run still ends with a finished
+/// manifest within the plugin timeout of the signal.
+#[test]
+fn root_sigterm_during_a_hang_ends_with_a_finished_manifest() {
+    if !require_root("root_sigterm_during_a_hang_ends_with_a_finished_manifest") {
+        return;
+    }
+    let _serial = serial();
+    run_case(&Case {
+        name: "hang-term",
+        hung: &[("hangs_in_drain", "drain"), ("hangs_on_stop", "stop")],
+        end: End::Sigterm,
+        // Attach, one second, then at most a limit for the drain hang and
+        // one for the stop hang.
+        bound: Duration::from_secs(1) + LIMIT + LIMIT + SLACK + SLACK,
+    });
+}
