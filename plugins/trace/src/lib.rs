@@ -4,4 +4,5 @@
 //! the tracepoint's format file or from BTF.
 
 pub mod format;
+pub mod plan;
 pub mod spec;
