@@ -1,0 +1,157 @@
+//! The shared probe tests, and the plugin's own on the running kernel:
+//! tracepoints with every kind of field, BTF paths, and a refusal of
+//! kernel functions before anything loads.
+
+use std::time::Duration;
+
+use kernmlops_plugin_sdk::ColumnKind;
+use kernmlops_plugin_testing::{require_root, Running};
+use trace::Trace;
+
+kernmlops_plugin_testing::probe_tests!(Trace, rows_in = "sched_process_exec");
+
+/// Values of an integer column of any width and sign, widened to i64.
+fn column_i64(run: &Running<Trace>, table: &str, column: &str) -> Vec<i64> {
+    let i = run
+        .tables
+        .iter()
+        .position(|t| t.name.as_str() == table)
+        .unwrap_or_else(|| panic!("no table {table}"));
+    let t = &run.tables[i];
+    let c = t
+        .columns
+        .iter()
+        .find(|c| c.name.as_str() == column)
+        .unwrap_or_else(|| panic!("table {table} has no column {column}"));
+    let signed = matches!(
+        c.kind,
+        ColumnKind::I8 | ColumnKind::I16 | ColumnKind::I32 | ColumnKind::I64
+    );
+    let (off, size) = (c.offset as usize, c.size as usize);
+    run.batches[i]
+        .data
+        .chunks_exact(t.record_size as usize)
+        .map(|r| {
+            let bytes = &r[off..off + size];
+            let fill = if signed && bytes[size - 1] & 0x80 != 0 {
+                0xff
+            } else {
+                0
+            };
+            let mut b = [fill; 8];
+            b[..size].copy_from_slice(bytes);
+            i64::from_le_bytes(b)
+        })
+        .collect()
+}
+
+fn config(events: &[&str]) -> String {
+    format!(r#"{{"events": {events:?}}}"#)
+}
+
+#[test]
+fn root_tracepoint_fields_match_the_task() {
+    if !require_root("root_tracepoint_fields_match_the_task") {
+        return;
+    }
+    let mut run = Running::<Trace>::start(&config(&[
+        "sched:sched_process_exec",
+        "sched:sched_switch",
+        "syscalls:sys_enter_openat(dfd, str(filename), flags)",
+    ]));
+    let marker = format!("/tmp/kml-trace-{}-no-such-file", std::process::id());
+    let ok = run.drain_until(Duration::from_secs(5), |r| {
+        let _ = std::fs::File::open(&marker);
+        let _ = std::process::Command::new("/bin/true").status();
+        r.rows("sched_process_exec") > 0
+            && r.column_str("sys_enter_openat", "filename")
+                .contains(&marker)
+    });
+    run.stop();
+    if !ok {
+        let names = run.column_str("sys_enter_openat", "filename");
+        let tg = run.column_u64("sys_enter_openat", "tgid");
+        eprintln!(
+            "openat rows {}: {:?}",
+            names.len(),
+            names
+                .iter()
+                .zip(&tg)
+                .filter(|(_, t)| **t == u64::from(std::process::id()))
+                .take(20)
+                .collect::<Vec<_>>()
+        );
+        eprintln!("exec rows {}", run.rows("sched_process_exec"));
+    }
+    assert!(ok, "no exec row or no openat of {marker}");
+    run.assert_recent_timestamps("sched_switch");
+    let files = run.column_str("sched_process_exec", "filename");
+    assert!(files.iter().any(|f| f == "/bin/true"), "{files:?}");
+    // The exec tracepoint's pid field is the exec'ing task's pid.
+    let pids = column_i64(&run, "sched_process_exec", "pid");
+    let exec_pids = column_i64(&run, "sched_process_exec", "pid_field");
+    assert_eq!(pids, exec_pids);
+    let comms = run.column_str("sched_switch", "prev_comm");
+    assert!(!comms.is_empty() && comms.iter().all(|c| c.len() < 16));
+    let me = u64::from(std::process::id());
+    let tgids = run.column_u64("sys_enter_openat", "tgid");
+    let names = run.column_str("sys_enter_openat", "filename");
+    assert!(
+        tgids
+            .iter()
+            .zip(&names)
+            .any(|(t, n)| *t == me && *n == marker),
+        "the test's own open of {marker} is missing"
+    );
+}
+
+#[test]
+fn root_btf_paths_through_pointers() {
+    if !require_root("root_btf_paths_through_pointers") {
+        return;
+    }
+    let mut run = Running::<Trace>::start(&config(&[
+        "tp_btf:sched_switch(prev->pid, prev->tgid, str(prev->comm), next_pid=next->pid, prev->mm->owner->pid)",
+    ]));
+    let ok = run.drain_until(Duration::from_secs(5), |r| r.rows("sched_switch") > 100);
+    run.stop();
+    assert!(ok, "fewer than 100 switches in 5 s");
+    // prev is the task switched out: the current task at the tracepoint.
+    let pid = column_i64(&run, "sched_switch", "pid");
+    assert_eq!(pid, column_i64(&run, "sched_switch", "prev_pid"));
+    let tgid = column_i64(&run, "sched_switch", "tgid");
+    assert_eq!(tgid, column_i64(&run, "sched_switch", "prev_tgid"));
+    // A kernel thread has no mm: the chain stops at a NULL and reads 0.
+    let owner = column_i64(&run, "sched_switch", "prev_mm_owner_pid");
+    assert!(
+        owner.iter().any(|&o| o != 0),
+        "no owner pid read through mm"
+    );
+    assert_eq!(
+        run.column_str("sched_switch", "comm"),
+        run.column_str("sched_switch", "prev_comm")
+    );
+}
+
+#[test]
+fn kernel_functions_are_refused_before_load() {
+    let args = kernmlops_plugin_testing::start_args(&config(&["func:do_madvise(start) latency"]));
+    let e = Running::<Trace>::try_start_with(&args)
+        .err()
+        .expect("refused");
+    let m = e.to_string();
+    assert!(m.contains("what works here") && m.contains("uprobe"), "{m}");
+    assert!(!m.contains('\n'), "{m}");
+}
+
+#[test]
+fn unknown_tracepoints_name_the_nearest() {
+    let args = kernmlops_plugin_testing::start_args(&config(&["sched:sched_swich"]));
+    let Err(e) = Running::<Trace>::try_start_with(&args) else {
+        panic!("started");
+    };
+    let m = e.to_string();
+    if kernmlops_plugin_sdk::sys::tracefs::tracefs_root().is_some() {
+        assert!(m.contains("sched_switch"), "{m}");
+    }
+}
