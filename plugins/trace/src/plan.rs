@@ -777,7 +777,8 @@ fn plan_untyped(plan: &mut EventPlan, opts: Options) -> Result<(), String> {
             }
         });
     }
-    if plan.spec.ret || plan.spec.kind.is_return() {
+    // A joined event (latency) has its exit at hand: its return value too.
+    if plan.spec.ret || plan.spec.latency || plan.spec.kind.is_return() {
         plan.fetches.push(Fetch {
             column: "ret".into(),
             arg: ARG_RET,
@@ -1009,7 +1010,8 @@ mod tests {
     #[test]
     fn untyped_kinds() {
         let p = ok("uprobe:/bin/true:main(arg0, str(arg1)) latency");
-        assert_eq!(p.fetches.len(), 2);
+        assert_eq!(p.fetches.len(), 3, "two arguments and the return value");
+        assert_eq!(p.fetches[2].arg, ARG_RET);
         assert!(p.fetches[1].user && p.fetches[1].op == Op::StrValue);
         let r = ok("uretprobe:/bin/true:main");
         assert_eq!(r.fetches[0].arg, ARG_RET);

@@ -155,3 +155,112 @@ fn unknown_tracepoints_name_the_nearest() {
         assert!(m.contains("sched_switch"), "{m}");
     }
 }
+
+/// A program that calls its own functions and logs, per call, what it was
+/// given, what it returned and how long the call took (CLOCK_BOOTTIME).
+const UPROBE_PROGRAM: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_BOOTTIME, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+__attribute__((noinline)) long kml_work(long a, const char *s) {
+    struct timespec d = {0, (a + 1) * 1000000L};
+    nanosleep(&d, NULL);
+    __asm__ volatile("" ::: "memory");
+    return a * 10 + (long)s[0];
+}
+
+__attribute__((noinline)) long kml_rec(long n) {
+    __asm__ volatile("" ::: "memory");
+    return n == 0 ? 0 : n + kml_rec(n - 1);
+}
+
+int main(void) {
+    char name[32];
+    for (long i = 0; i < 5; i++) {
+        snprintf(name, sizeof(name), "call-%ld", i);
+        long t0 = now_ns();
+        long r = kml_work(i, name);
+        long t1 = now_ns();
+        printf("work %ld %s %ld %ld\n", i, name, r, t1 - t0);
+    }
+    printf("rec %ld\n", kml_rec(3));
+    return 0;
+}
+"#;
+
+#[test]
+fn root_uprobe_arguments_returns_and_latency() {
+    if !require_root("root_uprobe_arguments_returns_and_latency") {
+        return;
+    }
+    let dir = kernmlops_sys::private::TempDir::new("kml-trace-uprobe").expect("temp dir");
+    let src = dir.path().join("prog.c");
+    let bin = dir.path().join("prog");
+    std::fs::write(&src, UPROBE_PROGRAM).expect("writing the program");
+    let built = std::process::Command::new("gcc")
+        .args(["-O1", "-g", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("running gcc");
+    assert!(built.success(), "gcc failed");
+    let bin_s = bin.to_str().expect("utf-8 path");
+    let events = [
+        format!("uprobe:{bin_s}:kml_work(arg0, str(arg1)) latency"),
+        format!("uprobe:{bin_s}:kml_rec(arg0) ret"),
+    ];
+    let events: Vec<&str> = events.iter().map(String::as_str).collect();
+    let mut run = Running::<Trace>::start(&config(&events));
+    let out = std::process::Command::new(&bin)
+        .output()
+        .expect("running the program");
+    assert!(out.status.success());
+    let ok = run.drain_until(Duration::from_secs(5), |r| {
+        r.rows("kml_work") >= 5 && r.rows("kml_rec") >= 4
+    });
+    run.stop();
+    assert!(
+        ok,
+        "rows: kml_work {}, kml_rec {}",
+        run.rows("kml_work"),
+        run.rows("kml_rec")
+    );
+    let log = String::from_utf8_lossy(&out.stdout);
+    let calls: Vec<Vec<&str>> = log
+        .lines()
+        .filter(|l| l.starts_with("work "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let args = column_i64(&run, "kml_work", "arg0");
+    let names = run.column_str("kml_work", "arg1");
+    let rets = column_i64(&run, "kml_work", "ret");
+    let lat = column_i64(&run, "kml_work", "latency_ns");
+    assert_eq!(args.len(), 5, "one row per call");
+    for (i, call) in calls.iter().enumerate() {
+        assert_eq!(args[i].to_string(), call[1], "arg0 of call {i}");
+        assert_eq!(names[i], call[2], "arg1 of call {i}");
+        assert_eq!(rets[i].to_string(), call[3], "ret of call {i}");
+        let own: i64 = call[4].parse().expect("duration");
+        // The probe's window lies inside the program's own, give or take
+        // the probes' cost (well under a millisecond).
+        assert!(
+            lat[i] <= own && lat[i] + 1_000_000 >= own,
+            "call {i}: latency {} ns, the program measured {own} ns",
+            lat[i]
+        );
+    }
+    // Recursion: kml_rec(3) calls itself down to 0; each exit joins its own
+    // entry (deepest first).
+    let n = column_i64(&run, "kml_rec", "arg0");
+    let r = column_i64(&run, "kml_rec", "ret");
+    assert_eq!(n, [0, 1, 2, 3]);
+    assert_eq!(r, [0, 1, 3, 6]);
+    assert!(log.contains("rec 6"), "{log}");
+}
