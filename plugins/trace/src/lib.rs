@@ -11,6 +11,7 @@ pub mod spec;
 
 use std::{
     mem::MaybeUninit,
+    os::fd::AsFd,
     path::PathBuf,
     sync::{Arc, Mutex},
     time::Duration,
@@ -18,7 +19,7 @@ use std::{
 
 use kernmlops_plugin_bpf::libbpf_rs::{
     self,
-    skel::{OpenSkel, SkelBuilder},
+    skel::{OpenSkel, Skel, SkelBuilder},
     Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder,
     TracepointCategory, TracepointOpts, UprobeOpts,
 };
@@ -487,10 +488,17 @@ impl ProbeImpl for Trace {
             )));
         }
         if let Some(ring) = self.ring.as_ref() {
-            ring.poll(timeout)
-                .map_err(|e| bpf_error("polling the ring", &e))?;
-            ring.consume()
-                .map_err(|e| bpf_error("reading the ring", &e))?;
+            // A stop interrupts the wait with a signal (EINTR): not an error.
+            let polled = ring.poll_raw(timeout);
+            let consumed = ring.consume_raw();
+            for (ret, what) in [(polled, "polling"), (consumed, "reading")] {
+                if ret < 0 && ret != -libc::EINTR {
+                    return Err(Error::new(format!(
+                        "trace: {what} the ring: {}",
+                        std::io::Error::from_raw_os_error(-ret)
+                    )));
+                }
+            }
         } else if !timeout.is_zero() {
             kernmlops_plugin_sdk::schedule::nap(timeout);
         }
@@ -523,6 +531,39 @@ impl ProbeImpl for Trace {
     fn notes(&self) -> Vec<String> {
         self.notes.clone()
     }
+
+    fn bpf_stats(&self) -> Vec<kernmlops_plugin_sdk::api::BpfProgramStats> {
+        let Some(skel) = self.skel.as_ref() else {
+            return Vec::new();
+        };
+        skel.object()
+            .progs()
+            .filter_map(|p| {
+                let info = program_info(p.as_fd())?;
+                Some(kernmlops_plugin_sdk::api::BpfProgramStats {
+                    name: p.name().to_string_lossy().into_owned().into(),
+                    id: info.id,
+                    run_cnt: info.run_cnt,
+                    run_time_ns: info.run_time_ns,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The kernel's `bpf_prog_info` of a loaded program (its run-time
+/// statistics for `collector_overhead`).
+fn program_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<libbpf_rs::libbpf_sys::bpf_prog_info> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: bpf_prog_info is plain old data; zero is a valid value.
+    let mut info: libbpf_rs::libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = u32::try_from(std::mem::size_of_val(&info)).ok()?;
+    // SAFETY: `info` is writable for `len` bytes and `fd` is a program fd;
+    // the kernel fills at most `len` bytes.
+    let rc = unsafe {
+        libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len)
+    };
+    (rc == 0).then_some(info)
 }
 
 export_plugin! {
