@@ -283,6 +283,21 @@ impl Trace {
             .trace_ring
             .set_max_entries(ring)
             .map_err(|e| bpf_error("sizing the ring", &e))?;
+        // The join maps are preallocated (LRU): 4096 waiting entries of a
+        // record each only where an event joins entry and exit.
+        let waiting = if laid.iter().any(|l| l.joined) {
+            4096
+        } else {
+            1
+        };
+        open.maps
+            .trace_inflight
+            .set_max_entries(waiting)
+            .map_err(|e| bpf_error("sizing trace_inflight", &e))?;
+        open.maps
+            .trace_depth
+            .set_max_entries(waiting)
+            .map_err(|e| bpf_error("sizing trace_depth", &e))?;
         let loaded = open
             .load()
             .map_err(|e| bpf_error("loading the generic programs", &e))?;
