@@ -264,3 +264,112 @@ fn root_uprobe_arguments_returns_and_latency() {
     assert_eq!(r, [0, 1, 3, 6]);
     assert!(log.contains("rec 6"), "{log}");
 }
+
+/// The same block requests seen through the classic tracepoint's fields
+/// and through BTF paths from the raw tracepoint's `struct request *`:
+/// equal sectors and lengths, under direct writes with `fio`.
+#[test]
+fn root_btf_paths_agree_with_the_tracepoint_fields() {
+    if !require_root("root_btf_paths_agree_with_the_tracepoint_fields") {
+        return;
+    }
+    if std::process::Command::new("fio")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var("CI").is_err(),
+            "fio is needed in CI for root_btf_paths_agree_with_the_tracepoint_fields"
+        );
+        eprintln!("SKIP: no fio");
+        return;
+    }
+    let dir = kernmlops_sys::private::TempDir::new_in(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        ".kml-trace-fio",
+    )
+    .expect("temp dir on a disk");
+    let long = kernmlops_spec_long(
+        "tp_btf:block_rq_issue",
+        "btf_rq_issue",
+        &["sector=rq->__sector", "bytes=rq->__data_len"],
+    );
+    let cfg = format!(
+        r#"{{"events": ["block:block_rq_issue(sector, bytes)"], "event": [{long}], "comm": false}}"#
+    );
+    let mut run = Running::<Trace>::start(&cfg);
+    let out = std::process::Command::new("fio")
+        .args([
+            "--name=kml",
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=4m",
+            "--direct=1",
+            "--ioengine=psync",
+            "--numjobs=1",
+        ])
+        .arg(format!("--directory={}", dir.path().display()))
+        .output()
+        .expect("running fio");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    run.drain_once(Duration::from_millis(100));
+    run.stop();
+    let mut classic: Vec<(i64, i64, i64)> = column_i64(&run, "block_rq_issue", "pid")
+        .into_iter()
+        .zip(column_i64(&run, "block_rq_issue", "sector"))
+        .zip(column_i64(&run, "block_rq_issue", "bytes"))
+        .map(|((p, s), b)| (p, s, b))
+        .collect();
+    let mut btf: Vec<(i64, i64, i64)> = column_i64(&run, "btf_rq_issue", "pid")
+        .into_iter()
+        .zip(column_i64(&run, "btf_rq_issue", "sector"))
+        .zip(column_i64(&run, "btf_rq_issue", "bytes"))
+        .map(|((p, s), b)| (p, s, b))
+        .collect();
+    assert!(
+        classic.len() >= 1024,
+        "4 MiB in 4 KiB writes: {} requests",
+        classic.len()
+    );
+    // The tracepoint shows "no sector" (all ones) as 0.
+    for b in &mut btf {
+        if b.1 == -1 {
+            b.1 = 0;
+        }
+    }
+    classic.sort_unstable();
+    btf.sort_unstable();
+    let mut rest = btf.clone();
+    for c in &classic {
+        let at = rest.binary_search(c).unwrap_or_else(|_| {
+            panic!("{c:?} (pid, sector, bytes) from the tracepoint is not among the BTF rows")
+        });
+        rest.remove(at);
+    }
+    // Requests the classic program did not see (0 to 1 in 1,000 here, up to
+    // 5% while other BPF tests ran on the machine): probably the kernel
+    // skipping a perf-event tracepoint program while another BPF program
+    // runs on the CPU (bpf_prog_active), which raw tracepoint programs do
+    // not share; not yet confirmed with the programs' recursion misses.
+    eprintln!(
+        "{} requests; {} seen only through the raw tracepoint: {:?}",
+        btf.len(),
+        rest.len(),
+        &rest[..rest.len().min(5)]
+    );
+    assert!(
+        rest.len() * 10 <= btf.len(),
+        "too many requests missing from the tracepoint's table"
+    );
+}
+
+/// One `[[probes.trace.event]]` as JSON.
+fn kernmlops_spec_long(event: &str, table: &str, fields: &[&str]) -> String {
+    format!(r#"{{"event": "{event}", "table": "{table}", "fields": {fields:?}}}"#)
+}
