@@ -93,12 +93,9 @@ fn refuse_kernel_function(spec: &EventSpec) -> Error {
         _ => "",
     };
     let fentry = kernmlops_sys_features::fentry_attachable(name);
-    let kprobes = kernmlops_sys_features::kprobes();
-    let why = match (&fentry, kprobes.available) {
-        (Err(f), false) => format!(
-            "this kernel refuses fentry/fexit ({f}) and has no kprobes ({})",
-            kprobes.detail
-        ),
+    let kprobe = kernmlops_sys_features::kprobe_attachable(name);
+    let why = match (&fentry, &kprobe) {
+        (Err(f), Err(k)) => format!("fentry/fexit is refused ({f}) and kprobes too ({k})"),
         _ => "kernel functions are not attached by this version of the trace plugin yet".to_owned(),
     };
     Error::unsupported(format!(
