@@ -74,6 +74,7 @@ pub const IN_TREE_PLUGINS: &[&str] = &[
     "process_trace",
     "quanta_runtime",
     "rapl",
+    "trace",
     "workloads",
 ];
 

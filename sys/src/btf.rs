@@ -214,6 +214,38 @@ fn name_hash(name: &[u8]) -> u64 {
     })
 }
 
+/// An integer type's encoding (`BTF_KIND_INT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntInfo {
+    /// Bytes.
+    pub size: u32,
+    /// Bits used (`nr_bits`).
+    pub bits: u32,
+    pub signed: bool,
+    pub is_char: bool,
+    pub is_bool: bool,
+}
+
+/// A member of a struct or union.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member<'a> {
+    /// `""` for an anonymous member.
+    pub name: &'a str,
+    pub type_id: u32,
+    /// Bits from the start of the struct.
+    pub bit_offset: u32,
+    /// Bits of a bitfield, 0 for an ordinary member.
+    pub bitfield_bits: u32,
+}
+
+/// A function prototype: its return type (0 for void) and named
+/// parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FuncProto<'a> {
+    pub ret: u32,
+    pub params: Vec<(&'a str, u32)>,
+}
+
 /// Parsed, checked BTF with an index of type names.
 pub struct Btf {
     data: Vec<u8>,
@@ -498,6 +530,284 @@ impl Btf {
             }
         }
         false
+    }
+
+    /// Follows typedefs and const/volatile/restrict/type-tag modifiers from
+    /// `id` to the type they name (`id` itself when it is none of them).
+    pub fn resolve(&self, id: u32) -> u32 {
+        self.skip_modifiers(id)
+    }
+
+    /// The `kind_flag` bit of type `id`'s info word (bitfield offsets of a
+    /// struct, signedness of an enum).
+    fn kind_flag(&self, id: u32) -> bool {
+        self.record(id)
+            .and_then(|r| self.word(r.offset + 4))
+            .is_some_and(|info| info >> 31 == 1)
+    }
+
+    /// The size in bytes of type `id` after modifiers: integers, enums,
+    /// structs, unions, floats (their size), pointers (8 on 64-bit BTF,
+    /// taken from `long`), arrays (element size times length).
+    pub fn size_of(&self, id: u32) -> Option<u32> {
+        let id = self.resolve(id);
+        let r = self.record(id)?;
+        match r.kind {
+            Kind::Int | Kind::Enum | Kind::Enum64 | Kind::Struct | Kind::Union | Kind::Float => {
+                Some(r.size_or_type)
+            }
+            Kind::Ptr => Some(self.pointer_size()),
+            Kind::Array => {
+                let (elem, n) = self.array(id)?;
+                self.size_of(elem)?.checked_mul(n)
+            }
+            _ => None,
+        }
+    }
+
+    /// The size of a pointer: that of `long` where the BTF has it, else 8.
+    fn pointer_size(&self) -> u32 {
+        self.ids_named("long")
+            .find_map(|id| {
+                let r = self.record(id)?;
+                (r.kind == Kind::Int).then_some(r.size_or_type)
+            })
+            .unwrap_or(8)
+    }
+
+    /// What integer type `id` is (after modifiers): its encoding.
+    pub fn int_info(&self, id: u32) -> Option<IntInfo> {
+        let id = self.resolve(id);
+        let r = self.record(id)?;
+        if r.kind != Kind::Int {
+            return None;
+        }
+        let enc = self.word(r.offset + TYPE_RECORD_LEN)?;
+        Some(IntInfo {
+            size: r.size_or_type,
+            bits: enc & 0xff,
+            signed: (enc >> 24) & 1 != 0,
+            is_char: (enc >> 24) & 2 != 0,
+            is_bool: (enc >> 24) & 4 != 0,
+        })
+    }
+
+    /// The type a pointer `id` (after modifiers) points to, modifiers kept.
+    pub fn pointee(&self, id: u32) -> Option<u32> {
+        let r = self.record(self.resolve(id))?;
+        (r.kind == Kind::Ptr).then_some(r.size_or_type)
+    }
+
+    /// The element type and length of array `id` (after modifiers).
+    pub fn array(&self, id: u32) -> Option<(u32, u32)> {
+        let r = self.record(self.resolve(id))?;
+        if r.kind != Kind::Array {
+            return None;
+        }
+        // btf_array { u32 type; u32 index_type; u32 nelems; }
+        let at = r.offset + TYPE_RECORD_LEN;
+        Some((self.word(at)?, self.word(at + 8)?))
+    }
+
+    /// The direct members of struct or union `id` (after modifiers), in
+    /// order; anonymous members have the name `""`.
+    pub fn members(&self, id: u32) -> Vec<Member<'_>> {
+        let id = self.resolve(id);
+        let Some(r) = self.record(id) else {
+            return Vec::new();
+        };
+        if !matches!(r.kind, Kind::Struct | Kind::Union) {
+            return Vec::new();
+        }
+        let bitfields = self.kind_flag(id);
+        let mut out = Vec::with_capacity(r.vlen);
+        for i in 0..r.vlen {
+            // btf_member { u32 name_off; u32 type; u32 offset; }
+            let at = r.offset + TYPE_RECORD_LEN + i * 12;
+            let (Some(name_off), Some(ty), Some(off)) =
+                (self.word(at), self.word(at + 4), self.word(at + 8))
+            else {
+                break;
+            };
+            let name = self
+                .string(name_off)
+                .and_then(|n| std::str::from_utf8(n).ok())
+                .unwrap_or("");
+            let (bit_offset, bitfield_bits) = if bitfields {
+                (off & 0x00ff_ffff, off >> 24)
+            } else {
+                (off, 0)
+            };
+            out.push(Member {
+                name,
+                type_id: ty,
+                bit_offset,
+                bitfield_bits,
+            });
+        }
+        out
+    }
+
+    /// Member `name` of struct or union `id`, searched in its anonymous
+    /// members too (as C sees them), with its bit offset from the start of
+    /// `id`. Each anonymous type is searched once (malformed input ends).
+    pub fn find_member(&self, id: u32, name: &str) -> Option<Member<'_>> {
+        let mut pending = vec![(self.resolve(id), 0u32)];
+        let mut seen = std::collections::HashSet::new();
+        while let Some((id, base)) = pending.pop() {
+            if !seen.insert(id) {
+                continue;
+            }
+            for m in self.members(id) {
+                if m.name.is_empty() {
+                    pending.push((self.resolve(m.type_id), base.saturating_add(m.bit_offset)));
+                } else if m.name == name {
+                    return Some(Member {
+                        bit_offset: base.saturating_add(m.bit_offset),
+                        ..m
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// Every member name of struct or union `id`, anonymous members'
+    /// members included (for messages listing what exists).
+    pub fn member_names(&self, id: u32) -> Vec<&str> {
+        let mut out = Vec::new();
+        let mut pending = vec![self.resolve(id)];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(id) = pending.pop() {
+            if !seen.insert(id) {
+                continue;
+            }
+            for m in self.members(id) {
+                if m.name.is_empty() {
+                    pending.push(self.resolve(m.type_id));
+                } else {
+                    out.push(m.name);
+                }
+            }
+        }
+        out
+    }
+
+    /// The values of enum `id` (after modifiers), `ENUM` or `ENUM64`, in
+    /// declaration order.
+    pub fn enum_values(&self, id: u32) -> Option<Vec<(&str, i64)>> {
+        let id = self.resolve(id);
+        let r = self.record(id)?;
+        let signed = self.kind_flag(id);
+        let (step, wide) = match r.kind {
+            Kind::Enum => (8, false),
+            Kind::Enum64 => (12, true),
+            _ => return None,
+        };
+        let mut out = Vec::with_capacity(r.vlen);
+        for i in 0..r.vlen {
+            let at = r.offset + TYPE_RECORD_LEN + i * step;
+            let name = self
+                .string(self.word(at)?)
+                .and_then(|n| std::str::from_utf8(n).ok())
+                .unwrap_or("");
+            let lo = self.word(at + 4)?;
+            let value = if wide {
+                let hi = self.word(at + 8)?;
+                ((u64::from(hi) << 32) | u64::from(lo)) as i64
+            } else if signed {
+                i64::from(lo as i32)
+            } else {
+                i64::from(lo)
+            };
+            out.push((name, value));
+        }
+        Some(out)
+    }
+
+    /// The prototype of a function: `id` is a `FUNC`, a `FUNC_PROTO`, or a
+    /// pointer or typedef leading to one (`btf_trace_<name>`).
+    pub fn func_proto(&self, id: u32) -> Option<FuncProto<'_>> {
+        let mut id = self.resolve(id);
+        for _ in 0..MAX_DEPTH {
+            let r = self.record(id)?;
+            match r.kind {
+                Kind::Func | Kind::Ptr => id = self.resolve(r.size_or_type),
+                Kind::FuncProto => {
+                    let mut params = Vec::with_capacity(r.vlen);
+                    for i in 0..r.vlen {
+                        // btf_param { u32 name_off; u32 type; }
+                        let at = r.offset + TYPE_RECORD_LEN + i * 8;
+                        let name = self
+                            .string(self.word(at)?)
+                            .and_then(|n| std::str::from_utf8(n).ok())
+                            .unwrap_or("");
+                        params.push((name, self.word(at + 4)?));
+                    }
+                    return Some(FuncProto {
+                        ret: r.size_or_type,
+                        params,
+                    });
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// Type `id` written as C (`struct request *`, `unsigned int`,
+    /// `const char *`, `u8[16]`), for descriptions and messages.
+    pub fn c_name(&self, id: u32) -> String {
+        let mut suffix = String::new();
+        let mut id = id;
+        for _ in 0..MAX_DEPTH {
+            let Some(r) = self.record(id) else {
+                return format!("void{suffix}");
+            };
+            let name = self.name(id).unwrap_or("");
+            let named = |prefix: &str| {
+                if name.is_empty() {
+                    format!("{prefix}(anonymous){suffix}")
+                } else {
+                    format!("{prefix}{name}{suffix}")
+                }
+            };
+            match r.kind {
+                Kind::Ptr => {
+                    suffix.insert_str(0, " *");
+                    id = r.size_or_type;
+                }
+                Kind::Const => {
+                    let inner = self.c_name(r.size_or_type);
+                    return format!("const {inner}{suffix}");
+                }
+                Kind::Volatile | Kind::Restrict | Kind::TypeTag => id = r.size_or_type,
+                Kind::Array => {
+                    let Some((elem, n)) = self.array(id) else {
+                        return format!("?{suffix}");
+                    };
+                    suffix = format!("[{n}]{suffix}");
+                    id = elem;
+                }
+                Kind::Struct => return named("struct "),
+                Kind::Union => return named("union "),
+                Kind::Enum | Kind::Enum64 => return named("enum "),
+                Kind::FuncProto => return format!("function{suffix}"),
+                _ => return named(""),
+            }
+        }
+        format!("?{suffix}")
+    }
+
+    /// Names of every type of `kind` (for nearest-name suggestions).
+    pub fn names_of_kind(&self, kind: Kind) -> impl Iterator<Item = &str> + '_ {
+        (1..=self.type_count()).filter_map(move |id| {
+            if self.kind(id) == Some(kind) {
+                self.name(id).filter(|n| !n.is_empty())
+            } else {
+                None
+            }
+        })
     }
 
     /// Follows typedefs and const/volatile/restrict/type-tag modifiers to
@@ -841,6 +1151,64 @@ mod tests {
         assert!(!btf.has_type("kml_made_up_type_name"));
         assert!(btf.has_func("vfs_read") && !btf.has_func("task_struct"));
         assert!(Btf::vmlinux().is_ok_and(|b| b.type_count() == btf.type_count()));
+    }
+
+    #[test]
+    fn types_members_enums_and_prototypes() {
+        let btf = Btf::from_bytes(sample(false).build()).expect("sample BTF");
+        assert_eq!(btf.resolve(4), 2, "outer_t is struct outer");
+        assert_eq!(btf.size_of(4), Some(8));
+        let m = btf
+            .find_member(4, "inner")
+            .expect("through the anonymous union");
+        assert_eq!((m.type_id, m.bit_offset, m.bitfield_bits), (1, 0, 0));
+        assert_eq!(btf.member_names(8), ["o", "deep"]);
+        assert_eq!(btf.members(2).len(), 2);
+        assert!(btf.find_member(2, "nope").is_none());
+        let proto = btf.func_proto(6).expect("my_func");
+        assert_eq!((proto.ret, proto.params.clone()), (1, vec![("x", 1)]));
+        assert_eq!(btf.int_info(1).map(|i| (i.size, i.bits)), Some((4, 32)));
+        assert_eq!(btf.c_name(7), "const outer_t");
+        assert_eq!(btf.c_name(2), "struct outer");
+
+        let btf = Btf::from_bytes(vmlinux_bytes()).expect("vmlinux");
+        let task = btf
+            .type_id_of_kind("task_struct", Kind::Struct)
+            .expect("task_struct");
+        let pid = btf.find_member(task, "pid").expect("pid");
+        let info = btf.int_info(pid.type_id).expect("pid_t is an int");
+        assert!(info.signed && info.size == 4, "{info:?}");
+        let mm = btf.find_member(task, "mm").expect("mm");
+        let mm_struct = btf.pointee(mm.type_id).expect("mm is a pointer");
+        assert_eq!(btf.c_name(mm.type_id), "struct mm_struct *");
+        assert!(btf.find_member(mm_struct, "mmap_base").is_some());
+        let comm = btf.find_member(task, "comm").expect("comm");
+        assert_eq!(btf.array(comm.type_id).map(|(_, n)| n), Some(16));
+        assert_eq!(btf.size_of(comm.type_id), Some(16));
+        let proto = btf
+            .func_proto(btf.type_id("btf_trace_sched_switch").expect("typedef"))
+            .expect("prototype");
+        assert_eq!(proto.params.len(), 5, "{proto:?}");
+        assert_eq!(btf.c_name(proto.params[2].1), "struct task_struct *");
+        let func = btf
+            .type_id_of_kind("vfs_read", Kind::Func)
+            .expect("vfs_read");
+        let names: Vec<&str> = btf
+            .func_proto(func)
+            .expect("vfs_read prototype")
+            .params
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
+        assert_eq!(names, ["file", "buf", "count", "pos"]);
+        let values = btf
+            .enum_values(
+                btf.type_id_of_kind("cpu_idle_type", Kind::Enum)
+                    .expect("enum"),
+            )
+            .expect("values");
+        assert!(values.contains(&("CPU_IDLE", 1)), "{values:?}");
+        assert!(btf.names_of_kind(Kind::Func).any(|n| n == "vfs_read"));
     }
 
     #[test]

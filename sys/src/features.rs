@@ -110,6 +110,41 @@ pub fn uprobes() -> Feature {
     pmu_registered("uprobe")
 }
 
+/// Whether a kprobe can be placed on `kernel_function` here: the kernel
+/// has kprobes (a `kprobe` PMU), and the function is neither missing from
+/// `/proc/kallsyms` nor on the kprobe blacklist (read where debugfs shows
+/// it). Reads files only; attaches nothing. The error says which.
+pub fn kprobe_attachable(kernel_function: &str) -> Result<(), String> {
+    let pmu = kprobes();
+    if !pmu.available {
+        return Err(format!("this kernel has no kprobes ({})", pmu.detail));
+    }
+    let listed = |path: &str, column: usize| -> Option<bool> {
+        let text = std::fs::read_to_string(path).ok()?;
+        Some(text.lines().any(|l| {
+            l.split_whitespace()
+                .nth(column)
+                .is_some_and(|f| f == kernel_function)
+        }))
+    };
+    match listed("/proc/kallsyms", 2) {
+        Some(false) => {
+            return Err(format!(
+                "{kernel_function} is not a kernel symbol (/proc/kallsyms)"
+            ))
+        }
+        None => return Err("/proc/kallsyms is not readable".to_owned()),
+        Some(true) => {}
+    }
+    // Lines are "0xstart-0xend\tsymbol".
+    if listed("/sys/kernel/debug/kprobes/blacklist", 1) == Some(true) {
+        return Err(format!(
+            "{kernel_function} is on the kernel's kprobe blacklist"
+        ));
+    }
+    Ok(())
+}
+
 fn pmu_registered(name: &str) -> Feature {
     if Path::new("/sys/bus/event_source/devices")
         .join(name)
@@ -511,6 +546,23 @@ mod tests {
             );
         }
         eprintln!("features here: {f:#?}");
+    }
+
+    /// The kprobe check agrees with the PMU check, and names what is
+    /// missing: no kprobes at all, or no such function.
+    #[test]
+    fn kprobe_check_says_why_not() {
+        let err = kprobe_attachable("kml_no_such_function_anywhere").expect_err("no such symbol");
+        assert!(!err.is_empty() && !err.contains('\n'), "{err}");
+        match kprobe_attachable("vfs_read") {
+            Ok(()) => assert!(kprobes().available),
+            Err(e) => {
+                eprintln!("kprobe_attachable(vfs_read): {e}");
+                if !kprobes().available {
+                    assert!(e.contains("no kprobes"), "{e}");
+                }
+            }
+        }
     }
 
     /// This VM refuses fentry (no trampolines): the check must say so,

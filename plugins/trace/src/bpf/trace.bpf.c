@@ -1,0 +1,388 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* trace: one generic program per attach kind, attached once per traced
+ * event with the event's slot as its BPF cookie. What each event records
+ * is data, not code: the slot's fetch plan in `trace_slots` (see trace.h),
+ * run field by field with bpf_loop, every read checked (a failed read
+ * leaves zeros). Records go to one ring; user space routes them to their
+ * tables by the slot in the header. */
+#include "kml.bpf.h"
+#include "trace.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+KML_RING(trace_ring);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TRACE_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct trace_slot);
+} trace_slots SEC(".maps");
+
+/* Records lost per slot (a full ring, a latency entry with no room). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TRACE_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} trace_lost SEC(".maps");
+
+/* Exits seen without their entry (the entry predates the probe, or was
+ * pushed out), per slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TRACE_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} trace_unmatched SEC(".maps");
+
+struct kml_trace_buf {
+	__u8 rec[TRACE_MAX_RECORD + TRACE_MAX_READ];
+};
+
+struct kml_trace_scratch {
+	struct kml_trace_buf buf;
+	__u64 args[TRACE_MAX_ARGS];
+	__u64 ret;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kml_trace_scratch);
+} trace_scratch SEC(".maps");
+
+/* Latency events: the record built at entry, waiting for the exit. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct trace_entry_key);
+	__type(value, struct kml_trace_buf);
+} trace_inflight SEC(".maps");
+
+/* Latency events: entries in flight per thread and slot (recursion). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct trace_entry_key);
+	__type(value, __u32);
+} trace_depth SEC(".maps");
+
+/* Keep the shared types in BTF so the skeleton generates them. */
+struct trace_slot _trace_slot = {};
+struct trace_entry_key _trace_entry_key = {};
+
+static __always_inline void count(void *map, __u32 slot)
+{
+	__u64 *n = bpf_map_lookup_elem(map, &slot);
+
+	if (n)
+		*n += 1;
+}
+
+static __always_inline long read_mem(void *dst, __u32 size, __u64 src, bool user)
+{
+	if (user)
+		return bpf_probe_read_user(dst, size, (void *)src);
+	return bpf_probe_read_kernel(dst, size, (void *)src);
+}
+
+static __always_inline long read_str(void *dst, __u32 size, __u64 src, bool user)
+{
+	if (user)
+		return bpf_probe_read_user_str(dst, size, (void *)src);
+	return bpf_probe_read_kernel_str(dst, size, (void *)src);
+}
+
+/* Zeroes `size` bytes at `dst`: a read from address 0 fails, and a failed
+ * read clears its destination. */
+static __always_inline void zero(void *dst, __u32 size)
+{
+	bpf_probe_read_kernel(dst, size, (void *)0);
+}
+
+struct fetch_ctx {
+	struct trace_slot *slot;
+	__u8 *rec;
+	__u64 *args;
+	__u64 ret;
+	/* 0: every field but the return value's; 1: the return value's only
+	 * (a latency event's exit); 2: every field. */
+	__u32 phase;
+};
+
+static long fetch_one(__u64 i, void *data)
+{
+	struct fetch_ctx *c = data;
+	struct trace_fetch *f;
+	__u64 v, p = 0, src;
+	__u32 out, size, k, n;
+	bool user, truncated = false;
+	long got;
+
+	if (i >= TRACE_MAX_FIELDS)
+		return 1;
+	f = &c->slot->fields[i & (TRACE_MAX_FIELDS - 1)];
+	if (c->phase == 0 && f->arg == TRACE_ARG_RET)
+		return 0;
+	if (c->phase == 1 && f->arg != TRACE_ARG_RET)
+		return 0;
+	v = f->arg == TRACE_ARG_RET ? c->ret : c->args[f->arg & (TRACE_MAX_ARGS - 1)];
+	user = f->user;
+	out = f->out & (TRACE_MAX_RECORD - 1);
+	size = f->size & (TRACE_MAX_READ - 1);
+	n = f->nderefs;
+	for (k = 0; k < TRACE_MAX_DEREFS; k++) {
+		if (k >= n)
+			break;
+		/* Pointer chains run through kernel memory; `user` is for the
+		 * final read (a syscall's string argument, a uprobe's). */
+		if (read_mem(&p, sizeof(p), v + f->derefs[k], false)) {
+			zero(c->rec + out, size);
+			return 0;
+		}
+		v = p;
+	}
+	src = v + f->last;
+	switch (f->op) {
+	case TRACE_OP_VALUE:
+		if (size > 8)
+			size = 8;
+		bpf_probe_read_kernel(c->rec + out, size, &v);
+		break;
+	case TRACE_OP_LOAD:
+	case TRACE_OP_STR_INLINE:
+		read_mem(c->rec + out, size, src, false);
+		break;
+	case TRACE_OP_STR_PTR:
+		if (read_mem(&p, sizeof(p), src, false)) {
+			zero(c->rec + out, size);
+			break;
+		}
+		src = p;
+		/* fall through */
+	case TRACE_OP_STR_VALUE:
+		if (f->op == TRACE_OP_STR_VALUE)
+			src = v;
+		if (size == 0)
+			break;
+		got = read_str(c->rec + out, size, src, user);
+		if (got == size) {
+			__u8 last = 0;
+
+			read_mem(&last, 1, src + size - 1, user);
+			truncated = last != 0;
+		}
+		break;
+	case TRACE_OP_DYN_STR:
+	case TRACE_OP_REL_STR: {
+		__u32 loc = 0;
+
+		if (read_mem(&loc, sizeof(loc), src, false) || size == 0)
+			break;
+		p = v + (loc & 0xffff);
+		if (f->op == TRACE_OP_REL_STR)
+			p += f->last + 4;
+		read_str(c->rec + out, size, p, false);
+		truncated = (loc >> 16) > size;
+		break;
+	}
+	}
+	if (f->trunc_out)
+		c->rec[f->trunc_out & (TRACE_MAX_RECORD - 1)] = truncated;
+	return 0;
+}
+
+static __always_inline struct trace_slot *slot_of(__u32 slot)
+{
+	return bpf_map_lookup_elem(&trace_slots, &slot);
+}
+
+/* The header and every field but (phase 0) the return value's. */
+static __always_inline void build(struct trace_slot *slot, __u32 id, __u8 *rec, __u64 *args,
+				  __u64 ret, __u32 phase, __u64 now_ns)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct fetch_ctx c = {
+		.slot = slot, .rec = rec, .args = args, .ret = ret, .phase = phase,
+	};
+
+	zero(rec, slot->record_size & (TRACE_MAX_RECORD - 1));
+	*(__u64 *)rec = now_ns / 1000;
+	*(__u32 *)(rec + 8) = (__u32)pid_tgid;
+	*(__u32 *)(rec + 12) = pid_tgid >> 32;
+	*(__u32 *)(rec + 16) = bpf_get_smp_processor_id();
+	*(__u16 *)(rec + TRACE_SLOT_OFFSET) = id;
+	if (slot->flags & TRACE_COMM)
+		bpf_get_current_comm(rec + (slot->comm_out & (TRACE_MAX_RECORD - 1)), 16);
+	bpf_loop(slot->nfields, fetch_one, &c, 0);
+}
+
+static __always_inline void send(__u8 *rec, struct trace_slot *slot, __u32 id)
+{
+	__u64 size = slot->record_size & (TRACE_MAX_RECORD - 1);
+	__u64 flags = bpf_ringbuf_query(&trace_ring, BPF_RB_AVAIL_DATA) > kml_wakeup_bytes[0]
+			      ? BPF_RB_FORCE_WAKEUP
+			      : BPF_RB_NO_WAKEUP;
+
+	if (size < TRACE_HEADER_SIZE)
+		return;
+	if (bpf_ringbuf_output(&trace_ring, rec, size, flags))
+		count(&trace_lost, id);
+}
+
+static __always_inline bool wanted(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+
+	return kml_wanted_tgid(task, task->tgid);
+}
+
+static __always_inline struct kml_trace_scratch *scratch(void)
+{
+	__u32 zero_key = 0;
+
+	return bpf_map_lookup_elem(&trace_scratch, &zero_key);
+}
+
+/* One row per event, built now. */
+static __always_inline void emit(struct kml_trace_scratch *s, struct trace_slot *slot, __u32 id)
+{
+	build(slot, id, s->buf.rec, s->args, s->ret, 2, bpf_ktime_get_boot_ns());
+	send(s->buf.rec, slot, id);
+}
+
+SEC("tp")
+int trace_tp(void *ctx)
+{
+	__u32 id = bpf_get_attach_cookie(ctx);
+	struct trace_slot *slot = slot_of(id);
+	struct kml_trace_scratch *s;
+
+	if (!slot || !wanted() || !(s = scratch()))
+		return KML_TP_PASS;
+	s->args[0] = (__u64)ctx;
+	s->ret = 0;
+	emit(s, slot, id);
+	return KML_TP_PASS;
+}
+
+SEC("raw_tp")
+int trace_raw_tp(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 id = bpf_get_attach_cookie(ctx);
+	struct trace_slot *slot = slot_of(id);
+	struct kml_trace_scratch *s;
+	__u32 n;
+
+	if (!slot || !wanted() || !(s = scratch()))
+		return 0;
+	/* Copied, not read from the context: a program reading more context
+	 * than a tracepoint has is refused at attach. */
+	n = slot->nargs;
+	if (n > TRACE_MAX_ARGS)
+		n = TRACE_MAX_ARGS;
+	if (n)
+		bpf_probe_read_kernel(s->args, n * sizeof(__u64), ctx->args);
+	s->ret = 0;
+	emit(s, slot, id);
+	return 0;
+}
+
+static __always_inline void regs_args(struct kml_trace_scratch *s, struct pt_regs *ctx)
+{
+	s->args[0] = PT_REGS_PARM1(ctx);
+	s->args[1] = PT_REGS_PARM2(ctx);
+	s->args[2] = PT_REGS_PARM3(ctx);
+	s->args[3] = PT_REGS_PARM4(ctx);
+	s->args[4] = PT_REGS_PARM5(ctx);
+	s->args[5] = PT_REGS_PARM6(ctx);
+}
+
+SEC("uprobe")
+int trace_uprobe(struct pt_regs *ctx)
+{
+	__u32 id = bpf_get_attach_cookie(ctx);
+	struct trace_slot *slot = slot_of(id);
+	struct kml_trace_scratch *s;
+	struct trace_entry_key key = {};
+	__u32 *depth, first = 1;
+	__u64 now;
+
+	if (!slot || !wanted() || !(s = scratch()))
+		return 0;
+	regs_args(s, ctx);
+	s->ret = 0;
+	if (!(slot->flags & TRACE_LATENCY)) {
+		emit(s, slot, id);
+		return 0;
+	}
+	/* Entry of a joined event: keep the record for the exit. */
+	now = bpf_ktime_get_boot_ns();
+	build(slot, id, s->buf.rec, s->args, 0, 0, now);
+	*(__u64 *)(s->buf.rec + (slot->latency_out & (TRACE_MAX_RECORD - 1))) = now;
+	key.pid_tgid = bpf_get_current_pid_tgid();
+	key.slot = id;
+	depth = bpf_map_lookup_elem(&trace_depth, &key);
+	if (depth) {
+		if (*depth >= TRACE_MAX_DEPTH) {
+			count(&trace_lost, id);
+			return 0;
+		}
+		key.depth = *depth;
+		*depth += 1;
+	} else {
+		bpf_map_update_elem(&trace_depth, &key, &first, BPF_ANY);
+	}
+	if (bpf_map_update_elem(&trace_inflight, &key, &s->buf, BPF_ANY))
+		count(&trace_lost, id);
+	return 0;
+}
+
+SEC("uretprobe")
+int trace_uretprobe(struct pt_regs *ctx)
+{
+	__u32 id = bpf_get_attach_cookie(ctx);
+	struct trace_slot *slot = slot_of(id);
+	struct kml_trace_scratch *s;
+	struct trace_entry_key key = {};
+	struct kml_trace_buf *entry;
+	__u32 *depth;
+	__u64 *started;
+
+	if (!slot || !wanted() || !(s = scratch()))
+		return 0;
+	s->ret = PT_REGS_RC(ctx);
+	if (!(slot->flags & TRACE_LATENCY)) {
+		regs_args(s, ctx);
+		emit(s, slot, id);
+		return 0;
+	}
+	key.pid_tgid = bpf_get_current_pid_tgid();
+	key.slot = id;
+	depth = bpf_map_lookup_elem(&trace_depth, &key);
+	if (!depth || *depth == 0) {
+		count(&trace_unmatched, id);
+		return 0;
+	}
+	*depth -= 1;
+	key.depth = *depth;
+	entry = bpf_map_lookup_elem(&trace_inflight, &key);
+	if (!entry) {
+		count(&trace_unmatched, id);
+		return 0;
+	}
+	started = (__u64 *)(entry->rec + (slot->latency_out & (TRACE_MAX_RECORD - 1)));
+	*started = bpf_ktime_get_boot_ns() - *started;
+	{
+		struct fetch_ctx c = {
+			.slot = slot, .rec = entry->rec, .args = s->args, .ret = s->ret, .phase = 1,
+		};
+
+		bpf_loop(slot->nfields, fetch_one, &c, 0);
+	}
+	send(entry->rec, slot, id);
+	bpf_map_delete_elem(&trace_inflight, &key);
+	return 0;
+}

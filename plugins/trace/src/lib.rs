@@ -1,0 +1,584 @@
+//! trace: typed tables from any tracepoint, kernel function or user
+//! function named in configuration (`[probes.trace] events`), with no
+//! build: one generic BPF object whose field fetches are planned here from
+//! the tracepoint's format file or from BTF (`plan`), laid out as records
+//! and tables (`layout`), and handed to the programs through a map.
+
+pub mod format;
+pub mod layout;
+pub mod plan;
+pub mod spec;
+
+use std::{
+    mem::MaybeUninit,
+    os::fd::AsFd,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use kernmlops_plugin_bpf::libbpf_rs::{
+    self,
+    skel::{OpenSkel, Skel, SkelBuilder},
+    Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder,
+    TracepointCategory, TracepointOpts, UprobeOpts,
+};
+use kernmlops_plugin_sdk::{
+    export_plugin, settings, sys::btf::Btf, Batch, Error, ProbeDecl, ProbeImpl, Result, StartArgs,
+    TableDecl,
+};
+
+use crate::{
+    layout::{lay_out, Laid, MAX_SLOTS, SLOT_OFFSET},
+    plan::{plan_event, EventPlan, Options, Sources},
+    spec::{parse_all, EventSpec, Kind, LongEvent, Target},
+};
+
+/// The probe's libbpf-cargo skeleton, generated into `OUT_DIR`.
+#[allow(
+    clippy::all,
+    clippy::undocumented_unsafe_blocks,
+    dead_code,
+    missing_docs,
+    non_camel_case_types,
+    unused_imports
+)]
+pub mod skel {
+    include!(concat!(env!("OUT_DIR"), "/kml_skel.rs"));
+}
+
+/// What the probe traces when the settings name nothing: a quiet event
+/// every machine has, so `kernmlops check` and a bare `--plugins trace`
+/// show the plugin working.
+pub const DEFAULT_EVENTS: &[&str] = &["sched:sched_process_exec"];
+
+settings! {
+    /// `[probes.trace]` settings.
+    pub struct Config {
+        /// Events to trace, one table each: "sys:event" (a tracepoint, every field),
+        /// "tp_btf:block_rq_insert(rq->__sector, rq->__data_len)" (BTF paths),
+        /// "uprobe:/path/bin:symbol(arg0, str(arg1)) latency" (a user function). See the
+        /// trace plugin's README for the whole language.
+        pub events: Vec<String> = DEFAULT_EVENTS.iter().map(|s| (*s).to_owned()).collect(),
+        /// The long form, one [[probes.trace.event]] per event: event = "...", and
+        /// optionally table = "name", fields = ["a->b", "n=str(arg1)"], ret, latency.
+        pub event: Vec<LongEvent> = Vec::new(),
+        /// Record the current task's command name (comm) in every row.
+        pub comm: bool = true,
+        /// Bytes kept of each string field, its NUL included (8 to 256); longer
+        /// strings are cut and flagged in <field>_truncated.
+        pub string_bytes: u32 = 64,
+    }
+    validate(c) {
+        if !(8..=256).contains(&c.string_bytes) {
+            return Err(format!("string_bytes must be 8 to 256, not {}", c.string_bytes));
+        }
+        let specs = parse_all(&c.events, &c.event).map_err(|e| e.to_string())?;
+        if specs.len() > MAX_SLOTS {
+            return Err(format!("{} events: at most {MAX_SLOTS}", specs.len()));
+        }
+        Ok(())
+    }
+}
+
+/// Kinds this probe attaches, for refusals.
+const WORKING_KINDS: &str =
+    "tracepoints (sys:event, tp:), raw_tp:, tp_btf:, uprobe: and uretprobe:";
+
+/// Refuses a kernel-function event before anything loads: fentry and
+/// kprobes are what it would need, and why each is missing here.
+fn refuse_kernel_function(spec: &EventSpec) -> Error {
+    let name = match &spec.target {
+        Target::Name(n) => n.as_str(),
+        _ => "",
+    };
+    let fentry = kernmlops_sys_features::fentry_attachable(name);
+    let kprobe = kernmlops_sys_features::kprobe_attachable(name);
+    let why = match (&fentry, &kprobe) {
+        (Err(f), Err(k)) => format!("fentry/fexit is refused ({f}) and kprobes too ({k})"),
+        _ => "kernel functions are not attached by this version of the trace plugin yet".to_owned(),
+    };
+    Error::unsupported(format!(
+        "trace event {:?}: {why}; what works here: {WORKING_KINDS}",
+        spec.text
+    ))
+}
+
+use kernmlops_plugin_sdk::sys::features as kernmlops_sys_features;
+
+/// Plans every event of the settings.
+pub fn plan_all(config: &Config) -> Result<(Vec<EventPlan>, Vec<String>)> {
+    let specs =
+        parse_all(&config.events, &config.event).map_err(|e| Error::config(e.to_string()))?;
+    let needs_btf = specs.iter().any(|s| {
+        matches!(
+            s.kind,
+            Kind::TpBtf | Kind::Fentry | Kind::Fexit | Kind::Func
+        )
+    });
+    let btf = if needs_btf {
+        Some(Btf::vmlinux().map_err(|e| Error::unsupported(format!("trace: reading BTF: {e}")))?)
+    } else {
+        None
+    };
+    let tracefs = kernmlops_plugin_sdk::sys::tracefs::tracefs_root();
+    let format = |system: &str, event: &str| {
+        let root = tracefs.clone().ok_or_else(|| {
+            "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)".to_owned()
+        })?;
+        if !root.join("events").join(system).join(event).is_dir() {
+            let names = std::fs::read_dir(root.join("events").join(system))
+                .map(|d| {
+                    d.flatten()
+                        .filter_map(|e| e.file_name().into_string().ok())
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            return Err(if names.is_empty() {
+                let systems = std::fs::read_dir(root.join("events"))
+                    .map(|d| {
+                        d.flatten()
+                            .filter_map(|e| e.file_name().into_string().ok())
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default();
+                format!(
+                    "no tracepoint system {system}; nearest: {}",
+                    plan::nearest(system, systems.iter().map(String::as_str), 8)
+                )
+            } else {
+                format!(
+                    "no tracepoint {system}:{event}; nearest in {system}: {}",
+                    plan::nearest(event, names.iter().map(String::as_str), 8)
+                )
+            });
+        }
+        format::read(&root, system, event).map_err(|e| e.to_string())
+    };
+    let src = Sources {
+        btf: btf.as_ref(),
+        format: &format,
+    };
+    let opts = Options {
+        string_bytes: config.string_bytes,
+    };
+    let mut plans = Vec::new();
+    let mut notes = Vec::new();
+    for spec in &specs {
+        if spec.kind.is_kernel_function() {
+            return Err(refuse_kernel_function(spec));
+        }
+        let p = plan_event(spec, &src, opts).map_err(|e| Error::config(e.to_string()))?;
+        notes.extend(p.skipped.iter().cloned());
+        plans.push(p);
+    }
+    Ok((plans, notes))
+}
+
+/// libbpf's messages during a load, for a verifier's refusal.
+static LIBBPF_LOG: Mutex<String> = Mutex::new(String::new());
+
+fn capture_libbpf_log(_level: libbpf_rs::PrintLevel, msg: String) {
+    if let Ok(mut log) = LIBBPF_LOG.lock() {
+        if log.len() < 1 << 20 {
+            log.push_str(&msg);
+        }
+    }
+}
+
+fn bpf_error(what: &str, e: &libbpf_rs::Error) -> Error {
+    let log = LIBBPF_LOG.lock().map(|l| l.clone()).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = lines[lines.len().saturating_sub(8)..].join(" | ");
+    if tail.is_empty() {
+        Error::new(format!("trace: {what}: {e:#}"))
+    } else {
+        Error::new(format!("trace: {what}: {e:#}; libbpf: {tail}"))
+    }
+}
+
+/// Records taken by the ring callback, per table, until a drain hands them
+/// to the host.
+#[derive(Default)]
+struct Pending {
+    data: Vec<Vec<u8>>,
+    records: Vec<u64>,
+    sizes: Vec<usize>,
+    malformed: Vec<u64>,
+}
+
+/// The running probe. Field order is drop order: ring and links before the
+/// skeleton, the skeleton before its storage.
+pub struct Trace {
+    ring: Option<RingBuffer<'static>>,
+    links: Vec<Link>,
+    lost: Option<MapHandle>,
+    skel: Option<skel::Loaded>,
+    storage: *mut MaybeUninit<OpenObject>,
+    pending: Arc<Mutex<Pending>>,
+    tables: Vec<TableDecl>,
+    notes: Vec<String>,
+}
+
+// SAFETY: Trace owns everything it points to (libbpf objects, the storage
+// it allocated); none of it is tied to the creating thread, and `&mut self`
+// keeps use to one thread at a time.
+unsafe impl Send for Trace {}
+
+impl Drop for Trace {
+    fn drop(&mut self) {
+        self.ring = None;
+        self.links.clear();
+        self.lost = None;
+        self.skel = None;
+        if !self.storage.is_null() {
+            // SAFETY: allocated by Box in `start`; the skeleton borrowing it
+            // is dropped above.
+            drop(unsafe { Box::from_raw(self.storage) });
+            self.storage = std::ptr::null_mut();
+        }
+    }
+}
+
+/// The ring's size: `--ring-size`, or (auto) an eighth of a second of a
+/// busy event's records, 256 KiB to 16 MiB.
+fn ring_bytes(args: &StartArgs, tables: &[TableDecl]) -> u32 {
+    if args.ring_bytes != 0 {
+        return u32::try_from(args.ring_bytes.clamp(4096, 1 << 30).next_power_of_two())
+            .unwrap_or(1 << 30);
+    }
+    let per_event: u64 = tables.iter().map(|t| u64::from(t.record_size) + 8).sum();
+    (per_event * 100_000 / 8)
+        .clamp(256 << 10, 16 << 20)
+        .next_power_of_two()
+        .try_into()
+        .unwrap_or(16 << 20)
+}
+
+impl Trace {
+    fn load(&mut self, args: &StartArgs, laid: &[Laid], plans: &[EventPlan]) -> Result<()> {
+        if let Ok(mut log) = LIBBPF_LOG.lock() {
+            log.clear();
+        }
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Info, capture_libbpf_log)));
+        // SAFETY: `storage` was allocated in `start` and is freed only in
+        // Drop, after the skeleton.
+        let storage = unsafe { &mut *self.storage };
+        let mut open = skel::Builder::default()
+            .open(storage)
+            .map_err(|e| bpf_error("opening the BPF object", &e))?;
+        let ring = ring_bytes(args, &self.tables);
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.kml_filter_tgid = args.filter_tgid;
+            ro.kml_filter_pid = args.filter_pid;
+            ro.kml_filter_cgroup_id = args.filter_cgroup_id;
+            ro.kml_filter_cgroup_descendants = u32::from(args.filter_cgroup_descendants);
+            ro.kml_self_tgid = if args.include_self { 0 } else { args.self_tgid };
+            ro.kml_wakeup_bytes[0] = u64::from(ring / 4);
+        }
+        open.maps
+            .trace_ring
+            .set_max_entries(ring)
+            .map_err(|e| bpf_error("sizing the ring", &e))?;
+        // The join maps are preallocated (LRU): 4096 waiting entries of a
+        // record each only where an event joins entry and exit.
+        let waiting = if laid.iter().any(|l| l.joined) {
+            4096
+        } else {
+            1
+        };
+        open.maps
+            .trace_inflight
+            .set_max_entries(waiting)
+            .map_err(|e| bpf_error("sizing trace_inflight", &e))?;
+        open.maps
+            .trace_depth
+            .set_max_entries(waiting)
+            .map_err(|e| bpf_error("sizing trace_depth", &e))?;
+        let loaded = open
+            .load()
+            .map_err(|e| bpf_error("loading the generic programs", &e))?;
+        for (i, l) in laid.iter().enumerate() {
+            let key = u32::try_from(i).unwrap_or(0).to_ne_bytes();
+            loaded
+                .maps
+                .trace_slots
+                .update(&key, &l.slot, MapFlags::ANY)
+                .map_err(|e| bpf_error("writing the fetch plans", &e))?;
+        }
+        let lost = MapHandle::try_from(&loaded.maps.trace_lost)
+            .map_err(|e| bpf_error("opening trace_lost", &e))?;
+        self.skel = Some(loaded);
+        self.lost = Some(lost);
+        self.attach(laid, plans)?;
+        self.build_ring()
+    }
+
+    fn attach(&mut self, laid: &[Laid], plans: &[EventPlan]) -> Result<()> {
+        let Some(skel) = self.skel.as_ref() else {
+            return Err(Error::new("trace: skeleton already dropped"));
+        };
+        for (i, (plan, l)) in plans.iter().zip(laid).enumerate() {
+            let cookie = i as u64;
+            let spec = &plan.spec;
+            let fail = |e: libbpf_rs::Error| bpf_error(&format!("attaching {:?}", spec.text), &e);
+            match (&spec.kind, &spec.target) {
+                (Kind::Tracepoint, Target::Tracepoint { system, event }) => {
+                    let link = skel
+                        .progs
+                        .trace_tp
+                        .attach_tracepoint_with_opts(
+                            TracepointCategory::Custom(system.clone()),
+                            event,
+                            TracepointOpts {
+                                cookie,
+                                ..TracepointOpts::default()
+                            },
+                        )
+                        .map_err(fail)?;
+                    self.links.push(link);
+                }
+                (Kind::TpBtf | Kind::RawTp, Target::Name(name)) => {
+                    let link = skel
+                        .progs
+                        .trace_raw_tp
+                        .attach_raw_tracepoint_with_opts(
+                            name,
+                            libbpf_rs::RawTracepointOpts {
+                                cookie,
+                                ..Default::default()
+                            },
+                        )
+                        .map_err(fail)?;
+                    self.links.push(link);
+                }
+                (
+                    Kind::Uprobe | Kind::Uretprobe,
+                    Target::User {
+                        path,
+                        symbol,
+                        offset,
+                    },
+                ) => {
+                    let entry = spec.kind == Kind::Uprobe;
+                    let exit = spec.kind == Kind::Uretprobe || l.joined;
+                    for (ret, on) in [(false, entry), (true, exit)] {
+                        if !on {
+                            continue;
+                        }
+                        let prog = if ret {
+                            &skel.progs.trace_uretprobe
+                        } else {
+                            &skel.progs.trace_uprobe
+                        };
+                        let link = prog
+                            .attach_uprobe_with_opts(
+                                -1,
+                                PathBuf::from(path),
+                                usize::try_from(*offset).unwrap_or(0),
+                                UprobeOpts {
+                                    cookie,
+                                    retprobe: ret,
+                                    func_name: Some(symbol.clone()),
+                                    ..UprobeOpts::default()
+                                },
+                            )
+                            .map_err(fail)?;
+                        self.links.push(link);
+                    }
+                }
+                _ => return Err(refuse_kernel_function(spec)),
+            }
+        }
+        Ok(())
+    }
+
+    fn build_ring(&mut self) -> Result<()> {
+        let Some(skel) = self.skel.as_ref() else {
+            return Err(Error::new("trace: skeleton already dropped"));
+        };
+        let pending = self.pending.clone();
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(&skel.maps.trace_ring, move |data: &[u8]| {
+                let Ok(mut p) = pending.lock() else {
+                    return 0;
+                };
+                let slot = data
+                    .get(SLOT_OFFSET..SLOT_OFFSET + 2)
+                    .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])));
+                match slot {
+                    Some(s) if s < p.sizes.len() && data.len() == p.sizes[s] => {
+                        p.data[s].extend_from_slice(data);
+                        p.records[s] += 1;
+                    }
+                    Some(s) if s < p.sizes.len() => p.malformed[s] += 1,
+                    _ => {
+                        if let Some(m) = p.malformed.first_mut() {
+                            *m += 1;
+                        }
+                    }
+                }
+                0
+            })
+            .map_err(|e| bpf_error("opening the ring", &e))?;
+        let ring = builder
+            .build()
+            .map_err(|e| bpf_error("building the ring", &e))?;
+        // SAFETY: the ring borrows the skeleton's map, which lives in
+        // `self.skel` until Drop, where the ring is dropped first.
+        self.ring =
+            Some(unsafe { std::mem::transmute::<RingBuffer<'_>, RingBuffer<'static>>(ring) });
+        Ok(())
+    }
+
+    fn lost_total(&self, slot: u32) -> u64 {
+        let Some(lost) = self.lost.as_ref() else {
+            return 0;
+        };
+        match lost.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY) {
+            Ok(Some(per_cpu)) => per_cpu
+                .iter()
+                .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+                .map(u64::from_ne_bytes)
+                .sum(),
+            _ => 0,
+        }
+    }
+}
+
+impl ProbeImpl for Trace {
+    const NAME: &'static str = "trace";
+    type Settings = Config;
+
+    fn decl() -> ProbeDecl {
+        ProbeDecl {
+            name: Self::NAME.into(),
+            description: "Any tracepoint or user function named in configuration, one typed table per event (tables: one per configured event)".into(),
+            tables: Vec::new().into(),
+        }
+    }
+
+    fn start(args: &StartArgs, config: Config) -> Result<Self> {
+        let (plans, notes) = plan_all(&config)?;
+        let laid: Vec<Laid> = plans
+            .iter()
+            .map(|p| {
+                lay_out(p, config.comm)
+                    .map_err(|e| Error::config(format!("trace event {:?}: {e}", p.spec.text)))
+            })
+            .collect::<Result<_>>()?;
+        let tables: Vec<TableDecl> = laid.iter().map(|l| l.table.clone()).collect();
+        let pending = Pending {
+            data: tables.iter().map(|_| Vec::new()).collect(),
+            records: vec![0; tables.len()],
+            sizes: tables.iter().map(|t| t.record_size as usize).collect(),
+            malformed: vec![0; tables.len()],
+        };
+        let mut probe = Trace {
+            ring: None,
+            links: Vec::new(),
+            lost: None,
+            skel: None,
+            storage: Box::into_raw(Box::new(MaybeUninit::uninit())),
+            pending: Arc::new(Mutex::new(pending)),
+            tables,
+            notes,
+        };
+        if !plans.is_empty() {
+            probe.load(args, &laid, &plans)?;
+        }
+        Ok(probe)
+    }
+
+    fn drain(&mut self, timeout: Duration, batches: &mut [Batch]) -> Result<()> {
+        if batches.len() != self.tables.len() {
+            return Err(Error::new(format!(
+                "trace: host passed {} batches for {} tables",
+                batches.len(),
+                self.tables.len()
+            )));
+        }
+        if let Some(ring) = self.ring.as_ref() {
+            // A stop interrupts the wait with a signal (EINTR): not an error.
+            let polled = ring.poll_raw(timeout);
+            let consumed = ring.consume_raw();
+            for (ret, what) in [(polled, "polling"), (consumed, "reading")] {
+                if ret < 0 && ret != -libc::EINTR {
+                    return Err(Error::new(format!(
+                        "trace: {what} the ring: {}",
+                        std::io::Error::from_raw_os_error(-ret)
+                    )));
+                }
+            }
+        } else if !timeout.is_zero() {
+            kernmlops_plugin_sdk::schedule::nap(timeout);
+        }
+        let Ok(mut p) = self.pending.lock() else {
+            return Err(Error::new("trace: the ring's records are poisoned"));
+        };
+        for (i, batch) in batches.iter_mut().enumerate() {
+            batch.data.extend_from_slice(&p.data[i]);
+            batch.records += p.records[i];
+            batch.malformed_total = p.malformed[i];
+            p.data[i].clear();
+            p.records[i] = 0;
+        }
+        drop(p);
+        for (i, batch) in batches.iter_mut().enumerate() {
+            batch.lost_total = self.lost_total(i as u32);
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) -> Result<()> {
+        self.links.clear();
+        Ok(())
+    }
+
+    fn tables(&self) -> Vec<TableDecl> {
+        self.tables.clone()
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.notes.clone()
+    }
+
+    fn bpf_stats(&self) -> Vec<kernmlops_plugin_sdk::api::BpfProgramStats> {
+        let Some(skel) = self.skel.as_ref() else {
+            return Vec::new();
+        };
+        skel.object()
+            .progs()
+            .filter_map(|p| {
+                let info = program_info(p.as_fd())?;
+                Some(kernmlops_plugin_sdk::api::BpfProgramStats {
+                    name: p.name().to_string_lossy().into_owned().into(),
+                    id: info.id,
+                    run_cnt: info.run_cnt,
+                    run_time_ns: info.run_time_ns,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The kernel's `bpf_prog_info` of a loaded program (its run-time
+/// statistics for `collector_overhead`).
+fn program_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<libbpf_rs::libbpf_sys::bpf_prog_info> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: bpf_prog_info is plain old data; zero is a valid value.
+    let mut info: libbpf_rs::libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = u32::try_from(std::mem::size_of_val(&info)).ok()?;
+    // SAFETY: `info` is writable for `len` bytes and `fd` is a program fd;
+    // the kernel fills at most `len` bytes.
+    let rc = unsafe {
+        libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len)
+    };
+    (rc == 0).then_some(info)
+}
+
+export_plugin! {
+    description: "Trace anything by name: one typed table per tracepoint or user function named in [probes.trace] events",
+    probes: [Trace],
+}
