@@ -16,14 +16,14 @@ use kernmlops_e2e::*;
 
 const NOBODY: &str = "--reuid=65534";
 
-/// Runs `sh -c script` as user nobody.
+/// Runs `python3 -c script` as user nobody.
 fn as_nobody(script: &str) -> Output {
     Command::new("setpriv")
         .args([
             NOBODY,
             "--regid=65534",
             "--clear-groups",
-            "sh",
+            "/usr/bin/python3",
             "-c",
             script,
         ])
@@ -169,6 +169,7 @@ fn root_benchmarks_never_follow_names_planted_at_their_old_temporary_paths() {
     let test = "root_benchmarks_never_follow_names_planted_at_their_old_temporary_paths";
     if !require_root(test)
         || !require_tool(test, "setpriv")
+        || !require_tool(test, "python3")
         || !require_tool(test, "fio")
         || !require_tool(test, "redis-server")
         || !require_tool(test, "redis-benchmark")
@@ -182,19 +183,26 @@ fn root_benchmarks_never_follow_names_planted_at_their_old_temporary_paths() {
     // As nobody: the old paths for the next 300 pids, each file a benchmark
     // wrote there a symlink to the root-only file.
     let first = last_pid() + 1;
+    // One python process plants everything (no fork per file, so the pids
+    // planted for stay ahead of the pids used up planting).
     let plant = format!(
-        r#"set -e
-for p in $(seq {first} $(({first} + 300))); do
-  for n in 0 1; do
-    d=/tmp/kernmlops-redis-$p-$n; mkdir -p $d; ln -sf {t} $d/redis-server.log
-    d=/var/tmp/kernmlops-fio-$p-$n; mkdir -p $d; ln -sf {t} $d/kernmlops.0.0
-    for b in fio redis; do
-      d=/tmp/kernmlops-$b-output-$p-$n; mkdir -p $d
-      ln -sf {t} $d/benchmark.stdout; ln -sf {t} $d/benchmark.stderr
-      ln -sf {t} $d/benchmark.fio.json
-    done
-  done
-done"#,
+        r#"
+import os
+t = "{t}"
+def plant(d, names):
+    os.makedirs(d, exist_ok=True)
+    for n in names:
+        p = os.path.join(d, n)
+        if not os.path.lexists(p):
+            os.symlink(t, p)
+for p in range({first}, {first} + 300):
+    for n in (0, 1):
+        plant(f"/tmp/kernmlops-redis-{{p}}-{{n}}", ["redis-server.log"])
+        plant(f"/var/tmp/kernmlops-fio-{{p}}-{{n}}", ["kernmlops.0.0"])
+        for b in ("fio", "redis"):
+            plant(f"/tmp/kernmlops-{{b}}-output-{{p}}-{{n}}",
+                  ["benchmark.stdout", "benchmark.stderr", "benchmark.fio.json"])
+"#,
         t = target.display()
     );
     let planted = as_nobody(&plant);
