@@ -771,6 +771,8 @@ mod tests {
     /// A complete file of `batches` batches of 100 rows, and its bytes.
     fn complete_file(dir: &Path, batches: u64) -> (PathBuf, Vec<u8>) {
         let path = dir.join("ticks.arrow");
+        // A table file is created exclusively: a file of an earlier call goes first.
+        let _ = std::fs::remove_file(&path);
         let mut sink = IpcSink::create(&path, decoder(), never()).expect("create");
         for chunk in 0..batches {
             sink.push(&records(chunk * 100..(chunk + 1) * 100), 100)
@@ -789,6 +791,26 @@ mod tests {
         let footer_len =
             i32::from_le_bytes(bytes[n - 10..n - 6].try_into().expect("4 bytes")) as usize;
         n - 10 - footer_len - 8
+    }
+
+    #[test]
+    fn a_planted_table_file_is_refused_not_followed() {
+        let dir = tempdir("planted");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").expect("victim");
+        let path = dir.join("ticks.arrow");
+        std::os::unix::fs::symlink(&victim, &path).expect("symlink");
+        let e = IpcSink::create(&path, decoder(), FlushPolicy::default())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("exists already"), "{e}");
+        let batch = RecordBatch::new_empty(decoder().schema());
+        assert!(write_table(&path, &batch).is_err());
+        let e = repair(&path).expect_err("a symlink").to_string();
+        assert!(e.contains("symlink"), "{e}");
+        assert_eq!(std::fs::read(&victim).expect("read"), b"precious");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
