@@ -362,13 +362,13 @@ fn copy_to_parquet(
         message: "no parent folder".into(),
     })?;
     std::fs::create_dir_all(parent).map_err(ExportError::io(parent))?;
-    let tmp = dst.with_extension("parquet.tmp");
-    let out = File::create(&tmp).map_err(ExportError::io(&tmp))?;
+    // A fresh hidden temporary name beside `dst`, never a planted one.
+    let mut out = crate::files::atomic(dst).map_err(ExportError::io(dst))?;
     let props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .build();
-    let mut writer = ArrowWriter::try_new(out, schema.clone(), Some(props))
-        .map_err(ExportError::format(&tmp))?;
+    let mut writer = ArrowWriter::try_new(&mut out, schema.clone(), Some(props))
+        .map_err(ExportError::format(dst))?;
     let mut rows = 0u64;
     for batch in reader {
         let batch = batch.map_err(ExportError::format(src))?;
@@ -377,10 +377,11 @@ fn copy_to_parquet(
             None => batch,
         };
         rows += batch.num_rows() as u64;
-        writer.write(&batch).map_err(ExportError::format(&tmp))?;
+        writer.write(&batch).map_err(ExportError::format(dst))?;
     }
-    writer.close().map_err(ExportError::format(&tmp))?;
-    std::fs::rename(&tmp, dst).map_err(ExportError::io(dst))?;
+    writer.close().map_err(ExportError::format(dst))?;
+    out.commit()
+        .map_err(|e| ExportError::io(dst)(crate::files::without_path(e, dst)))?;
     Ok(rows)
 }
 
@@ -533,7 +534,15 @@ pub(crate) mod tests {
         // Idempotent: exporting again overwrites the same file.
         export_collection(&dir, &to).expect("again");
         assert!(path.is_file());
-        assert!(!to.join("curated/ticks/abc123.redis.parquet.tmp").exists());
+        // No temporary file is left beside it.
+        let names: Vec<_> = std::fs::read_dir(to.join("curated/ticks"))
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(
+            names,
+            vec![std::ffi::OsString::from("abc123.redis.parquet")]
+        );
     }
 
     #[test]

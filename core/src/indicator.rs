@@ -270,12 +270,11 @@ impl RunFigures {
         line
     }
 
-    /// Writes `indicator.json` in `dir` atomically.
+    /// Writes `indicator.json` in `dir` atomically (a fresh hidden
+    /// temporary name, never a planted one).
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
-        let tmp = dir.join(format!("{FILE}.tmp"));
         let text = serde_json::to_string_pretty(&self.to_json()).map_err(std::io::Error::other)?;
-        std::fs::write(&tmp, text + "\n")?;
-        std::fs::rename(&tmp, dir.join(FILE))
+        crate::files::write_atomic(&dir.join(FILE), (text + "\n").as_bytes())
     }
 
     /// The one-row `performance_indicator` table.

@@ -34,6 +34,7 @@ pub mod dump;
 pub mod experiment;
 pub mod export;
 pub mod features;
+pub mod files;
 pub mod graph;
 pub mod indicator;
 pub mod manifest;

@@ -241,23 +241,12 @@ impl SlurmEntry {
 impl Manifest {
     /// Writes atomically: a reader sees the old or the new manifest. When
     /// the new one cannot be written (a full disk) the old one stays and no
-    /// temporary file is left.
+    /// temporary file is left. The temporary file has a fresh hidden name
+    /// (`files::write_atomic`), so a name planted in the folder is never
+    /// written through.
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
-        let tmp = dir.join("manifest.json.tmp");
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        let written = std::fs::File::create(&tmp).and_then(|mut f| {
-            use std::io::Write;
-            f.write_all(text.as_bytes())?;
-            f.write_all(b"\n")?;
-            f.sync_all()
-        });
-        match written.and_then(|()| std::fs::rename(&tmp, dir.join("manifest.json"))) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                Err(e)
-            }
-        }
+        crate::files::write_atomic(&dir.join("manifest.json"), (text + "\n").as_bytes())
     }
 
     pub fn read(dir: &Path) -> std::io::Result<Self> {

@@ -11,7 +11,7 @@
 //! last complete batch and closes it readable when the footer fits.
 
 use std::{
-    fs::{File, OpenOptions},
+    fs::File,
     io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write},
     os::{fd::AsRawFd, unix::fs::FileExt},
     path::{Path, PathBuf},
@@ -28,7 +28,7 @@ use arrow_ipc::{
 };
 use arrow_schema::{ArrowError, Schema};
 
-use crate::decode::TableDecoder;
+use crate::{decode::TableDecoder, files};
 
 /// Errors of a sink or a repair, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -172,13 +172,15 @@ pub struct IpcSink {
 
 impl IpcSink {
     /// Creates `path` and writes the schema, so even a table with no rows
-    /// is a readable file. On failure no file is left behind.
+    /// is a readable file. On failure no file is left behind. The file must
+    /// not exist: it is created exclusively, never through a symlink
+    /// (`files::create_new`), as the collection folder is new.
     pub fn create(
         path: &Path,
         decoder: TableDecoder,
         policy: FlushPolicy,
     ) -> Result<Self, SinkError> {
-        let file = File::create(path).map_err(SinkError::io(path))?;
+        let file = files::create_new(path).map_err(SinkError::io(path))?;
         let tracked = Tracked {
             file,
             written: 0,
@@ -384,20 +386,17 @@ fn one_line(e: &SinkError) -> String {
 /// Cuts the file at `len` (the end of its last complete batch) and appends
 /// the footer.
 fn cut_and_seal(path: &Path, len: u64) -> Result<(), SinkError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(SinkError::io(path))?;
+    let file = files::open_in_place(path).map_err(SinkError::io(path))?;
     file.set_len(len).map_err(SinkError::io(path))?;
     repair_file(path, &file).map(|_| ())
 }
 
 /// Writes a whole table in one go (`system_info` and other host tables).
-/// On failure the partial file is removed.
+/// On failure the partial file is removed. The file must not exist (see
+/// [`IpcSink::create`]).
 pub fn write_table(path: &Path, batch: &RecordBatch) -> Result<(), SinkError> {
+    let file = files::create_new(path).map_err(SinkError::io(path))?;
     let written = (|| {
-        let file = File::create(path).map_err(SinkError::io(path))?;
         let mut w = FileWriter::try_new(BufWriter::new(file), &batch.schema())
             .map_err(SinkError::arrow(path))?;
         w.write(batch).map_err(SinkError::arrow(path))?;
@@ -437,13 +436,10 @@ impl RepairOutcome {
 /// appended. No temporary file is made, so it needs no more free space
 /// than the footer (it checks first, and says how much it needs), and on
 /// any error the file is left as it was or cut back to its last complete
-/// batch, which a later repair can still close.
+/// batch, which a later repair can still close. A symlink is refused, not
+/// followed.
 pub fn repair(path: &Path) -> Result<RepairOutcome, SinkError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(SinkError::io(path))?;
+    let file = files::open_in_place(path).map_err(SinkError::io(path))?;
     repair_file(path, &file)
 }
 
@@ -775,6 +771,8 @@ mod tests {
     /// A complete file of `batches` batches of 100 rows, and its bytes.
     fn complete_file(dir: &Path, batches: u64) -> (PathBuf, Vec<u8>) {
         let path = dir.join("ticks.arrow");
+        // A table file is created exclusively: a file of an earlier call goes first.
+        let _ = std::fs::remove_file(&path);
         let mut sink = IpcSink::create(&path, decoder(), never()).expect("create");
         for chunk in 0..batches {
             sink.push(&records(chunk * 100..(chunk + 1) * 100), 100)
@@ -793,6 +791,26 @@ mod tests {
         let footer_len =
             i32::from_le_bytes(bytes[n - 10..n - 6].try_into().expect("4 bytes")) as usize;
         n - 10 - footer_len - 8
+    }
+
+    #[test]
+    fn a_planted_table_file_is_refused_not_followed() {
+        let dir = tempdir("planted");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").expect("victim");
+        let path = dir.join("ticks.arrow");
+        std::os::unix::fs::symlink(&victim, &path).expect("symlink");
+        let e = IpcSink::create(&path, decoder(), FlushPolicy::default())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("exists already"), "{e}");
+        let batch = RecordBatch::new_empty(decoder().schema());
+        assert!(write_table(&path, &batch).is_err());
+        let e = repair(&path).expect_err("a symlink").to_string();
+        assert!(e.contains("symlink"), "{e}");
+        assert_eq!(std::fs::read(&victim).expect("read"), b"precious");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -16,11 +16,37 @@ use std::{
     os::unix::process::{CommandExt, ExitStatusExt},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
+use kernmlops_sys::private::{self, TempDir};
+
 use crate::{Error, Result};
+
+/// Mode of the files a benchmark creates for its tools' output.
+const FILE_MODE: u32 = 0o644;
+
+/// Creates `path`, which must not exist, exclusively and never through a
+/// symlink (`O_CREAT | O_EXCL | O_NOFOLLOW` relative to its folder's
+/// descriptor). `what` says what the file is for, in errors.
+pub fn create_new_file(path: &Path, what: &str) -> Result<File> {
+    let fail = |why: String| Error::new(format!("creating {} for {what}: {why}", path.display()));
+    let name = path
+        .file_name()
+        .ok_or_else(|| fail("not a file path".into()))?;
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dir = private::open_dir(folder).map_err(|e| fail(private::strip_os_error(&e)))?;
+    private::create_new_at(&dir, name, FILE_MODE).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            fail("it exists already (a new output folder holds nothing, so something else put it there); refusing to write through it".into())
+        } else {
+            fail(private::strip_os_error(&e))
+        }
+    })
+}
 
 /// Where a workload's standard output and error go: a file each, or (for
 /// `None`) the host's own.
@@ -48,14 +74,10 @@ impl Capture {
     }
 }
 
-/// Creates (truncates) a capture file, naming the stream in errors.
+/// Creates a capture file, which must not exist yet (exclusively, never
+/// through a symlink), naming the stream in errors.
 fn capture_file(path: &Path, stream: &str, what: &str) -> Result<File> {
-    File::create(path).map_err(|e| {
-        Error::new(format!(
-            "creating {} for the {stream} of {what}: {e}",
-            path.display()
-        ))
-    })
+    create_new_file(path, &format!("the {stream} of {what}"))
 }
 
 /// A running command and its process group.
@@ -78,7 +100,8 @@ impl Workload {
     }
 
     /// As [`Workload::spawn`], with standard output and error written to
-    /// the files `capture` names (created or truncated). The files stay
+    /// the files `capture` names (created; they must not exist yet, and a
+    /// symlink in their place is refused, never followed). The files stay
     /// after the workload ends: read them with [`Workload::read_stdout`]
     /// and [`Workload::read_stderr`].
     pub fn spawn_captured(mut cmd: Command, what: &str, capture: &Capture) -> Result<Self> {
@@ -250,34 +273,42 @@ impl Drop for Workload {
 #[derive(Debug)]
 pub struct OutputDir {
     path: PathBuf,
-    temporary: bool,
+    /// The temporary fallback, removed when dropped.
+    temporary: Option<TempDir>,
 }
 
 impl OutputDir {
     /// The run's collection folder, `output_dir` (`StartArgs::output_dir`),
     /// created if it does not exist yet. When it is empty (outside a run,
     /// in tests, or from a host that does not pass the collection folder
-    /// yet) a fresh temporary folder named after `benchmark`, removed when
-    /// this value is dropped.
+    /// yet) a fresh private temporary folder
+    /// (`<TMPDIR>/kernmlops-<benchmark>-output.<random>`, mode 0700),
+    /// removed when this value is dropped.
     pub fn new(output_dir: &str, benchmark: &str) -> Result<Self> {
-        static SEQ: AtomicU32 = AtomicU32::new(0);
-        let (path, temporary) = if output_dir.is_empty() {
-            let name = format!(
-                "kernmlops-{benchmark}-output-{}-{}",
-                std::process::id(),
-                SEQ.fetch_add(1, Ordering::Relaxed)
-            );
-            (std::env::temp_dir().join(name), true)
-        } else {
-            (PathBuf::from(output_dir), false)
-        };
+        if output_dir.is_empty() {
+            let prefix = format!("kernmlops-{benchmark}-output");
+            let temp = TempDir::new(&prefix).map_err(|e| {
+                Error::new(format!(
+                    "creating a temporary output folder of {benchmark}: {}",
+                    private::strip_os_error(&e)
+                ))
+            })?;
+            return Ok(Self {
+                path: temp.path().to_owned(),
+                temporary: Some(temp),
+            });
+        }
+        let path = PathBuf::from(output_dir);
         std::fs::create_dir_all(&path).map_err(|e| {
             Error::new(format!(
                 "creating the output folder {} of {benchmark}: {e}",
                 path.display()
             ))
         })?;
-        Ok(Self { path, temporary })
+        Ok(Self {
+            path,
+            temporary: None,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -291,15 +322,16 @@ impl OutputDir {
 
     /// True for the temporary fallback, which is removed on drop.
     pub fn is_temporary(&self) -> bool {
-        self.temporary
+        self.temporary.is_some()
     }
-}
 
-impl Drop for OutputDir {
-    fn drop(&mut self) {
-        if self.temporary {
-            let _ = std::fs::remove_dir_all(&self.path);
-        }
+    /// Creates the empty file `<folder>/<file>` exclusively (never through
+    /// a symlink) for a tool to write its report into, and returns its
+    /// path: the tool then opens a regular file this benchmark made.
+    pub fn new_report(&self, file: &str, tool: &str) -> Result<PathBuf> {
+        let path = self.join(file);
+        create_new_file(&path, &format!("the report of {tool}"))?;
+        Ok(path)
     }
 }
 
@@ -406,11 +438,21 @@ impl UndoLog {
         set_thp_mode(mode)
     }
 
-    /// Creates the folder `dir` (and its parents), recording it first.
-    pub fn create_dir(&self, dir: &Path) -> Result<()> {
-        self.remove_later(dir)?;
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::new(format!("creating {}: {e}", dir.display())))
+    /// Creates a fresh private folder `<base>/<prefix>.<random>` (mode
+    /// 0700, `mkdirat`, never reusing or following anything planted in
+    /// `base`) and records it for removal before anything is put in it. A
+    /// crash between the two leaves one empty private folder; it is never
+    /// a predictable path. Removed when the returned value is dropped.
+    pub fn create_private_dir(&self, base: &Path, prefix: &str) -> Result<TempDir> {
+        let dir = TempDir::new_in(base, prefix).map_err(|e| {
+            Error::new(format!(
+                "creating a private folder in {}: {}",
+                base.display(),
+                private::strip_os_error(&e)
+            ))
+        })?;
+        self.remove_later(dir.path())?;
+        Ok(dir)
     }
 
     /// Appends one record as one line in one write, and syncs it: the
@@ -449,9 +491,9 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         let log = UndoLog::new(dir.to_str().expect("utf8"));
         assert!(log.is_active() && !UndoLog::new("").is_active());
-        let made = dir.join("scratch").join("deep");
-        log.create_dir(&made).expect("create");
-        assert!(made.is_dir());
+        let made = log.create_private_dir(&dir, "scratch").expect("create");
+        assert!(made.path().is_dir() && made.path().starts_with(&dir));
+        let made = made.keep();
         log.restore_later(Path::new("/sys/x"), "a \"b\"\n")
             .expect("restore");
         let text = std::fs::read_to_string(dir.join(UNDO_LOG)).expect("log");
@@ -464,9 +506,12 @@ mod tests {
         assert_eq!(lines[1]["restore"], "/sys/x");
         assert_eq!(lines[1]["value"], "a \"b\"\n");
         // Without a state folder nothing is recorded and changes proceed.
-        UndoLog::new("")
-            .create_dir(&dir.join("other"))
+        let other = UndoLog::new("")
+            .create_private_dir(&dir, "other")
             .expect("create");
+        let other_path = other.path().to_owned();
+        drop(other);
+        assert!(!other_path.exists(), "a private folder is removed on drop");
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
@@ -553,7 +598,32 @@ mod tests {
             .expect("fails");
         assert!(e.message.contains("/no/such/dir-kml/x.stdout"), "{e}");
 
+        // A name planted where a capture file goes is refused, its target
+        // untouched.
+        let victim = out.join("victim");
+        std::fs::write(&victim, "precious").expect("victim");
+        std::os::unix::fs::symlink(&victim, out.join("p.stdout")).expect("symlink");
+        let e = Workload::spawn_captured(
+            Command::new("true"),
+            "planted",
+            &Capture::both(out.path(), "p"),
+        )
+        .err()
+        .expect("refused");
+        assert!(e.message.contains("exists already"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).expect("read"), "precious");
+
         let path = out.path().to_path_buf();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        assert!(name.starts_with("kernmlops-capture-test-output."), "{name}");
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&path).expect("meta").permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o700, "the temporary folder is private");
         drop(out);
         assert!(!path.exists(), "temporary output folder left behind");
     }

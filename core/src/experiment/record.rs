@@ -84,6 +84,11 @@ impl ExpDir {
     pub fn experiment_lock(&self) -> PathBuf {
         self.locks().join("experiment.lock")
     }
+    /// Held by whoever writes `results.parquet` and `results.arrow`, so
+    /// concurrent writers take turns.
+    pub fn results_lock(&self) -> PathBuf {
+        self.locks().join("results.lock")
+    }
     pub fn results_parquet(&self) -> PathBuf {
         self.root.join("results.parquet")
     }
@@ -225,18 +230,10 @@ impl Record {
 }
 
 /// Writes a file through a temporary one and a rename, so a reader sees
-/// the old or the new content.
+/// the old or the new content (`files::write_atomic`: a fresh hidden
+/// temporary name per writer, never a planted one).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!(
-        "{}.tmp{}",
-        path.extension().and_then(|e| e.to_str()).unwrap_or(""),
-        std::process::id()
-    ));
-    let mut f = File::create(&tmp).map_err(ExperimentError::io(&tmp))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(ExperimentError::io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(ExperimentError::io(path))
+    crate::files::write_atomic(path, bytes).map_err(ExperimentError::io(path))
 }
 
 /// SHA-256 of a file, in hex.
@@ -332,34 +329,73 @@ fn ofd_lock(file: &File, cmd: libc::c_int, kind: libc::c_int) -> std::io::Result
     }
 }
 
+/// Opens (creating) a lock file, never through a symlink: a lock file
+/// planted as a symlink to another file is refused, not truncated.
+fn open_lock_file(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => ExperimentError::io(path)(std::io::Error::new(
+                e.kind(),
+                "is a symlink; refusing to write through it",
+            )),
+            _ => ExperimentError::io(path)(e),
+        })
+}
+
 impl Lock {
     /// Takes the lock without waiting. `Ok(Err(holder))` when another
     /// process holds it, with what that process wrote into the file.
     pub fn try_take(path: &Path) -> Result<std::result::Result<Self, String>> {
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(ExperimentError::io(path))?;
+        let mut file = open_lock_file(path)?;
         if let Err(err) = ofd_lock(&file, libc::F_OFD_SETLK, libc::F_WRLCK) {
             if matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) {
                 return Ok(Err(holder(&mut file)));
             }
             return Err(ExperimentError::io(path)(err));
         }
+        Self::held(file, path).map(Ok)
+    }
+
+    /// Takes the lock, waiting while another process (or another open of
+    /// the file in this one) holds it.
+    pub fn take(path: &Path) -> Result<Self> {
+        let file = open_lock_file(path)?;
+        loop {
+            match ofd_lock(&file, libc::F_OFD_SETLKW, libc::F_WRLCK) {
+                Ok(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(ExperimentError::io(path)(e)),
+            }
+        }
+        Self::held(file, path)
+    }
+
+    /// Writes who holds the lock into its file.
+    fn held(mut file: File, path: &Path) -> Result<Self> {
         let me = format!("pid {} on {}", std::process::id(), hostname());
         file.set_len(0)
             .and_then(|()| file.write_all(me.as_bytes()))
             .map_err(ExperimentError::io(path))?;
-        Ok(Ok(Self { _file: file }))
+        Ok(Self { _file: file })
     }
 
     /// Who holds the lock at `path` now, if anyone, without taking it (a
     /// missing file is not held, and is not created).
     pub fn holder(path: &Path) -> Option<String> {
-        let mut file = File::open(path).ok()?;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .ok()?;
         let fl = ofd_lock(&file, libc::F_OFD_GETLK, libc::F_WRLCK).ok()?;
         (i32::from(fl.l_type) != libc::F_UNLCK).then(|| holder(&mut file))
     }

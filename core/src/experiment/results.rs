@@ -17,7 +17,7 @@
 //! (variable, run, result, parameter, rusage, table, energy); variables also carry
 //! `kernmlops.key` and `kernmlops.levels` (their values in declared order).
 
-use std::{collections::HashMap, fs::File, sync::Arc};
+use std::{collections::HashMap, sync::Arc};
 
 use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
@@ -25,12 +25,13 @@ use serde_json::Value as Json;
 
 use super::{
     plan::label,
-    record::{ExpDir, Record},
+    record::{ExpDir, Lock, Record},
     spec::{column_type, ColumnType},
     state::Observed,
     stats::Summary,
     ExperimentError, Result,
 };
+use crate::files;
 
 /// The 16 `getrusage` fields, in `struct rusage` order.
 pub const RUSAGE: [&str; 16] = [
@@ -455,6 +456,11 @@ impl Results {
     }
 
     /// Writes `results.parquet` and `results.arrow`, each atomically.
+    /// Writers of one folder take turns (the `locks/results.lock` lock),
+    /// and each streams into a temporary file of its own with a fresh
+    /// hidden name, so no writer sees or replaces another's half-written
+    /// file, and a reader finds whole results files from the first write
+    /// on.
     pub fn write(&self, dir: &ExpDir) -> Result<()> {
         let parquet_path = dir.results_parquet();
         let fail = |path: &std::path::Path| {
@@ -464,28 +470,35 @@ impl Results {
         let batch = self
             .to_batch()
             .map_err(|e| fail(&parquet_path)(e.to_string()))?;
+        let locks = dir.locks();
+        if !locks.is_dir() {
+            std::fs::create_dir_all(&locks).map_err(ExperimentError::io(&locks))?;
+        }
+        let _turn = Lock::take(&dir.results_lock())?;
 
-        let tmp = parquet_path.with_extension("parquet.tmp");
-        let file = File::create(&tmp).map_err(ExperimentError::io(&tmp))?;
+        let mut tmp = files::atomic(&parquet_path).map_err(ExperimentError::io(&parquet_path))?;
         let props = parquet::file::properties::WriterProperties::builder()
             .set_compression(parquet::basic::Compression::SNAPPY)
             .build();
-        let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props))
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut tmp, batch.schema(), Some(props))
             .map_err(|e| fail(&parquet_path)(e.to_string()))?;
         w.write(&batch)
             .and_then(|()| w.close().map(drop))
             .map_err(|e| fail(&parquet_path)(e.to_string()))?;
-        std::fs::rename(&tmp, &parquet_path).map_err(ExperimentError::io(&parquet_path))?;
+        tmp.commit().map_err(|e| {
+            ExperimentError::io(&parquet_path)(files::without_path(e, &parquet_path))
+        })?;
 
         let arrow_path = dir.results_arrow();
-        let tmp = arrow_path.with_extension("arrow.tmp");
-        let file = File::create(&tmp).map_err(ExperimentError::io(&tmp))?;
-        let mut w = arrow_ipc::writer::FileWriter::try_new(file, &batch.schema())
+        let mut tmp = files::atomic(&arrow_path).map_err(ExperimentError::io(&arrow_path))?;
+        let mut w = arrow_ipc::writer::FileWriter::try_new(&mut tmp, &batch.schema())
             .map_err(|e| fail(&arrow_path)(e.to_string()))?;
         w.write(&batch)
             .and_then(|()| w.finish())
             .map_err(|e| fail(&arrow_path)(e.to_string()))?;
-        std::fs::rename(&tmp, &arrow_path).map_err(ExperimentError::io(&arrow_path))
+        drop(w);
+        tmp.commit()
+            .map_err(|e| ExperimentError::io(&arrow_path)(files::without_path(e, &arrow_path)))
     }
 
     /// Each row's value of a numeric column (None where null or not a
@@ -818,11 +831,11 @@ mod tests {
 
         // Files: Parquet and Arrow, readable back.
         results.write(&dir).expect("write");
-        let file = File::open(dir.results_arrow()).expect("arrow");
+        let file = std::fs::File::open(dir.results_arrow()).expect("arrow");
         let reader = arrow_ipc::reader::FileReader::try_new(file, None).expect("reader");
         let rows: usize = reader.map(|b| b.expect("batch").num_rows()).sum();
         assert_eq!(rows, 4);
-        let file = File::open(dir.results_parquet()).expect("parquet");
+        let file = std::fs::File::open(dir.results_parquet()).expect("parquet");
         let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
             .expect("parquet reader")
             .build()

@@ -8,7 +8,6 @@ use std::{
     net::{TcpListener, TcpStream},
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
@@ -16,6 +15,7 @@ use kernmlops_plugin_sdk::{
     export_plugin,
     indicator::Indicator,
     serde_json, settings,
+    sys::private::TempDir,
     workload::{self, Capture, OutputDir, UndoLog, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
@@ -176,29 +176,26 @@ fn poll_of(w: &mut Option<Workload>, name: &str) -> Result<Option<i32>> {
     }
 }
 
-/// A fresh directory of this process under `base` (the system's temporary
-/// directory when `None`), named after the benchmark, recorded in `undo`
-/// before it is made.
-fn fresh_dir(base: Option<&Path>, name: &str, undo: &UndoLog) -> Result<PathBuf> {
-    static SEQ: AtomicU32 = AtomicU32::new(0);
+/// A fresh private directory under `base` (the system's temporary
+/// directory when `None`): `kernmlops-<name>.<random>`, mode 0700, made
+/// with `mkdirat` so nothing planted in `base` is reused or followed, and
+/// recorded in `undo`.
+fn fresh_dir(base: Option<&Path>, name: &str, undo: &UndoLog) -> Result<TempDir> {
     let base = base.map_or_else(std::env::temp_dir, Path::to_path_buf);
-    let dir = base.join(format!(
-        "kernmlops-{name}-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    undo.create_dir(&dir)?;
-    Ok(dir)
+    undo.create_private_dir(&base, &format!("kernmlops-{name}"))
 }
 
 /// Removes a directory this benchmark created, if any.
-fn remove_dir(dir: &mut Option<PathBuf>) -> Result<()> {
+fn remove_dir(dir: &mut Option<TempDir>) -> Result<()> {
     match dir.take() {
-        Some(d) => match std::fs::remove_dir_all(&d) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::new(format!("removing {}: {e}", d.display()))),
-        },
+        Some(d) => {
+            let d = d.keep();
+            match std::fs::remove_dir_all(&d) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(Error::new(format!("removing {}: {e}", d.display()))),
+            }
+        }
         None => Ok(()),
     }
 }
@@ -382,6 +379,8 @@ pub struct StressNg {
     work: Option<Workload>,
     run_dir: String,
     out: Option<OutputDir>,
+    /// stress-ng's `--temp-path` (and working folder), private.
+    tmp: Option<TempDir>,
 }
 
 impl StressNg {
@@ -411,6 +410,7 @@ impl BenchmarkImpl for StressNg {
             work: None,
             run_dir: args.output_dir.to_string(),
             out: None,
+            tmp: None,
         })
     }
 
@@ -419,18 +419,28 @@ impl BenchmarkImpl for StressNg {
     }
 
     fn setup(&mut self) -> Result<()> {
+        if self.tmp.is_none() {
+            self.tmp = Some(fresh_dir(None, Self::NAME, &self.machine.undo)?);
+        }
         self.machine
             .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
     }
 
     fn launch(&mut self) -> Result<()> {
+        let tmp = self
+            .tmp
+            .as_ref()
+            .ok_or_else(|| Error::new("stress_ng: launch before setup"))?
+            .path()
+            .to_owned();
         let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
-        let yaml = out.join(STRESS_NG_YAML);
-        // A report of an earlier run must not pass for this one's.
-        let _ = std::fs::remove_file(&yaml);
+        let yaml = out.new_report(STRESS_NG_YAML, "stress-ng")?;
         let s = &self.settings;
         let mut cmd = Command::new("stress-ng");
-        cmd.arg(format!("--{}", s.stressor))
+        cmd.current_dir(&tmp)
+            .arg("--temp-path")
+            .arg(&tmp)
+            .arg(format!("--{}", s.stressor))
             .arg(s.workers.to_string())
             .arg("--timeout")
             .arg(&s.timeout)
@@ -449,8 +459,9 @@ impl BenchmarkImpl for StressNg {
 
     fn kill(&mut self) -> Result<()> {
         let stopped = stop(&mut self.work);
+        let removed = remove_dir(&mut self.tmp);
         let restored = self.machine.restore();
-        stopped.and(restored)
+        stopped.and(removed).and(restored)
     }
 
     /// Bogo-ops per stressor from stress-ng's YAML metrics.
@@ -540,7 +551,7 @@ pub struct Fio {
     settings: FioSettings,
     machine: Machine,
     work: Option<Workload>,
-    dir: Option<PathBuf>,
+    dir: Option<TempDir>,
     run_dir: String,
     out: Option<OutputDir>,
 }
@@ -551,7 +562,7 @@ const FIO_JSON: &str = "benchmark.fio.json";
 impl Fio {
     /// The directory the job's files are in (after `setup`).
     pub fn data_dir(&self) -> Option<&Path> {
-        self.dir.as_deref()
+        self.dir.as_ref().map(TempDir::path)
     }
 
     /// fio's JSON report (`--output`), once launched.
@@ -614,9 +625,7 @@ impl BenchmarkImpl for Fio {
 
     fn launch(&mut self) -> Result<()> {
         let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
-        let json = out.join(FIO_JSON);
-        // A report of an earlier run must not pass for this one's.
-        let _ = std::fs::remove_file(&json);
+        let json = out.new_report(FIO_JSON, "fio")?;
         let capture = Capture::both(out.path(), "benchmark");
         let s = &self.settings;
         let dir = self
@@ -625,7 +634,7 @@ impl BenchmarkImpl for Fio {
             .ok_or_else(|| Error::new("fio: launch before setup"))?;
         let mut cmd = Command::new("fio");
         cmd.arg("--name=kernmlops")
-            .arg(format!("--directory={}", dir.display()))
+            .arg(format!("--directory={}", dir.path().display()))
             .arg(format!("--rw={}", s.rw))
             .arg(format!("--bs={}", s.bs))
             .arg(format!("--size={}", s.size))

@@ -3,13 +3,13 @@
 //! report (kept in the output folder) is the benchmark's result.
 
 use std::{
-    path::PathBuf,
     process::{Command, Stdio},
     time::Duration,
 };
 
 use kernmlops_plugin_sdk::{
     serde_json, settings,
+    sys::private::TempDir,
     workload::{self, Capture, OutputDir, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
@@ -57,7 +57,8 @@ pub struct Redis {
     settings: RedisSettings,
     machine: Machine,
     port: u16,
-    dir: Option<PathBuf>,
+    /// The server's private folder (`--dir`, its log).
+    dir: Option<TempDir>,
     server: Option<Workload>,
     client: Option<Workload>,
     run_dir: String,
@@ -126,8 +127,10 @@ impl BenchmarkImpl for Redis {
     fn launch(&mut self) -> Result<()> {
         let dir = self
             .dir
-            .clone()
-            .ok_or_else(|| Error::new("redis: launch before setup"))?;
+            .as_ref()
+            .ok_or_else(|| Error::new("redis: launch before setup"))?
+            .path()
+            .to_owned();
         self.port = free_port()?;
         let port = self.port.to_string();
         let mut cmd = Command::new("redis-server");
