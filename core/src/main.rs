@@ -275,11 +275,26 @@ fn main() -> ExitCode {
             // plugin's message): control characters are escaped.
             eprintln!(
                 "error: {}",
-                trust::printable(format!("{e:#}").trim_end().as_bytes())
+                trust::printable(chain_line(&e).trim_end().as_bytes())
             );
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, `outer: cause: ...`, each cause
+/// once: an error whose message already quotes its source (`path: No such
+/// file or directory (os error 2)`) does not get it appended again.
+fn chain_line(e: &anyhow::Error) -> String {
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
 }
 
 /// Who may own plugins and files found in the current directory; set once
@@ -1131,7 +1146,7 @@ fn experiment(
     let env = kernmlops::experiment::cli::Env {
         config_file: config_file.map(Path::to_owned),
         plugin_flag: plugin_flag.map(Path::to_owned),
-        plugin_dir: plugin_dir(cfg, plugin_flag).map_err(|e| format!("{e:#}")),
+        plugin_dir: plugin_dir(cfg, plugin_flag).map_err(|e| chain_line(&e)),
         allow_insecure_plugins,
     };
     Ok(kernmlops::experiment::cli::main(args, &env)?)

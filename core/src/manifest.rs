@@ -124,6 +124,10 @@ pub struct TableEntry {
     pub file: String,
     pub rows: u64,
     pub lost_events: u64,
+    /// The file lacks its footer (the disk filled before it could be
+    /// closed): `kernmlops repair` on the folder closes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub needs_repair: bool,
 }
 
 /// The workload a run collected around.

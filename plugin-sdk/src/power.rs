@@ -264,13 +264,25 @@ impl PowerIntegrator {
                 ));
             }
             let dt = u128::from(ts_us - t0);
-            self.total_pj += (u128::from(p0) + u128::from(power_uw)) * dt / 2;
+            let total = (u128::from(p0) + u128::from(power_uw))
+                .checked_mul(dt)
+                .map(|pj2| pj2 / 2)
+                .and_then(|pj| self.total_pj.checked_add(pj))
+                .filter(|&t| t / 1_000_000 <= u128::from(u64::MAX))
+                .ok_or_else(|| {
+                    format!(
+                        "a power reading of {power_uw} uW makes the energy overflow 2^64 uJ: \
+                         the sensor is not reading a real power"
+                    )
+                })?;
+            self.total_pj = total;
         }
         self.last = Some((ts_us, power_uw));
         Ok(self.energy_uj())
     }
 
-    /// Energy since the first sample in µJ.
+    /// Energy since the first sample in µJ (it never saturates: a sample
+    /// that would overflow is refused by [`PowerIntegrator::add`]).
     pub fn energy_uj(&self) -> u64 {
         u64::try_from(self.total_pj / 1_000_000).unwrap_or(u64::MAX)
     }
@@ -434,6 +446,16 @@ mod tests {
         }
         assert_eq!(q.energy_uj(), 1);
         assert!(q.add(5, 1).is_err(), "time going backwards");
+    }
+
+    #[test]
+    fn energy_that_would_overflow_is_refused_not_saturated() {
+        let mut p = PowerIntegrator::new();
+        p.add(0, 5_000_000).expect("first");
+        assert!(p.add(1_000_000, u64::MAX).is_ok(), "half of 2^64 uJ fits");
+        let e = p.add(3_000_000, u64::MAX).expect_err("overflow");
+        assert!(e.contains("overflow"), "{e}");
+        assert!(p.energy_uj() < u64::MAX, "never saturated");
     }
 
     #[test]

@@ -609,3 +609,169 @@ fn power_list_says_what_this_machine_has_and_lacks() {
     assert_eq!(est["zones"][0]["kind"], "modelled");
     assert_eq!(est["model"]["measured"], false);
 }
+
+/// Implausible readings over a tree the test writes: a RAPL package counter
+/// that jumps by 87 kJ in one slot (under half its range, so not taken for
+/// a wrap) and an hwmon power sensor that reads 2^64-1 uW. Each fails its
+/// zone with one line and a manifest note, the run exits non-zero, and
+/// neither zone has a row from then on (no saturated energy, no measured
+/// 0 W after it); the DRAM zone goes on.
+#[test]
+fn root_implausible_power_readings_fail_their_zone() {
+    let name = "root_implausible_power_readings_fail_their_zone";
+    if !require_root(name) {
+        return;
+    }
+    let _serial = serial();
+    let tree = temp_dir("power-implausible-tree");
+    // A real RAPL range: 262 kJ.
+    const RANGE: u64 = 262_143_328_850;
+    const STEP: u64 = 30_000;
+    const JUMP: u64 = 87_000_000_000;
+    let pkg = rapl_zone(&tree, "intel-rapl:0", "package-0", RANGE);
+    let dram = rapl_zone(&tree, "intel-rapl:0:0", "dram", RANGE);
+    write_atomic(&pkg.join("energy_uj"), "1000\n");
+    write_atomic(&dram.join("energy_uj"), "0\n");
+    let dev = tree.join("class/hwmon/hwmon0");
+    std::fs::create_dir_all(&dev).expect("hwmon tree");
+    std::fs::write(dev.join("name"), "power_meter\n").expect("name");
+    write_atomic(&dev.join("power1_input"), "5000000\n");
+    let config = temp_dir("power-implausible-config").join("kernmlops.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[power.settings.rapl]\nsysfs_root = \"{0}\"\n[power.settings.hwmon]\nsysfs_root = \"{0}\"\n",
+            s(&tree)
+        ),
+    )
+    .expect("config");
+    let plugins = plugin_dir(
+        "power-implausible",
+        &[
+            ("rapl", "rapl"),
+            ("hwmon", "hwmon"),
+            ("memory_usage", "memory_usage"),
+        ],
+    );
+    let output = temp_dir("power-implausible-out");
+    let c = Collector::start(&[
+        "--config",
+        s(&config),
+        "--plugin-dir",
+        s(&plugins),
+        "--plugins",
+        "memory_usage",
+        "--power",
+        "rapl,hwmon",
+        "--power-interval",
+        "200ms",
+        "--output",
+        s(&output),
+    ]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, pkg, dram, dev) = (stop.clone(), pkg.clone(), dram.clone(), dev.clone());
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let (mut k, mut jumped) = (0u64, false);
+            while !stop.load(Ordering::SeqCst) {
+                k += 1;
+                if !jumped && started.elapsed() > Duration::from_millis(1200) {
+                    jumped = true;
+                    write_atomic(&dev.join("power1_input"), &format!("{}\n", u64::MAX));
+                }
+                let extra = if jumped { JUMP } else { 0 };
+                write_atomic(
+                    &pkg.join("energy_uj"),
+                    &format!("{}\n", 1000 + k * STEP + extra),
+                );
+                write_atomic(&dram.join("energy_uj"), &format!("{}\n", k * 1000));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(3000));
+    let done = c.signal_and_wait(libc::SIGINT);
+    stop.store(true, Ordering::SeqCst);
+    writer.join().expect("writer thread");
+    let dir = done.dir.clone().expect("collection folder printed");
+
+    for (zone, bound) in [
+        ("rapl zone package-0", "power.max_watts.package = 1000 W"),
+        (
+            "hwmon zone power_meter-power1",
+            "power.max_watts.platform = 5000 W",
+        ),
+    ] {
+        let lines: Vec<&str> = done.stderr.lines().filter(|l| l.contains(zone)).collect();
+        assert_eq!(lines.len(), 1, "one line for {zone}:\n{}", done.stderr);
+        assert!(
+            lines[0].starts_with(&format!("error: power source {zone}:"))
+                && lines[0].contains("implausible")
+                && lines[0].contains(bound)
+                && lines[0].contains("the run goes on"),
+            "{}",
+            lines[0]
+        );
+    }
+    assert!(
+        !done.status.success(),
+        "an implausible reading is an error of the run:\n{}",
+        done.stderr
+    );
+
+    let m = manifest(&dir);
+    let sources = m["power"]["sources"].as_array().expect("sources").clone();
+    let zone = |src: &str, n: &str| {
+        sources
+            .iter()
+            .find(|s| s["name"] == src)
+            .and_then(|s| s["zones"].as_array())
+            .and_then(|zs| zs.iter().find(|z| z["name"] == n))
+            .unwrap_or_else(|| panic!("zone {src}/{n} in the manifest"))
+            .clone()
+    };
+    assert_eq!(zone("rapl", "dram-0")["status"], "ok");
+    let energy = read_table(&dir.join("energy.arrow"));
+    let zone_col = strings(&energy, "zone");
+    let ts = column_u64(&energy, "ts_uptime_us");
+    let start = column_u64(&energy, "slot_start_us");
+    let uj = column_u64(&energy, "energy_uj");
+    for (src, n, watts) in [
+        ("rapl", "package-0", 1.0),
+        ("hwmon", "power_meter-power1", 5.0),
+    ] {
+        let z = zone(src, n);
+        assert_eq!(z["status"], "failed", "{z}");
+        assert!(
+            z["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("implausible")),
+            "{z}"
+        );
+        let failed_at = z["failed_at_uptime_us"].as_u64().expect("failure time");
+        let rows: Vec<usize> = (0..ts.len()).filter(|&i| zone_col[i] == n).collect();
+        assert!(!rows.is_empty(), "{n} has rows before the failure");
+        for &i in &rows {
+            assert!(ts[i] <= failed_at, "{n}: a row after the failure");
+            // The real power (0.6 W and 5 W) with slack for the writer's
+            // and the reads' timing: never the jump or the saturation.
+            let span = (ts[i] - start[i]).max(1) as f64;
+            assert!(
+                (uj[i] as f64) <= watts * 2.0 * span + 100_000.0,
+                "{n}: {} uJ in {span} us",
+                uj[i]
+            );
+        }
+        if src == "hwmon" {
+            assert!(
+                rows.iter().all(|&i| uj[i] > 0),
+                "a measured 0 W was recorded for {n}"
+            );
+        }
+        assert!(
+            z["energy_uj"].as_u64().is_some_and(|e| e < 1_000_000_000),
+            "{z}"
+        );
+    }
+}

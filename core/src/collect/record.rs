@@ -205,6 +205,7 @@ impl RunRecord {
                     file: format!("{t}.arrow"),
                     rows: c.rows.load(Ordering::Relaxed),
                     lost_events: c.lost.load(Ordering::Relaxed),
+                    needs_repair: false,
                 },
             );
         }
@@ -220,6 +221,7 @@ impl RunRecord {
                 file: format!("{table}.arrow"),
                 rows,
                 lost_events: 0,
+                needs_repair: false,
             },
         );
     }
@@ -232,21 +234,35 @@ impl RunRecord {
     /// line saying what is on disk and what to do (the tables' counts are
     /// the rows their files hold).
     pub fn write_failed(&mut self, error: &str) -> String {
+        let mut open = Vec::new();
+        for e in self.man.tables.values_mut() {
+            e.needs_repair = super::repair::lacks_footer(&self.dir.join(&e.file));
+            if e.needs_repair {
+                open.push(e.file.clone());
+            }
+        }
         let on_disk: Vec<String> = self
             .man
             .tables
             .iter()
             .map(|(t, e)| format!("{t} {}", e.rows))
             .collect();
-        let line = format!(
-            "{error}: collecting stopped and every file was closed; rows on disk: {}; free some space, then run `kernmlops repair {}` if a file could not be closed",
-            if on_disk.is_empty() {
-                "none".to_owned()
-            } else {
-                on_disk.join(", ")
-            },
-            self.dir.display()
-        );
+        let rows = if on_disk.is_empty() {
+            "none".to_owned()
+        } else {
+            on_disk.join(", ")
+        };
+        let line = if open.is_empty() {
+            format!(
+                "{error}: collecting stopped and every file was closed; rows on disk: {rows}; no file needs `kernmlops repair`",
+            )
+        } else {
+            format!(
+                "{error}: collecting stopped; rows on disk: {rows}; without a footer: {}: free some space, then run `kernmlops repair {}`",
+                open.join(", "),
+                self.dir.display()
+            )
+        };
         self.man.errors.push(line.clone());
         line
     }

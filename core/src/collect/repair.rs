@@ -58,7 +58,7 @@ pub enum RepairError {
         dir: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}: not a collection (no manifest.json and no .arrow files)", dir.display())]
+    #[error("{}: not a collection (no manifest.json); nothing was changed", dir.display())]
     NotACollection { dir: PathBuf },
 }
 
@@ -80,6 +80,22 @@ pub fn repair_collection(dir: &Path) -> Result<RepairReport, RepairError> {
         }
         Err(e) => return Err(folder(e)),
     };
+    // Only a collection is repaired: in any other folder an `.arrow` file
+    // is someone else's, and repair must not touch it.
+    match std::fs::symlink_metadata(dir.join("manifest.json")) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => {
+            return Err(RepairError::NotACollection {
+                dir: dir.to_owned(),
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(RepairError::NotACollection {
+                dir: dir.to_owned(),
+            })
+        }
+        Err(e) => return Err(folder(e)),
+    }
     let manifest = Manifest::read(dir).ok();
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(folder)?
@@ -87,11 +103,6 @@ pub fn repair_collection(dir: &Path) -> Result<RepairReport, RepairError> {
         .filter(|p| p.extension().is_some_and(|e| e == "arrow"))
         .collect();
     files.sort();
-    if files.is_empty() && manifest.is_none() {
-        return Err(RepairError::NotACollection {
-            dir: dir.to_owned(),
-        });
-    }
     let mut report = RepairReport::default();
     let info_path = dir.join(format!("{SYSTEM_INFO}.arrow"));
     if !files.contains(&info_path) {
@@ -130,6 +141,22 @@ pub fn repair_collection(dir: &Path) -> Result<RepairReport, RepairError> {
         }
     }
     Ok(report)
+}
+
+/// True when `path` exists and does not end with an Arrow file's closing
+/// magic: it lacks its footer (the disk filled before it was closed) and
+/// `repair` must close it. A missing file lacks nothing.
+pub(super) fn lacks_footer(path: &Path) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut tail = [0u8; 6];
+    match f.seek(SeekFrom::End(-6)) {
+        Ok(_) => !(f.read_exact(&mut tail).is_ok() && &tail == b"ARROW1"),
+        // Shorter than the magic: not even a schema.
+        Err(_) => true,
+    }
 }
 
 /// True for a file with nothing to keep: empty, or the magic and part of a
@@ -185,15 +212,18 @@ fn update_manifest(man: &mut Manifest, report: &RepairReport) {
             }
         };
         let probe = if table == SYSTEM_INFO { "host" } else { "" };
-        man.tables
+        let entry = man
+            .tables
             .entry(table.clone())
             .or_insert_with(|| TableEntry {
                 probe: probe.into(),
                 file: format!("{table}.arrow"),
                 rows,
                 lost_events: 0,
-            })
-            .rows = rows;
+                needs_repair: false,
+            });
+        entry.rows = rows;
+        entry.needs_repair = false;
     }
     if man.status == Status::Running {
         man.status = Status::Repaired;
@@ -280,5 +310,74 @@ mod tests {
             "temporary files left: {names:?}"
         );
         std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    /// After a full disk, the run's error line and the manifest name the
+    /// table file left without its footer, and only that one.
+    #[test]
+    fn a_file_left_without_its_footer_is_named_in_the_manifest() {
+        let dir = kernmlops_sys::private::TempDir::new("kml-footerless").expect("temp dir");
+        let path = dir.path().to_owned();
+        std::fs::write(path.join("closed.arrow"), b"ARROW1\0\0....ARROW1").expect("closed");
+        std::fs::write(path.join("open.arrow"), b"ARROW1\0\0 a batch, no footer").expect("open");
+        let mut man = manifest("20250101-000000-0123456789ab");
+        for t in ["closed", "open"] {
+            man.tables.insert(
+                t.into(),
+                TableEntry {
+                    probe: "p".into(),
+                    file: format!("{t}.arrow"),
+                    rows: 7,
+                    lost_events: 0,
+                    needs_repair: false,
+                },
+            );
+        }
+        let mut record = super::super::record::RunRecord {
+            dir: path.clone(),
+            man,
+            lock: None,
+        };
+        let line = record.write_failed("writing open.arrow: No space left on device");
+        assert!(
+            line.contains("without a footer: open.arrow")
+                && !line.contains("closed.arrow")
+                && line.contains(&format!("kernmlops repair {}", path.display())),
+            "{line}"
+        );
+        assert!(record.man.tables["open"].needs_repair);
+        assert!(!record.man.tables["closed"].needs_repair);
+        record.man.write(&path).expect("manifest");
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(path.join("manifest.json")).expect("read"))
+                .expect("json");
+        assert_eq!(json["tables"]["open"]["needs_repair"], true);
+        assert!(json["tables"]["closed"].get("needs_repair").is_none());
+        assert!(json["errors"][0]
+            .as_str()
+            .is_some_and(|e| e.contains("open.arrow")));
+    }
+
+    /// A folder without `manifest.json` is not a collection: repair refuses
+    /// it and changes nothing, not even an empty `.arrow` file.
+    #[test]
+    fn a_folder_without_a_manifest_is_refused_and_left_as_it_was() {
+        let dir = kernmlops_sys::private::TempDir::new("kml-repair-alien").expect("temp dir");
+        let path = dir.path().to_owned();
+        std::fs::write(path.join("empty.arrow"), b"").expect("empty file");
+        std::fs::write(path.join("magic.arrow"), b"ARROW1").expect("magic only");
+        let e = repair_collection(&path).expect_err("refused").to_string();
+        assert!(
+            e.contains("not a collection (no manifest.json)") && e.contains("nothing was changed"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "one line: {e}");
+        assert!(path.join("empty.arrow").is_file(), "the empty file is kept");
+        assert_eq!(
+            std::fs::read(path.join("magic.arrow")).expect("read"),
+            b"ARROW1"
+        );
+        let names: Vec<_> = std::fs::read_dir(&path).expect("dir").collect();
+        assert_eq!(names.len(), 2, "nothing added or removed");
     }
 }

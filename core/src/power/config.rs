@@ -1,9 +1,11 @@
 //! The `[power]` section of the configuration and the options a run takes
 //! from it and from `--power`: which sources, in what order, the slot
-//! length, whether energy is attributed, and each source's settings.
+//! length, whether energy is attributed, the most a zone of each scope can
+//! draw, and each source's settings.
 
 use std::{collections::BTreeMap, time::Duration};
 
+use kernmlops_plugin_api::PowerScope;
 use serde::{Deserialize, Serialize};
 
 use super::PowerError;
@@ -20,10 +22,71 @@ pub struct PowerConfig {
     pub interval: String,
     /// Split each slot's energy between processes by on-CPU time.
     pub attribution: bool,
+    /// The most a zone of each scope can draw (`[power.max_watts]`): a
+    /// reading implying more is a failure of the zone, not energy.
+    #[serde(default)]
+    pub max_watts: MaxWatts,
     /// Each source's settings, `[power.settings.<name>]`, checked against
     /// the defaults the source declares once plugins are loaded.
     #[serde(default)]
     pub settings: BTreeMap<String, toml::Table>,
+}
+
+/// `[power.max_watts]`: per scope, the most power a zone of that scope can
+/// physically draw, in watts. A slot whose energy implies more (a sensor
+/// reading 2^64-1, a counter that jumped) fails the zone like a counter
+/// going backwards. The defaults are far above any part sold today and far
+/// below what a broken reading implies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MaxWatts {
+    pub package: u64,
+    pub core: u64,
+    pub uncore: u64,
+    pub dram: u64,
+    pub platform: u64,
+    pub device: u64,
+}
+
+impl Default for MaxWatts {
+    fn default() -> Self {
+        Self {
+            package: 1000,
+            core: 1000,
+            uncore: 1000,
+            dram: 500,
+            platform: 5000,
+            device: 3000,
+        }
+    }
+}
+
+impl MaxWatts {
+    /// The bound of `scope` in watts; the largest bound for a scope this
+    /// build does not know (the host refuses such zones anyway).
+    pub fn of(&self, scope: PowerScope) -> u64 {
+        match scope {
+            PowerScope::PACKAGE => self.package,
+            PowerScope::CORE => self.core,
+            PowerScope::UNCORE => self.uncore,
+            PowerScope::DRAM => self.dram,
+            PowerScope::PLATFORM => self.platform,
+            PowerScope::DEVICE => self.device,
+            _ => self.platform.max(self.device),
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        for scope in PowerScope::KNOWN {
+            if self.of(*scope) == 0 {
+                return Err(format!(
+                    "power.max_watts.{}: must be more than 0",
+                    scope.name().unwrap_or("?")
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for PowerConfig {
@@ -32,6 +95,7 @@ impl Default for PowerConfig {
             sources: Vec::new(),
             interval: "1s".into(),
             attribution: true,
+            max_watts: MaxWatts::default(),
             settings: BTreeMap::new(),
         }
     }
@@ -47,6 +111,7 @@ impl PowerConfig {
     pub fn check(&self) -> Result<(), String> {
         parse_interval(&self.interval).map_err(|e| format!("power.interval: {e}"))?;
         Selection::parse(&self.sources).map_err(|e| format!("power.sources: {e}"))?;
+        self.max_watts.check()?;
         Ok(())
     }
 }
@@ -129,6 +194,8 @@ pub struct PowerOptions {
     /// Slot length.
     pub interval: Duration,
     pub attribution: bool,
+    /// The most a zone of each scope can draw.
+    pub max_watts: MaxWatts,
     /// Each source's settings as the JSON object it receives.
     pub settings: BTreeMap<String, serde_json::Value>,
     /// The list as the user gave it, for the manifest.
@@ -141,6 +208,7 @@ impl Default for PowerOptions {
             selection: Selection::Off,
             interval: Duration::from_secs(1),
             attribution: true,
+            max_watts: MaxWatts::default(),
             settings: BTreeMap::new(),
             requested: Vec::new(),
         }
@@ -171,10 +239,12 @@ impl PowerOptions {
             None => parse_interval(&config.interval).map_err(|e| format!("power.interval: {e}")),
         }
         .map_err(PowerError::Config)?;
+        config.max_watts.check().map_err(PowerError::Config)?;
         Ok(Self {
             selection,
             interval,
             attribution: config.attribution,
+            max_watts: config.max_watts,
             settings,
             requested,
         })

@@ -364,6 +364,7 @@ impl Prepared {
         let interval_us = manifest.interval_us.max(1);
         let sampler = Sampler::new(
             interval_us,
+            self.options.max_watts,
             self.sources,
             attribution,
             energy,

@@ -5,8 +5,10 @@
 //! same boundary and splits each attributed scope's energy between the
 //! processes that ran and idle.
 //!
-//! A zone whose reading fails is reported once (one `error:` line, the
-//! manifest) and has no rows from then on; the other zones, sources and the
+//! A zone whose reading fails, or whose energy in a slot implies more
+//! power than a zone of its scope can draw (`[power.max_watts]`), is
+//! reported once (one `error:` line, the manifest) and has no rows from
+//! then on; the other zones, sources and the
 //! run go on. Attribution of a scope then falls to the next source that has
 //! it.
 
@@ -21,6 +23,7 @@ use kernmlops_plugin_api::{Batch, BpfProgramStats, PowerReading, PowerScope, Pro
 
 use super::{
     attribution::{split_slot, Activity, CpuTimeReader},
+    config::MaxWatts,
     report::{
         AttributionStatus, CrossCheck, PowerManifest, ProgramCost, ScopeEntry, Timing, ZoneStatus,
     },
@@ -48,6 +51,8 @@ struct Source {
     failed: Vec<bool>,
     /// Per zone: energy in the current slot, `None` when not read.
     delta: Vec<Option<u64>>,
+    /// When the source was last read (`CLOCK_BOOTTIME` µs).
+    read_us: u64,
 }
 
 /// The cpu_time probe while it is drained.
@@ -70,6 +75,7 @@ struct ScopeTotals {
 
 pub(super) struct Sampler {
     pub interval_us: u64,
+    max_watts: MaxWatts,
     sources: Vec<Source>,
     attribution: Option<Attribution>,
     energy: IpcSink,
@@ -96,6 +102,7 @@ pub(super) struct Finished {
 impl Sampler {
     pub fn new(
         interval_us: u64,
+        max_watts: MaxWatts,
         sources: Vec<StartedSource>,
         attribution: Option<Attribution>,
         energy: IpcSink,
@@ -112,11 +119,13 @@ impl Sampler {
                     last: vec![0; n],
                     failed: vec![false; n],
                     delta: vec![None; n],
+                    read_us: 0,
                 }
             })
             .collect();
         Self {
             interval_us,
+            max_watts,
             sources,
             attribution,
             energy,
@@ -176,11 +185,15 @@ impl Sampler {
     /// Reads source `i`, marking failed zones (once); with `baseline` only
     /// the starting points are kept.
     fn read_source(&mut self, i: usize, slot_end: u64, baseline: bool) {
+        let max_watts = self.max_watts;
         let src = &mut self.sources[i];
         src.delta.iter_mut().for_each(|d| *d = None);
         if src.failed.iter().all(|f| *f) {
             return;
         }
+        let now = clock::uptime_us();
+        let elapsed_us = now.saturating_sub(src.read_us);
+        src.read_us = now;
         let result = src.s.source.read(&mut src.readings);
         let mut failures: Vec<(usize, String)> = Vec::new();
         match result {
@@ -214,6 +227,18 @@ impl Sampler {
                                 src.last[z], r.energy_uj
                             ),
                         ));
+                    } else if let Some(msg) = (!baseline)
+                        .then(|| {
+                            implausible(
+                                r.energy_uj - src.last[z],
+                                elapsed_us,
+                                &src.s.zones[z],
+                                &max_watts,
+                            )
+                        })
+                        .flatten()
+                    {
+                        failures.push((z, msg));
                     } else {
                         if !baseline {
                             src.delta[z] = Some(r.energy_uj - src.last[z]);
@@ -491,6 +516,32 @@ impl Sampler {
             probe_stats,
         }
     }
+}
+
+/// Why `delta_uj` read `elapsed_us` after the previous read cannot be the
+/// energy of `zone`: more than its scope's bound can draw in that time,
+/// plus the zone's update interval (a counter publishes energy up to one
+/// update late). `None` when it can.
+fn implausible(
+    delta_uj: u64,
+    elapsed_us: u64,
+    zone: &kernmlops_plugin_api::PowerZone,
+    max_watts: &MaxWatts,
+) -> Option<String> {
+    let max = max_watts.of(zone.scope);
+    let window_us = elapsed_us.saturating_add(zone.update_interval_us).max(1);
+    // W × µs = µJ.
+    if u128::from(delta_uj) <= u128::from(max) * u128::from(window_us) {
+        return None;
+    }
+    let scope = zone.scope.name().unwrap_or("?");
+    Some(format!(
+        "its energy rose by {:.3} J in {:.3} s ({:.0} W), more than a {scope} zone can draw \
+         (power.max_watts.{scope} = {max} W): the reading is implausible",
+        delta_uj as f64 / 1e6,
+        elapsed_us as f64 / 1e6,
+        delta_uj as f64 / elapsed_us.max(1) as f64,
+    ))
 }
 
 /// Zones of the same scope and socket from different measured sources:
