@@ -761,7 +761,7 @@ struct Leftovers {
 }
 
 impl Leftovers {
-    fn of(collection: &Path, host_pid: u32, temp_base: &str, bench: &str) -> Self {
+    fn of(collection: &Path, temp_base: &str, bench: &str) -> Self {
         let id = collection
             .file_name()
             .and_then(|n| n.to_str())
@@ -773,10 +773,9 @@ impl Leftovers {
                 .join("kernmlops")
                 .join(&id),
             state: Path::new("/run/kernmlops").join(&id),
-            temp: (
-                PathBuf::from(temp_base),
-                format!("kernmlops-{bench}-{host_pid}-"),
-            ),
+            // Temporary folders are `kernmlops-<bench>.<random>`: private,
+            // with a name nobody can predict.
+            temp: (PathBuf::from(temp_base), format!("kernmlops-{bench}.")),
         }
     }
 
@@ -867,7 +866,7 @@ fn sigkill_during(bench: &str, settings: &str, ready: &str, temp_base: &str, kil
     ]);
     let host = c.pid();
     let dir = only_collection(&output);
-    let left = Leftovers::of(&dir, host, temp_base, bench);
+    let left = Leftovers::of(&dir, temp_base, bench);
     assert!(
         wait_for(Duration::from_secs(20), || left
             .procs()

@@ -235,11 +235,13 @@ for p in range({first}, {first} + 300):
         Path::new("/var/tmp"),
         "kernmlops-fio",
     );
+    // redis' folder goes where the run's TMPDIR says (the test suite's
+    // scratch folder under scripts/test, else /tmp).
     let redis = run_watching(
         &plugins,
         &cfg,
         "redis",
-        Path::new("/tmp"),
+        &std::env::temp_dir(),
         "kernmlops-redis",
     );
     cleanup();
