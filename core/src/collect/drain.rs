@@ -590,9 +590,9 @@ mod tests {
 
     #[test]
     fn the_drain_waits_at_most_until_the_end_of_the_run() {
-        assert_eq!(drain_wait(100, None), 100);
+        assert_eq!(drain_wait(100, &[], None), 100);
         let soon = Instant::now() + Duration::from_millis(20);
-        assert!(drain_wait(100, Some(soon)) <= 20);
-        assert_eq!(drain_wait(100, Some(Instant::now())), 1, "never zero");
+        assert!(drain_wait(100, &[], Some(soon)) <= 20);
+        assert_eq!(drain_wait(100, &[], Some(Instant::now())), 1, "never zero");
     }
 }
