@@ -80,11 +80,27 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 # Python readers for the read-back tests and for users' first look; DuckDB
-# reads the exported Hive-partitioned dataset in the dataset tests.
-if ! python3 -c 'import pyarrow, polars, duckdb' >/dev/null 2>&1; then
-    say "installing pyarrow, polars and duckdb"
-    python3 -m pip install -q pyarrow polars duckdb 2>/dev/null \
-        || python3 -m pip install -q --break-system-packages pyarrow polars duckdb
+# reads the exported Hive-partitioned dataset in the dataset tests; pytest
+# and NumPy run the Python package's tests.
+pip_install() {
+    python3 -m pip install -q "$@" 2>/dev/null \
+        || python3 -m pip install -q --break-system-packages "$@"
+}
+if ! python3 -c 'import pyarrow, polars, duckdb, pytest, numpy' >/dev/null 2>&1; then
+    say "installing pyarrow, polars, duckdb, pytest and numpy"
+    pip_install pyarrow polars duckdb pytest numpy
+fi
+# The Python package (python/): `import kernmlops`, `python -m kernmlops`.
+# Reinstalled when the checkout's copy changed since the last install.
+py_src="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/python"
+py_hash=$(cat "$py_src"/pyproject.toml "$py_src"/kernmlops/*.py "$py_src"/kernmlops_data.py | sha256sum | cut -c1-16)
+if [ "$(python3 -c 'import kernmlops; print(getattr(kernmlops, "__source_hash__", ""))' 2>/dev/null)" != "$py_hash" ]; then
+    say "installing the kernmlops Python package (python/)"
+    stage=$(mktemp -d)
+    cp -r "$py_src"/pyproject.toml "$py_src"/README.md "$py_src"/kernmlops "$py_src"/kernmlops_data.py "$stage"/
+    printf '__source_hash__ = "%s"\n' "$py_hash" >>"$stage/kernmlops/__init__.py"
+    pip_install "$stage"
+    rm -rf "$stage"
 fi
 
 # tracefs: tp/ programs attach through it (kernmlops also mounts it itself).
