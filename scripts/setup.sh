@@ -81,14 +81,14 @@ fi
 
 # Python readers for the read-back tests and for users' first look; DuckDB
 # reads the exported Hive-partitioned dataset in the dataset tests; pytest
-# and NumPy run the Python package's tests.
+# and NumPy run the Python package's tests, scikit-learn its example (examples/ml).
 pip_install() {
     python3 -m pip install -q "$@" 2>/dev/null \
         || python3 -m pip install -q --break-system-packages "$@"
 }
-if ! python3 -c 'import pyarrow, polars, duckdb, pytest, numpy' >/dev/null 2>&1; then
-    say "installing pyarrow, polars, duckdb, pytest and numpy"
-    pip_install pyarrow polars duckdb pytest numpy
+if ! python3 -c 'import pyarrow, polars, duckdb, pytest, numpy, sklearn' >/dev/null 2>&1; then
+    say "installing pyarrow, polars, duckdb, pytest, numpy and scikit-learn"
+    pip_install pyarrow polars duckdb pytest numpy scikit-learn
 fi
 # The Python package (python/): `import kernmlops`, `python -m kernmlops`.
 # Reinstalled when the checkout's copy changed since the last install.

@@ -151,6 +151,7 @@ class _Sources:
     described: list[dict[str, Any]]
     labels: pl.DataFrame | None
     label_names: list[str]
+    spans: pl.DataFrame | None = None  # collection_id, bench_start_us, bench_end_us
 
 
 def _describe(c: Collection) -> dict[str, Any]:
@@ -193,6 +194,22 @@ def _indicator_labels(collections: Sequence[Collection]) -> pl.DataFrame | None:
     if not frames:
         return None
     return pl.concat(frames, how="diagonal_relaxed")
+
+
+def _benchmark_spans(collections: Sequence[Collection]) -> pl.DataFrame | None:
+    """When each collection's benchmark ran: its indicator's end and wall time."""
+    rows = []
+    for c in collections:
+        pi = c.performance_indicator()
+        if pi is None:
+            continue
+        df = pi.select("ts_uptime_us", "wall_time_s").collect()
+        if df.height:
+            end = int(df["ts_uptime_us"][-1])
+            rows.append((c.id, end - int(round(float(df["wall_time_s"][-1]) * 1_000_000)), end))
+    if not rows:
+        return None
+    return pl.DataFrame(rows, schema=["collection_id", "bench_start_us", "bench_end_us"], orient="row")
 
 
 def _gather(source: Any, labels: bool | Sequence[str]) -> _Sources:
@@ -264,7 +281,9 @@ def _gather(source: Any, labels: bool | Sequence[str]) -> _Sources:
         schema={"collection_id": pl.String, "start_us": pl.Int64, "end_us": pl.Int64},
     )
     label_names = [x for x in label_frame.columns if x != "collection_id"] if label_frame is not None else []
-    return _Sources(parts, bounds, [_describe(c) for c in collections], label_frame, label_names)
+    return _Sources(
+        parts, bounds, [_describe(c) for c in collections], label_frame, label_names, _benchmark_spans(collections)
+    )
 
 
 def _agg_expr(col: str, agg: str, out: str) -> pl.Expr:
@@ -494,7 +513,6 @@ def _table_features(
         pl.col("ts_uptime_us").cast(pl.Int64),
         *([pl.col(key).cast(pl.Int64)] if keyed else []),
     ).with_columns(((pl.col("ts_uptime_us") // every) * every).alias("window_start_us"))
-    lf = lf.sort(["collection_id", "ts_uptime_us"])
     counter_table = _is_counter_table(info)
     gauge = _is_gauge_table(info)
     exprs: list[pl.Expr] = [pl.len().alias(f"{name}__count")]
@@ -557,10 +575,18 @@ def _table_features(
                 units_of = "count"
             if units_of:
                 units[out] = units_of
+    ordered = bool(pre) or gauge or any(a in ("first", "last") for w in aggs.values() for a in w)
+    if ordered:
+        # Running counters and last values need the rows in time order; plain
+        # event aggregates do not, and skip the sort (the costly part).
+        lf = lf.sort(["collection_id", "ts_uptime_us"])
     if pre:
         lf = lf.with_columns(pre)
     group = ["collection_id", "window_start_us"] + ([key] if keyed else [])
-    return lf.group_by(group).agg(exprs), zero, ffill, keyed
+    agg = lf.group_by(group, maintain_order=False).agg(exprs)
+    # Each table's aggregate is computed on its own with the streaming engine,
+    # so a table larger than memory is read in batches.
+    return agg.collect(engine="streaming").lazy(), zero, ffill, keyed
 
 
 def features(
@@ -570,6 +596,7 @@ def features(
     tables: Sequence[str] | None = None,
     aggregations: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     labels: bool | Sequence[str] = True,
+    during: str | None = None,
 ) -> Features:
     """Put every table of ``source`` on one time grid and aggregate each window.
 
@@ -585,6 +612,10 @@ def features(
     and the benchmark's ``result_*`` figures (from each collection's
     performance indicator otherwise); a list adds result columns by name;
     False joins none.
+    ``during="benchmark"`` keeps only the windows that lie wholly inside the
+    time the benchmark ran (from its performance indicator: end and wall
+    time), leaving out set-up and tear-down; collections without a benchmark
+    are then refused.
 
     Windows start at multiples of ``every`` on CLOCK_BOOTTIME, so the windows
     of every table and collection line up; every window from the collection's
@@ -593,6 +624,8 @@ def features(
     the first row).
     """
     every_us = parse_duration_us(every)
+    if during not in (None, "benchmark"):
+        raise KernmlopsError(f"during={during!r}: expected None or 'benchmark'")
     key = None
     if by is not None:
         if by not in _BY:
@@ -633,6 +666,21 @@ def features(
             *[pl.col(c).forward_fill().over(part).fill_null(0) for c in ffill],
         )
     out = frame.sort(order).collect()
+    if during == "benchmark":
+        spans = src.spans
+        have = set(spans["collection_id"].to_list()) if spans is not None else set()
+        missing = sorted(set(src.bounds["collection_id"].to_list()) - have)
+        if missing:
+            raise KernmlopsError(f"during='benchmark': collection {missing[0]} ran no benchmark")
+        assert spans is not None
+        out = (
+            out.join(spans, on="collection_id", how="inner")
+            .filter(
+                (pl.col("window_start_us") >= pl.col("bench_start_us"))
+                & (pl.col("window_end_us") <= pl.col("bench_end_us"))
+            )
+            .drop("bench_start_us", "bench_end_us")
+        )
     if src.labels is not None and src.label_names:
         out = out.join(src.labels, on="collection_id", how="left")
     return Features(

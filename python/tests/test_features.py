@@ -214,3 +214,23 @@ def test_bad_arguments_are_clear_errors(two_tables) -> None:
         kernmlops.features(path, by="disk")
     with pytest.raises(kernmlops.KernmlopsError, match="unknown aggregation"):
         kernmlops.features(path, aggregations={"ev_a": {"latency_us": ["avg"]}})
+
+
+def test_windows_during_the_benchmark_and_its_result_as_label(tmp_path: Path) -> None:
+    pi = (
+        [field("ts_uptime_us", U64, "us"), field("wall_time_s", pa.float64(), "s"), field("result_ops", pa.float64())],
+        {"ts_uptime_us": [1_750_000], "wall_time_s": [0.5], "result_ops": [42.0]},
+        "The benchmark's own result",
+    )
+    rows = [(t, 1, 1) for t in range(1_000_000, 2_000_000, 10_000)]
+    write_collection(tmp_path, "b", 1_000_000, 2_000_000, {"ev": event_table(rows), "performance_indicator": pi})
+    whole = kernmlops.features(tmp_path / "b", every="100ms")
+    assert whole.frame.height == 10
+    f = kernmlops.features(tmp_path / "b", every="100ms", during="benchmark")
+    # The benchmark ran from 1.25 s to 1.75 s: the windows wholly inside it.
+    assert f.frame["window_start_us"].to_list() == [1_300_000, 1_400_000, 1_500_000, 1_600_000]
+    assert f.label_columns == ["result_ops"] and f.frame["result_ops"].to_list() == [42.0] * 4
+    assert "performance_indicator__count" not in f.frame.columns
+    write_collection(tmp_path, "n", 1_000_000, 2_000_000, {"ev": event_table(rows)})
+    with pytest.raises(kernmlops.KernmlopsError, match="collection n ran no benchmark"):
+        kernmlops.features(tmp_path / "n", during="benchmark")
