@@ -589,6 +589,102 @@ def _table_features(
     return agg.collect(engine="streaming").lazy(), zero, ffill, keyed
 
 
+def _is_long_table(info: TableInfo) -> bool:
+    """A counter-per-row table: ``key``, ``value`` and ``delta`` columns (e.g. procfs_vmstat)."""
+    return {"key", "value", "delta"} <= {c.name for c in info.columns}
+
+
+def _entity_column(info: TableInfo) -> str | None:
+    """The one label column of a per-sample table naming what a row is about (a disk,
+    an interface, a PSI resource), whose rows become columns per entity."""
+    if not _is_gauge_table(info):
+        return None
+    labels = [c.name for c in info.columns if c.dtype.lower().startswith(("string", "large_string", "utf8", "dictionary")) and c.name != "collection_id"]
+    return labels[0] if len(labels) == 1 else None
+
+
+def _is_delta_column(name: str, desc: str | None) -> bool:
+    d = (desc or "").lower()
+    return name == "delta" or name.endswith("_delta") or d.startswith("increase")
+
+
+def _pivoted_features(
+    parts: list[_Part],
+    every: int,
+    key: str | None,
+    units: dict[str, str],
+    descs: dict[str, str],
+) -> tuple[pl.LazyFrame, list[str], list[str], bool]:
+    """Long tables (``key``/``value``/``delta``) and per-entity sample tables, one
+    column per counter or entity: ``<table>__<key>__change`` (sum of the deltas in
+    the window) and ``<table>__<key>__last`` (the raw value); for entity tables
+    ``<table>__<entity>__<column>__<agg>``. Rows of several CPUs add up unless
+    grouped by CPU."""
+    info = parts[0].info
+    name = info.name
+    lf = pl.concat([p.frame for p in parts], how="diagonal_relaxed")
+    cols = lf.collect_schema().names()
+    keyed = key is not None and key in cols
+    lf = lf.with_columns(
+        pl.col("ts_uptime_us").cast(pl.Int64),
+        *([pl.col(key).cast(pl.Int64)] if keyed else []),
+    ).with_columns(((pl.col("ts_uptime_us") // every) * every).alias("window_start_us"))
+    group = ["collection_id", "window_start_us"] + ([key] if keyed else [])
+    zero: list[str] = []
+    ffill: list[str] = []
+    if _is_long_table(info):
+        entity = "key"
+        # One sample's value of a counter is the sum over CPUs at that instant.
+        per_sample = lf.group_by([*group, "ts_uptime_us", entity]).agg(
+            pl.col("value").cast(pl.Float64).sum(), pl.col("delta").cast(pl.Float64).sum()
+        )
+        agg = per_sample.sort("ts_uptime_us").group_by([*group, entity]).agg(
+            pl.col("delta").sum().alias("change"), pl.col("value").last().alias("last")
+        )
+        measures = {"change": ("delta", "increase in the window"), "last": ("value", "value at the window's last sample")}
+    else:
+        entity = _entity_column(info)
+        assert entity is not None
+        numeric = [
+            c for c in info.columns
+            if c.name not in (entity, "collection_id") and c.name not in KEY_COLUMNS
+            and not _is_timestamp(c.name) and _kind(c.dtype) == "numeric"
+        ]
+        exprs = []
+        measures = {}
+        for c in numeric:
+            if _is_delta_column(c.name, c.description):
+                exprs.append(pl.col(c.name).cast(pl.Float64).sum().alias(f"{c.name}__sum"))
+                measures[f"{c.name}__sum"] = (c.name, "sum over the window")
+            else:
+                exprs.append(pl.col(c.name).cast(pl.Float64).last().alias(f"{c.name}__last"))
+                measures[f"{c.name}__last"] = (c.name, "at the window's last sample")
+        agg = lf.sort("ts_uptime_us").group_by([*group, entity]).agg(exprs)
+    agg = agg.collect(engine="streaming")
+    wide = agg.with_columns(pl.col(entity).cast(pl.String)).pivot(
+        on=entity, index=group, values=list(measures), separator="\0"
+    )
+    renamed = {}
+    for col in wide.columns:
+        if col in group:
+            continue
+        measure, _, ent = col.partition("\0")
+        if not ent:  # one measure only: polars names the column by the entity alone
+            measure, ent = next(iter(measures)), col
+        out = f"{name}__{ent}__{measure}"
+        renamed[col] = out
+        src_col, what = measures[measure]
+        try:
+            unit = info.column(src_col).unit
+        except KeyError:
+            unit = None
+        if unit:
+            units[out] = unit
+        descs[out] = f"{name} {ent}: {src_col}, {what}"
+        (ffill if measure.endswith("last") else zero).append(out)
+    return wide.rename(renamed).lazy(), zero, ffill, keyed
+
+
 def features(
     source: Any,
     every: str | int | float = "100ms",
@@ -656,8 +752,12 @@ def features(
     frame = grid.lazy()
     order = ["collection_id", "window_start_us"] + ([key] if key else [])
     for name in names:
-        aggs = aggregations.get(name) or default_aggregations(src.parts[name][0].info)
-        agg, zero, ffill, keyed = _table_features(src.parts[name], every_us, key, aggs, units, descs)
+        info = src.parts[name][0].info
+        if name not in aggregations and (_is_long_table(info) or _entity_column(info)):
+            agg, zero, ffill, keyed = _pivoted_features(src.parts[name], every_us, key, units, descs)
+        else:
+            aggs = aggregations.get(name) or default_aggregations(info)
+            agg, zero, ffill, keyed = _table_features(src.parts[name], every_us, key, aggs, units, descs)
         on = ["collection_id", "window_start_us"] + ([key] if keyed else [])
         frame = frame.join(agg, on=on, how="left")
         part = ["collection_id"] + ([key] if key else [])

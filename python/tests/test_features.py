@@ -234,3 +234,48 @@ def test_windows_during_the_benchmark_and_its_result_as_label(tmp_path: Path) ->
     write_collection(tmp_path, "n", 1_000_000, 2_000_000, {"ev": event_table(rows)})
     with pytest.raises(kernmlops.KernmlopsError, match="collection n ran no benchmark"):
         kernmlops.features(tmp_path / "n", during="benchmark")
+
+
+def test_long_counter_tables_become_one_column_per_counter(tmp_path: Path) -> None:
+    # procfs-style: one row per counter (per CPU) per sample, raw value and delta.
+    rows = []
+    values = {("irq_a", 0): 100, ("irq_a", 1): 5, ("irq_b", 0): 7}
+    for i, ts in enumerate([1_050_000, 1_150_000, 1_160_000, 1_350_000]):
+        for (k, cpu), v in values.items():
+            delta = 0 if i == 0 else (i * 3 if k == "irq_a" else 1)
+            values[(k, cpu)] = v + delta
+            rows.append((ts, k, cpu, v + delta, delta))
+    fields = [
+        field("ts_uptime_us", U64, "us"),
+        field("key", pa.string()),
+        field("cpu", U32),
+        field("value", U64, "count"),
+        field("delta", U64, "count"),
+    ]
+    cols = {f.name: [r[i] for r in rows] for i, f in enumerate(fields)}
+    write_collection(tmp_path, "l", 1_000_000, 1_400_000, {"irqs": (fields, cols, "One row per counter per sample")})
+    df = kernmlops.features(tmp_path / "l", every="100ms").frame
+    # Window 1 holds samples 1 and 2: irq_a adds 3+6 on each of 2 CPUs.
+    assert df["irqs__irq_a__change"].to_list() == [0, 18, 0, 18]
+    assert df["irqs__irq_b__change"].to_list() == [0, 2, 0, 1]
+    assert df["irqs__irq_a__last"].to_list() == [105, 123, 123, 141]
+    by_cpu = kernmlops.features(tmp_path / "l", every="100ms", by="cpu").frame
+    assert by_cpu.filter(pl.col("cpu") == 1)["irqs__irq_a__change"].to_list() == [0, 9, 0, 9]
+
+
+def test_per_entity_sample_tables_pivot_on_their_label(tmp_path: Path) -> None:
+    fields = [
+        field("ts_uptime_us", U64, "us"),
+        field("disk", pa.string(), None, "disk name"),
+        field("writes", U64, "count", "writes completed"),
+        field("writes_delta", U64, "count", "increase of writes since the previous sample"),
+    ]
+    rows = [(1_010_000, "vda", 10, 0), (1_010_000, "vdb", 3, 0), (1_110_000, "vda", 15, 5), (1_110_000, "vdb", 3, 0), (1_190_000, "vda", 20, 5)]
+    cols = {f.name: [r[i] for r in rows] for i, f in enumerate(fields)}
+    write_collection(tmp_path, "e", 1_000_000, 1_300_000, {"disks": (fields, cols, "One row per sample per disk")})
+    f = kernmlops.features(tmp_path / "e", every="100ms")
+    df = f.frame
+    assert df["disks__vda__writes_delta__sum"].to_list() == [0, 10, 0]
+    assert df["disks__vda__writes__last"].to_list() == [10, 20, 20]
+    assert df["disks__vdb__writes__last"].to_list() == [3, 3, 3]
+    assert f.units["disks__vda__writes__last"] == "count"
