@@ -196,6 +196,26 @@ def _indicator_labels(collections: Sequence[Collection]) -> pl.DataFrame | None:
     return pl.concat(frames, how="diagonal_relaxed")
 
 
+def _energy_labels(collections: Sequence[Collection]) -> pl.DataFrame | None:
+    """Energy per run and zone (``run_energy_uj__<source>:<zone>``) from each ``energy`` table."""
+    frames = []
+    for c in collections:
+        if "energy" not in c.tables:
+            continue
+        e = c.tables["energy"].collect()
+        if e.height == 0:
+            continue
+        frames.append(
+            e.group_by(pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("zone")]).alias("zone"))
+            .agg(pl.col("energy_uj").sum())
+            .with_columns(pl.lit(c.id).alias("collection_id"))
+        )
+    if not frames:
+        return None
+    wide = pl.concat(frames).pivot(on="zone", index="collection_id", values="energy_uj")
+    return wide.rename({z: f"run_energy_uj__{z}" for z in wide.columns if z != "collection_id"})
+
+
 def _benchmark_spans(collections: Sequence[Collection]) -> pl.DataFrame | None:
     """When each collection's benchmark ran: its indicator's end and wall time."""
     rows = []
@@ -280,6 +300,10 @@ def _gather(source: Any, labels: bool | Sequence[str]) -> _Sources:
         },
         schema={"collection_id": pl.String, "start_us": pl.Int64, "end_us": pl.Int64},
     )
+    if labels is not False:
+        energy = _energy_labels(collections)
+        if energy is not None:
+            label_frame = energy if label_frame is None else label_frame.join(energy, on="collection_id", how="left")
     label_names = [x for x in label_frame.columns if x != "collection_id"] if label_frame is not None else []
     return _Sources(
         parts, bounds, [_describe(c) for c in collections], label_frame, label_names, _benchmark_spans(collections)
@@ -685,6 +709,70 @@ def _pivoted_features(
     return wide.rename(renamed).lazy(), zero, ffill, keyed
 
 
+def _is_slot_table(info: TableInfo) -> bool:
+    """Energy over time slots (``slot_start_us`` .. ``ts_uptime_us``, ``energy_uj``)."""
+    return {"slot_start_us", "energy_uj"} <= {c.name for c in info.columns}
+
+
+def _slot_features(
+    parts: list[_Part],
+    every: int,
+    key: str | None,
+    units: dict[str, str],
+    descs: dict[str, str],
+) -> tuple[pl.LazyFrame, list[str], list[str], bool]:
+    """Energy tables: each slot's energy split over the windows it overlaps, in
+    proportion to the overlap, per zone (``energy``: ``<table>__<source>:<zone>__energy_uj``
+    and ``__measured``, true only when every part was measured) or per scope
+    (``energy_attribution``, per process when grouped by tgid)."""
+    info = parts[0].info
+    name = info.name
+    lf = pl.concat([p.frame for p in parts], how="diagonal_relaxed")
+    cols = lf.collect_schema().names()
+    keyed = key is not None and key in cols
+    if "zone" in cols:
+        entity = pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("zone")]).alias("__entity")
+    else:
+        entity = pl.col("scope").cast(pl.String).alias("__entity")
+    start, end = pl.col("slot_start_us").cast(pl.Int64), pl.col("ts_uptime_us").cast(pl.Int64)
+    lf = (
+        lf.with_columns(entity, *([pl.col(key).cast(pl.Int64)] if keyed else []))
+        .with_columns(
+            pl.int_ranges((start // every) * every, ((end - 1) // every) * every + every, every).alias("window_start_us")
+        )
+        .explode("window_start_us")
+        .with_columns(
+            (
+                pl.col("energy_uj").cast(pl.Float64)
+                * (pl.min_horizontal(end, pl.col("window_start_us") + every) - pl.max_horizontal(start, pl.col("window_start_us"))).cast(pl.Float64)
+                / pl.max_horizontal(end - start, pl.lit(1)).cast(pl.Float64)
+            ).alias("__part")
+        )
+    )
+    group = ["collection_id", "window_start_us"] + ([key] if keyed else [])
+    agg = lf.group_by([*group, "__entity"]).agg(
+        pl.col("__part").sum().alias("energy_uj"), pl.col("measured").all().alias("measured")
+    ).collect(engine="streaming")
+    wide = agg.pivot(on="__entity", index=group, values=["energy_uj", "measured"], separator="\0")
+    renamed = {}
+    zero: list[str] = []
+    ffill: list[str] = []
+    for col in wide.columns:
+        if col in group:
+            continue
+        measure, _, ent = col.partition("\0")
+        out = f"{name}__{ent}__{measure}"
+        renamed[col] = out
+        if measure == "energy_uj":
+            units[out] = "uJ"
+            descs[out] = f"{name} {ent}: energy in the window (slots split by overlap)"
+            zero.append(out)
+        else:
+            descs[out] = f"{name} {ent}: true when a meter measured all of it, false when modelled"
+            ffill.append(out)
+    return wide.rename(renamed).lazy(), zero, ffill, keyed
+
+
 def features(
     source: Any,
     every: str | int | float = "100ms",
@@ -753,7 +841,9 @@ def features(
     order = ["collection_id", "window_start_us"] + ([key] if key else [])
     for name in names:
         info = src.parts[name][0].info
-        if name not in aggregations and (_is_long_table(info) or _entity_column(info)):
+        if name not in aggregations and _is_slot_table(info) and ("zone" in {c.name for c in info.columns} or "scope" in {c.name for c in info.columns}):
+            agg, zero, ffill, keyed = _slot_features(src.parts[name], every_us, key, units, descs)
+        elif name not in aggregations and (_is_long_table(info) or _entity_column(info)):
             agg, zero, ffill, keyed = _pivoted_features(src.parts[name], every_us, key, units, descs)
         else:
             aggs = aggregations.get(name) or default_aggregations(info)

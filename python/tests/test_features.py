@@ -279,3 +279,28 @@ def test_per_entity_sample_tables_pivot_on_their_label(tmp_path: Path) -> None:
     assert df["disks__vda__writes__last"].to_list() == [10, 20, 20]
     assert df["disks__vdb__writes__last"].to_list() == [3, 3, 3]
     assert f.units["disks__vda__writes__last"] == "count"
+
+
+def test_energy_slots_are_split_over_windows_and_summed_per_run(tmp_path: Path) -> None:
+    fields = [
+        field("ts_uptime_us", U64, "us"),
+        field("slot_start_us", U64, "us"),
+        field("source", pa.string()),
+        field("zone", pa.string()),
+        field("energy_uj", U64, "uJ"),
+        field("measured", pa.bool_()),
+    ]
+    # A 250 ms slot from 1.05 s: 50 ms in the first window, 100 in the next, 100 in the third.
+    rows = [(1_300_000, 1_050_000, "rapl", "package-0", 1000, True), (1_300_000, 1_050_000, "estimate", "cpu", 500, False)]
+    cols = {f.name: [r[i] for r in rows] for i, f in enumerate(fields)}
+    write_collection(tmp_path, "w", 1_000_000, 1_400_000, {"energy": (fields, cols, "Energy per power source, zone and time slot")})
+    f = kernmlops.features(tmp_path / "w", every="100ms")
+    df = f.frame
+    assert df["energy__rapl:package-0__energy_uj"].to_list() == [200.0, 400.0, 400.0, 0.0]
+    assert df["energy__estimate:cpu__energy_uj"].to_list() == [100.0, 200.0, 200.0, 0.0]
+    # Modelled energy stays marked as modelled.
+    assert df["energy__estimate:cpu__measured"].to_list()[:3] == [False] * 3
+    assert df["energy__rapl:package-0__measured"].to_list()[:3] == [True] * 3
+    assert f.units["energy__rapl:package-0__energy_uj"] == "uJ"
+    assert df["run_energy_uj__rapl:package-0"].to_list() == [1000] * 4
+    assert "run_energy_uj__estimate:cpu" in f.label_columns
