@@ -98,7 +98,7 @@ if [ "$(python3 -c 'import kernmlops; print(getattr(kernmlops, "__source_hash__"
     say "installing the kernmlops Python package (python/)"
     stage=$(mktemp -d)
     cp -r "$py_src"/pyproject.toml "$py_src"/README.md "$py_src"/kernmlops "$py_src"/kernmlops_data.py "$stage"/
-    printf '__source_hash__ = "%s"\n' "$py_hash" >>"$stage/kernmlops/__init__.py"
+    printf '__source_hash__ = "%s"\n__checkout__ = "%s"\n' "$py_hash" "$(dirname "$py_src")" >>"$stage/kernmlops/__init__.py"
     pip_install "$stage"
     rm -rf "$stage"
 fi

@@ -41,10 +41,16 @@ def find_binary(binary: PathLike | None = None) -> Path:
     if on_path:
         return Path(on_path).resolve()
     tried.append("PATH")
-    checkout = Path(__file__).resolve().parents[2] / "target" / "release" / "kernmlops"
-    if checkout.is_file() and os.access(checkout, os.X_OK):
-        return checkout
-    tried.append(str(checkout))
+    # The checkout this package was installed from (scripts/setup.sh records
+    # it), or the one it is imported from.
+    recorded = getattr(sys.modules.get(__package__ or ""), "__checkout__", None)
+    roots = [Path(recorded)] if recorded else []
+    roots.append(Path(__file__).resolve().parents[2])
+    for root in roots:
+        checkout = root / "target" / "release" / "kernmlops"
+        if checkout.is_file() and os.access(checkout, os.X_OK):
+            return checkout
+        tried.append(str(checkout))
     raise KernmlopsError(
         "no kernmlops binary (looked on " + " and in ".join(tried) + "); build it with "
         "`cargo build --release` or pass binary=PATH"
