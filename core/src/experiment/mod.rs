@@ -25,6 +25,7 @@
 //! - [`cli`]: the `kernmlops experiment` command.
 
 pub mod cli;
+pub mod compare;
 pub mod executor;
 pub mod graphs;
 pub mod plan;
