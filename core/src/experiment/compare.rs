@@ -32,7 +32,11 @@ pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
     if se2 == 0.0 {
         let differ = ma != mb;
         return Some(Welch {
-            t: if differ { f64::INFINITY.copysign(ma - mb) } else { 0.0 },
+            t: if differ {
+                f64::INFINITY.copysign(ma - mb)
+            } else {
+                0.0
+            },
             df: (na + nb - 2) as f64,
             p: if differ { 0.0 } else { 1.0 },
         });
@@ -142,9 +146,7 @@ pub fn robust(values: &[f64]) -> Option<Robust> {
     let mad = median_of(&dev);
     let outlier = values
         .iter()
-        .map(|&x| {
-            !x.is_finite() || (mad > 0.0 && 0.6745 * (x - median).abs() / mad > 3.5)
-        })
+        .map(|&x| !x.is_finite() || (mad > 0.0 && 0.6745 * (x - median).abs() / mad > 3.5))
         .collect();
     Some(Robust {
         median,
@@ -180,12 +182,7 @@ pub fn best<'a>(candidates: &[(&'a str, &[f64])], minimize: bool) -> Option<Best
         .collect();
     means.sort_by(|a, b| {
         let o = a.1.total_cmp(&b.1);
-        if minimize {
-            o
-        } else {
-            o.reverse()
-        }
-        .then(a.0.cmp(&b.0))
+        if minimize { o } else { o.reverse() }.then(a.0.cmp(&b.0))
     });
     let &(bi, bm) = means.first()?;
     let runner = means.get(1).copied();
