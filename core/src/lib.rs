@@ -37,6 +37,7 @@ pub mod features;
 pub mod files;
 pub mod graph;
 pub mod indicator;
+pub mod machine;
 pub mod manifest;
 pub mod perf_list;
 pub mod plugin;

@@ -1,0 +1,553 @@
+//! Kernel knobs a run sets, from the `[machine]` section: sysctls under
+//! `/proc/sys`, files under `/sys`, and block devices' queue settings by
+//! name. Every knob is resolved and checked before anything is written (the
+//! file exists under `/proc/sys` or `/sys` once symlinks are resolved, is
+//! writable, and the value is one the file offers where it lists its
+//! choices, as `scheduler` does); then, one by one, the old value goes to
+//! the run's undo journal, the new one is written and read back (the
+//! kernel may round or clamp: the value read back is what is recorded).
+//! A value the kernel refuses undoes the knobs already set and is one
+//! error naming the file and the kernel's error.
+
+use std::fs::OpenOptions;
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// The block-device queue settings `[machine.block.<disk>]` may set.
+pub const BLOCK_KNOBS: &[&str] = &[
+    "read_ahead_kb",
+    "scheduler",
+    "nr_requests",
+    "rotational",
+    "max_sectors_kb",
+];
+
+/// The longest value written to a kernel file.
+const MAX_VALUE: usize = 4096;
+/// The most knobs one run sets.
+const MAX_KNOBS: usize = 1024;
+
+/// Why a knob cannot be set.
+#[derive(Debug, thiserror::Error)]
+pub enum KnobError {
+    #[error("machine.{name}: {why}")]
+    Invalid { name: String, why: String },
+    #[error("machine.{name}: {} does not exist on this machine", path.display())]
+    Missing { name: String, path: PathBuf },
+    #[error("machine.{name}: {} is outside /proc/sys and /sys", path.display())]
+    Outside { name: String, path: PathBuf },
+    #[error("machine.{name}: {} is not writable", path.display())]
+    ReadOnly { name: String, path: PathBuf },
+    #[error("machine.{name}: {value:?} is not one of {} offers: {}", path.display(), offered.join(", "))]
+    NotOffered {
+        name: String,
+        path: PathBuf,
+        value: String,
+        offered: Vec<String>,
+    },
+    #[error("machine.{name}: the kernel refused {value:?} for {}: {}", path.display(), kernmlops_sys::private::strip_os_error(source))]
+    Refused {
+        name: String,
+        path: PathBuf,
+        value: String,
+        source: io::Error,
+    },
+    #[error("machine.{name}: {}: {}", path.display(), kernmlops_sys::private::strip_os_error(source))]
+    Io {
+        name: String,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+/// One knob: its name in the configuration (`sysctl.vm.swappiness`,
+/// `sysfs.kernel/mm/...`, `block.vda.read_ahead_kb`), the file it resolved
+/// to, and the value to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Knob {
+    pub name: String,
+    pub path: PathBuf,
+    pub value: String,
+}
+
+/// A knob that was set: what was asked, what was there before, and what
+/// the kernel kept.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Applied {
+    pub name: String,
+    pub path: PathBuf,
+    pub requested: String,
+    pub previous: String,
+    pub value: String,
+}
+
+/// A TOML scalar as the text written to a kernel file (booleans as 1/0).
+fn text(name: &str, v: &toml::Value) -> Result<String, KnobError> {
+    let s = match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Boolean(b) => if *b { "1" } else { "0" }.to_owned(),
+        toml::Value::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{f:.0}"),
+        other => {
+            return Err(KnobError::Invalid {
+                name: name.to_owned(),
+                why: format!(
+                    "expected a string, an integer or a boolean, not {}",
+                    other.type_str()
+                ),
+            })
+        }
+    };
+    if s.len() > MAX_VALUE || s.contains('\0') {
+        return Err(KnobError::Invalid {
+            name: name.to_owned(),
+            why: format!("a value of at most {MAX_VALUE} bytes without NUL"),
+        });
+    }
+    Ok(s)
+}
+
+/// A relative path of plain components (no `..`, no empty parts).
+fn plain(name: &str, rel: &str) -> Result<PathBuf, KnobError> {
+    let ok = !rel.is_empty()
+        && !rel.starts_with('/')
+        && rel
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'));
+    if !ok {
+        return Err(KnobError::Invalid {
+            name: name.to_owned(),
+            why: format!("{rel:?} is not a plain relative path (no leading /, no . or ..)"),
+        });
+    }
+    Ok(PathBuf::from(rel))
+}
+
+/// Resolves `candidate` (symlinks followed, as sysfs needs) and requires it
+/// under `/proc/sys` or `/sys`.
+fn inside(name: &str, candidate: &Path) -> Result<PathBuf, KnobError> {
+    let real = std::fs::canonicalize(candidate).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            KnobError::Missing {
+                name: name.to_owned(),
+                path: candidate.to_owned(),
+            }
+        } else {
+            KnobError::Io {
+                name: name.to_owned(),
+                path: candidate.to_owned(),
+                source: e,
+            }
+        }
+    })?;
+    if !(real.starts_with("/proc/sys/") || real.starts_with("/sys/")) {
+        return Err(KnobError::Outside {
+            name: name.to_owned(),
+            path: real,
+        });
+    }
+    Ok(real)
+}
+
+/// The knobs of a `[machine]` table, in a stable order (sysctl, sysfs,
+/// block; keys sorted within each), resolved to files but not yet checked.
+/// Keys other than `sysctl`, `sysfs` and `block` are left to the caller.
+pub fn resolve(machine: &toml::Table) -> Result<Vec<Knob>, KnobError> {
+    let mut out = Vec::new();
+    let table = |key: &str| -> Result<Option<&toml::Table>, KnobError> {
+        match machine.get(key) {
+            None => Ok(None),
+            Some(toml::Value::Table(t)) => Ok(Some(t)),
+            Some(other) => Err(KnobError::Invalid {
+                name: key.to_owned(),
+                why: format!("expected a table, not {}", other.type_str()),
+            }),
+        }
+    };
+    if let Some(t) = table("sysctl")? {
+        let mut keys: Vec<_> = t.iter().collect();
+        keys.sort_by(|a, b| a.0.cmp(b.0));
+        for (key, v) in keys {
+            let name = format!("sysctl.{key}");
+            let ok = !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
+            if !ok {
+                return Err(KnobError::Invalid {
+                    name,
+                    why: "a sysctl name is letters, digits, '.', '_', '-' (e.g. vm.swappiness)"
+                        .into(),
+                });
+            }
+            let rel = plain(&name, &key.replace('.', "/"))?;
+            let path = inside(&name, &Path::new("/proc/sys").join(rel))?;
+            out.push(Knob {
+                value: text(&name, v)?,
+                name,
+                path,
+            });
+        }
+    }
+    if let Some(t) = table("sysfs")? {
+        let mut keys: Vec<_> = t.iter().collect();
+        keys.sort_by(|a, b| a.0.cmp(b.0));
+        for (key, v) in keys {
+            let name = format!("sysfs.\"{key}\"");
+            let rel = plain(&name, key)?;
+            let path = inside(&name, &Path::new("/sys").join(rel))?;
+            out.push(Knob {
+                value: text(&name, v)?,
+                name,
+                path,
+            });
+        }
+    }
+    if let Some(t) = table("block")? {
+        let mut disks: Vec<_> = t.iter().collect();
+        disks.sort_by(|a, b| a.0.cmp(b.0));
+        for (disk, settings) in disks {
+            let ok = !disk.is_empty()
+                && disk.len() <= 32
+                && disk
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+                && disk != "."
+                && disk != "..";
+            if !ok {
+                return Err(KnobError::Invalid {
+                    name: format!("block.{disk}"),
+                    why: "a disk name such as vda, nvme0n1 or loop3".into(),
+                });
+            }
+            let toml::Value::Table(settings) = settings else {
+                return Err(KnobError::Invalid {
+                    name: format!("block.{disk}"),
+                    why: format!("expected a table of {}", BLOCK_KNOBS.join(", ")),
+                });
+            };
+            let dev = Path::new("/sys/block").join(disk);
+            if !dev.exists() {
+                return Err(KnobError::Missing {
+                    name: format!("block.{disk}"),
+                    path: dev,
+                });
+            }
+            let mut keys: Vec<_> = settings.iter().collect();
+            keys.sort_by(|a, b| a.0.cmp(b.0));
+            for (key, v) in keys {
+                let name = format!("block.{disk}.{key}");
+                if !BLOCK_KNOBS.contains(&key.as_str()) {
+                    return Err(KnobError::Invalid {
+                        name,
+                        why: format!("not a block-device setting ({})", BLOCK_KNOBS.join(", ")),
+                    });
+                }
+                let path = inside(&name, &dev.join("queue").join(key))?;
+                out.push(Knob {
+                    value: text(&name, v)?,
+                    name,
+                    path,
+                });
+            }
+        }
+    }
+    if out.len() > MAX_KNOBS {
+        return Err(KnobError::Invalid {
+            name: "machine".into(),
+            why: format!("{} knobs; at most {MAX_KNOBS}", out.len()),
+        });
+    }
+    Ok(out)
+}
+
+/// The choices a file lists with the current one in brackets
+/// (`[mq-deadline] none`, `always [madvise] never`), or `None` for a plain
+/// value.
+pub fn choices(content: &str) -> Option<(Vec<String>, Option<String>)> {
+    let words: Vec<&str> = content.split_whitespace().collect();
+    if words.len() < 2 || !words.iter().any(|w| w.starts_with('[') && w.ends_with(']')) {
+        return None;
+    }
+    let mut current = None;
+    let offered = words
+        .iter()
+        .map(
+            |w| match w.strip_prefix('[').and_then(|w| w.strip_suffix(']')) {
+                Some(inner) => {
+                    current = Some(inner.to_owned());
+                    inner.to_owned()
+                }
+                None => (*w).to_owned(),
+            },
+        )
+        .collect();
+    Some((offered, current))
+}
+
+/// The value a kernel file holds: the bracketed choice of a list, else the
+/// trimmed content.
+pub fn current(content: &str) -> String {
+    match choices(content) {
+        Some((_, Some(c))) => c,
+        _ => content.trim().to_owned(),
+    }
+}
+
+fn read(knob: &Knob) -> Result<String, KnobError> {
+    // A kernel file is small; bound the read all the same.
+    use std::io::Read;
+    let mut f = std::fs::File::open(&knob.path).map_err(|source| KnobError::Io {
+        name: knob.name.clone(),
+        path: knob.path.clone(),
+        source,
+    })?;
+    let mut buf = String::new();
+    Read::by_ref(&mut f)
+        .take(64 * 1024)
+        .read_to_string(&mut buf)
+        .map_err(|source| KnobError::Io {
+            name: knob.name.clone(),
+            path: knob.path.clone(),
+            source,
+        })?;
+    Ok(buf)
+}
+
+/// Checks every knob before any is set: the file is writable (its mode
+/// has a write bit) and the value is one it offers where it lists them.
+pub fn check(knobs: &[Knob]) -> Result<(), KnobError> {
+    use std::os::unix::fs::PermissionsExt;
+    for k in knobs {
+        let meta = std::fs::metadata(&k.path).map_err(|source| KnobError::Io {
+            name: k.name.clone(),
+            path: k.path.clone(),
+            source,
+        })?;
+        if !meta.is_file() || meta.permissions().mode() & 0o222 == 0 {
+            return Err(KnobError::ReadOnly {
+                name: k.name.clone(),
+                path: k.path.clone(),
+            });
+        }
+        if let Some((offered, _)) = choices(&read(k)?) {
+            if !offered.iter().any(|o| o == k.value.trim()) {
+                return Err(KnobError::NotOffered {
+                    name: k.name.clone(),
+                    path: k.path.clone(),
+                    value: k.value.clone(),
+                    offered,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write(knob: &Knob, value: &str) -> io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&knob.path)?;
+    f.write_all(value.as_bytes())
+}
+
+/// Sets the knobs in order: for each, `journal(path, previous)` first (the
+/// run's undo log, so the guardian or the next start writes it back), then
+/// the value, then a read-back. On an error the knobs already set are
+/// written back before it is returned.
+pub fn apply(
+    knobs: &[Knob],
+    mut journal: impl FnMut(&Path, &str) -> io::Result<()>,
+) -> Result<Vec<Applied>, KnobError> {
+    let mut done: Vec<Applied> = Vec::with_capacity(knobs.len());
+    for k in knobs {
+        let step = (|| {
+            let previous = current(&read(k)?);
+            journal(&k.path, &previous).map_err(|source| KnobError::Io {
+                name: k.name.clone(),
+                path: k.path.clone(),
+                source,
+            })?;
+            write(k, &k.value).map_err(|source| KnobError::Refused {
+                name: k.name.clone(),
+                path: k.path.clone(),
+                value: k.value.clone(),
+                source,
+            })?;
+            Ok(Applied {
+                name: k.name.clone(),
+                path: k.path.clone(),
+                requested: k.value.clone(),
+                previous,
+                value: current(&read(k)?),
+            })
+        })();
+        match step {
+            Ok(a) => done.push(a),
+            Err(e) => {
+                restore(&done);
+                return Err(e);
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Writes each knob's previous value back, last set first; returns one line
+/// per knob that could not be restored.
+pub fn restore(applied: &[Applied]) -> Vec<String> {
+    let mut failed = Vec::new();
+    for a in applied.iter().rev() {
+        let k = Knob {
+            name: a.name.clone(),
+            path: a.path.clone(),
+            value: a.previous.clone(),
+        };
+        if let Err(e) = write(&k, &a.previous) {
+            failed.push(format!(
+                "machine.{}: restoring {} to {:?}: {}",
+                a.name,
+                a.path.display(),
+                a.previous,
+                kernmlops_sys::private::strip_os_error(&e)
+            ));
+        }
+    }
+    failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> toml::Table {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn names_resolve_to_kernel_files() {
+        let k = resolve(&table(
+            "[sysctl]\n\"vm.swappiness\" = 10\n[sysfs]\n\"kernel/mm/transparent_hugepage/enabled\" = \"madvise\"\n",
+        ))
+        .unwrap();
+        assert_eq!(k[0].name, "sysctl.vm.swappiness");
+        assert_eq!(k[0].path, Path::new("/proc/sys/vm/swappiness"));
+        assert_eq!(k[0].value, "10");
+        assert_eq!(
+            k[1].path,
+            Path::new("/sys/kernel/mm/transparent_hugepage/enabled")
+        );
+    }
+
+    #[test]
+    fn paths_that_leave_the_kernel_trees_are_refused() {
+        for bad in [
+            "[sysfs]\n\"../etc/passwd\" = 1\n",
+            "[sysfs]\n\"/etc/passwd\" = 1\n",
+            "[sysctl]\n\"vm/../../etc\" = 1\n",
+            "[sysctl]\n\"vm swappiness\" = 1\n",
+            "[block]\n\"../sda\" = { read_ahead_kb = 1 }\n",
+        ] {
+            let e = resolve(&table(bad)).unwrap_err();
+            assert!(matches!(e, KnobError::Invalid { .. }), "{bad}: {e}");
+        }
+        let e = resolve(&table("[sysctl]\n\"vm.no_such_knob\" = 1\n")).unwrap_err();
+        assert!(matches!(e, KnobError::Missing { .. }), "{e}");
+        let e = resolve(&table("[block.nosuchdisk0]\nread_ahead_kb = 128\n")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("/sys/block/nosuchdisk0 does not exist"),
+            "{e}"
+        );
+        let e = resolve(&table("[sysctl]\n\"vm.swappiness\" = [1]\n")).unwrap_err();
+        assert!(e.to_string().contains("not array"), "{e}");
+    }
+
+    #[test]
+    fn bracketed_choices_are_parsed() {
+        let (offered, cur) = choices("always [madvise] never\n").unwrap();
+        assert_eq!(offered, ["always", "madvise", "never"]);
+        assert_eq!(cur.as_deref(), Some("madvise"));
+        assert_eq!(current("[mq-deadline] none"), "mq-deadline");
+        assert_eq!(current("60\n"), "60");
+        assert_eq!(choices("4096\t8192"), None);
+    }
+
+    fn root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            return true;
+        }
+        assert!(
+            std::env::var("CI").map_or(true, |v| v != "true"),
+            "root test skipped under CI"
+        );
+        false
+    }
+
+    /// The root tests change the same sysctl: one at a time.
+    static SYSCTL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Puts a sysctl back however the test ends.
+    struct Keep(PathBuf, String);
+    impl Drop for Keep {
+        fn drop(&mut self) {
+            let _ = std::fs::write(&self.0, &self.1);
+        }
+    }
+
+    #[test]
+    fn root_a_sysctl_is_journalled_set_read_back_and_restored() {
+        if !root() {
+            return;
+        }
+        let _one = SYSCTL.lock().unwrap_or_else(|e| e.into_inner());
+        let path = PathBuf::from("/proc/sys/vm/swappiness");
+        let before = std::fs::read_to_string(&path).unwrap().trim().to_owned();
+        let _keep = Keep(path.clone(), before.clone());
+        let want = if before == "17" { "18" } else { "17" };
+        let knobs = resolve(&table(&format!("[sysctl]\n\"vm.swappiness\" = {want}\n"))).unwrap();
+        check(&knobs).unwrap();
+        let mut journal = Vec::new();
+        let applied = apply(&knobs, |p, v| {
+            journal.push((p.to_owned(), v.to_owned()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(journal, vec![(path.clone(), before.clone())]);
+        assert_eq!(applied[0].value, want);
+        assert_eq!(applied[0].previous, before);
+        assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), want);
+        assert!(restore(&applied).is_empty());
+        assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), before);
+    }
+
+    #[test]
+    fn root_a_refused_value_undoes_the_knobs_already_set() {
+        if !root() {
+            return;
+        }
+        let _one = SYSCTL.lock().unwrap_or_else(|e| e.into_inner());
+        let swap = PathBuf::from("/proc/sys/vm/swappiness");
+        let ratio = PathBuf::from("/proc/sys/vm/dirty_ratio");
+        let before = std::fs::read_to_string(&swap).unwrap().trim().to_owned();
+        let _keep = Keep(swap.clone(), before.clone());
+        let want = if before == "17" { "18" } else { "17" };
+        // swappiness is set first (sorted), then dirty_ratio refuses 1000 (at most 100).
+        let knobs = resolve(&table(&format!(
+            "[sysctl]\n\"vm.swappiness\" = {want}\n\"vm.dirty_ratio\" = 1000\n"
+        )))
+        .unwrap();
+        assert_eq!(knobs[0].path, ratio);
+        let knobs = vec![knobs[1].clone(), knobs[0].clone()];
+        let e = apply(&knobs, |_, _| Ok(())).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("machine.sysctl.vm.dirty_ratio: the kernel refused \"1000\" for /proc/sys/vm/dirty_ratio: "),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_to_string(&swap).unwrap().trim(), before);
+    }
+}
