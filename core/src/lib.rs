@@ -46,6 +46,7 @@ pub mod preflight;
 pub mod settings_rules;
 pub mod sink;
 pub mod system_info;
+pub mod trace_list;
 pub mod trust;
 pub mod undo;
 pub mod validate;

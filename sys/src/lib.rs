@@ -1,7 +1,8 @@
 //! Low-level Linux helpers every part of kernmlops shares (host, SDK,
 //! plugins, tests), in one place instead of copies: the one clock, duration
-//! text, naming rules, cgroup v2, tracefs, a reader of the kernel's BTF and
-//! the kernel feature checks built on them, and private files and folders
+//! text, naming rules, cgroup v2, tracefs and its tracepoint format files, a
+//! reader of the kernel's BTF and the kernel feature checks built on them,
+//! and private files and folders
 //! (`private`: fresh temporary folders, exclusive creates, atomic writes).
 //!
 //! Depends on `libc` only, so the stable-ABI crate (`kernmlops-plugin-api`)
@@ -16,4 +17,5 @@ pub mod duration;
 pub mod features;
 pub mod names;
 pub mod private;
+pub mod trace_format;
 pub mod tracefs;

@@ -4,8 +4,9 @@
 //! the tracepoint's format file or from BTF (`plan`), laid out as records
 //! and tables (`layout`), and handed to the programs through a map.
 
-pub mod format;
 pub mod layout;
+/// Tracepoint format files, shared with the host's `trace-list`.
+pub use kernmlops_sys::trace_format as format;
 pub mod plan;
 pub mod spec;
 

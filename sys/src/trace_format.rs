@@ -90,15 +90,24 @@ impl Format {
 }
 
 /// Why a format file could not be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FormatError {
-    #[error("{path}: {error}")]
     Io { path: String, error: String },
-    #[error("line {line}: {problem}")]
     Line { line: usize, problem: String },
-    #[error("no {0} line")]
     Missing(&'static str),
 }
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io { path, error } => write!(f, "{path}: {error}"),
+            Self::Line { line, problem } => write!(f, "line {line}: {problem}"),
+            Self::Missing(what) => write!(f, "no {what} line"),
+        }
+    }
+}
+
+impl std::error::Error for FormatError {}
 
 impl fmt::Display for FieldType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -138,7 +147,7 @@ pub fn read(tracefs: &Path, system: &str, event: &str) -> Result<Format, FormatE
         .join("format");
     let text = std::fs::read_to_string(&path).map_err(|e| FormatError::Io {
         path: path.display().to_string(),
-        error: kernmlops_sys::private::strip_os_error(&e),
+        error: crate::private::strip_os_error(&e),
     })?;
     parse(&text)
 }
@@ -317,9 +326,10 @@ pub fn is_char_type(ty: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// Format files saved from a kernel, kept beside the trace plugin's tests.
     fn data(name: &str) -> Format {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data")
+            .join("../plugins/trace/tests/data")
             .join(format!("{name}.format"));
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -462,7 +472,7 @@ mod tests {
     /// hold is counted by reason (each is a known kind of field).
     #[test]
     fn every_format_file_here_parses() {
-        let Some(root) = kernmlops_sys::tracefs::tracefs_root() else {
+        let Some(root) = crate::tracefs::tracefs_root() else {
             eprintln!("SKIP: tracefs is not mounted");
             return;
         };
