@@ -52,7 +52,7 @@ bpf_probe! {
     hooks: custom,
     tables: [
         block_io(events, block_io_event, rate = 100_000):
-            "One row per completed block I/O request whose issue was seen" {
+            "One row per completed block I/O request whose issue was seen, and per fsync's empty pre-flush write" {
             ts_uptime_us [us]: "when the request completed (CLOCK_BOOTTIME)",
             issue_ts_uptime_us [us]: "when the request was issued to the driver (CLOCK_BOOTTIME)",
             latency_us [us]: "issue to completion",
@@ -62,7 +62,7 @@ bpf_probe! {
             disk_name: "name of the disk, e.g. vda or nvme0n1",
             sector: "first 512-byte sector, on the whole disk, at issue",
             segments: "physical segments (rq->nr_phys_segments) at issue",
-            bytes [bytes]: "size of the request at issue",
+            bytes [bytes]: "size of the request at issue (0 for a flush or an empty pre-flush write)",
             flags: "rq->cmd_flags at issue: REQ_OP_* in the low 8 bits, REQ_* flags above",
             op as label(OP_LABELS): "the operation (REQ_OP_*) of flags",
             flags_readable: "[Preflush-][FUA-][Meta-][Sync-]<op>, e.g. Sync-Write",

@@ -10,7 +10,9 @@
  * counted once, and remembers its submitter for the re-issue.
  *
  * Completions whose issue was not seen (issued before the probe started, or
- * `inflight` full) are skipped and counted in `unmatched_completions`.
+ * `inflight` full) are skipped and counted in `unmatched_completions`,
+ * except an fsync's empty pre-flush write, which the kernel completes
+ * without issuing it: that gets a row (see preflush_write).
  *
  * Filters: completions often run in interrupt context, so --tgid/--pid/
  * --cgroup are applied to the task that issued the request. That is the
@@ -71,6 +73,7 @@ struct depth {
 /* The task that submitted a request, from block_io_start to its issue. LRU:
  * a request freed without being issued is forgotten, never fills it. */
 struct submitter {
+	__u64 submit_ns; /* CLOCK_BOOTTIME, ns; set for a data-less write only */
 	__u32 pid;
 	__u32 tgid;
 	__u32 wanted;
@@ -280,6 +283,10 @@ int BPF_PROG(handle_block_io_start, struct request *rq)
 	s.pid = task->pid;
 	s.tgid = task->tgid;
 	s.wanted = kml_wanted_tgid(task, s.tgid);
+	/* A data-less write (an fsync's empty pre-flush write) is never
+	 * issued: its row's "issue" time is its submission. */
+	if (rq->__data_len == 0)
+		s.submit_ns = bpf_ktime_get_boot_ns();
 	bpf_map_update_elem(&submitters, &key, &s, BPF_ANY);
 	return 0;
 }
@@ -348,6 +355,63 @@ int BPF_PROG(handle_block_rq_requeue, struct request *rq)
 
 KML_FLUSH_PROGRAM(kml_flush_table(&events, TABLE_BLOCK_IO, sizeof(struct block_io_event)))
 
+/* A write with no data is the flush machinery's: the empty write that a
+ * flush (fsync's REQ_PREFLUSH) is submitted as. The kernel never issues it
+ * to the driver (block_rq_issue sees the separate flush request, a Flush
+ * row); it completes it when the flush is done, and /proc/diskstats counts
+ * it as a write. It gets a row from its submission (block_io_start) to that
+ * completion, with bytes 0, instead of counting as unmatched. */
+static __always_inline int preflush_write(struct request *rq, struct issue *in, __u64 now_ns)
+{
+	struct task_struct *task;
+	struct submitter *s;
+	__u64 key = (__u64)rq;
+	__u32 flags = rq->cmd_flags;
+
+	if (rq->__data_len != 0 || !OP_IS(flags & REQ_OP_MASK, WRITE))
+		return 0;
+	/* The kernel cleared REQ_PREFLUSH when it took the flush over: the
+	 * row keeps the flags as submitted. */
+	if (bpf_core_enum_value_exists(enum req_flag_bits, __REQ_PREFLUSH))
+		flags |= 1u << bpf_core_enum_value(enum req_flag_bits, __REQ_PREFLUSH);
+	in->issue_ns = now_ns;
+	in->device = disk_dev(rq_disk(rq));
+	in->flags = flags;
+	s = bpf_map_lookup_elem(&submitters, &key);
+	if (s) {
+		if (s->submit_ns && s->submit_ns <= now_ns)
+			in->issue_ns = s->submit_ns;
+		in->pid = s->pid;
+		in->tgid = s->tgid;
+		in->wanted = s->wanted;
+		bpf_map_delete_elem(&submitters, &key);
+	} else {
+		/* No block_io_start (before Linux 6.5), or forgotten: the task
+		 * current at completion stands in. */
+		task = bpf_get_current_task_btf();
+		in->pid = task->pid;
+		in->tgid = task->tgid;
+		in->wanted = kml_wanted_tgid(task, in->tgid);
+	}
+	return 1;
+}
+
+/* What is in flight on the disk, without changing it. */
+static __always_inline void depth_get(__u32 dev, __u32 *requests_after, __u64 *bytes_after)
+{
+	struct depth *d = bpf_map_lookup_elem(&depths, &dev);
+	__s64 r, b;
+
+	*requests_after = 0;
+	*bytes_after = 0;
+	if (!d)
+		return;
+	r = d->requests;
+	b = d->bytes;
+	*requests_after = r > 0 ? (__u32)r : 0;
+	*bytes_after = b > 0 ? (__u64)b : 0;
+}
+
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(handle_block_rq_complete, struct request *rq, blk_status_t error,
 	     unsigned int nr_bytes)
@@ -355,50 +419,60 @@ int BPF_PROG(handle_block_rq_complete, struct request *rq, blk_status_t error,
 	__u64 key = (__u64)rq;
 	struct block_io_event rec, *e = &rec;
 	struct gendisk *disk;
-	struct issue *in;
+	struct issue *found, in;
 	__u32 requests_after;
 	__u64 bytes_after;
 	__u64 now_ns;
+	int issued = 1;
 
-	in = bpf_map_lookup_elem(&inflight, &key);
-	if (!in) {
-		__sync_fetch_and_add(&unmatched_total, 1);
-		return 0;
+	found = bpf_map_lookup_elem(&inflight, &key);
+	if (found) {
+		/* A partial completion leaves the rest of the request in
+		 * flight: the row comes with the last part. */
+		if (nr_bytes < rq->__data_len)
+			return 0;
+		in = *found;
+		now_ns = bpf_ktime_get_boot_ns();
+		depth_sub(in.device, in.bytes, &requests_after, &bytes_after);
+	} else {
+		now_ns = bpf_ktime_get_boot_ns();
+		__builtin_memset(&in, 0, sizeof(in));
+		if (!preflush_write(rq, &in, now_ns)) {
+			__sync_fetch_and_add(&unmatched_total, 1);
+			return 0;
+		}
+		issued = 0;
+		depth_get(in.device, &requests_after, &bytes_after);
 	}
-	/* A partial completion leaves the rest of the request in flight: the
-	 * row comes with the last part. */
-	if (nr_bytes < rq->__data_len)
-		return 0;
-	now_ns = bpf_ktime_get_boot_ns();
-	depth_sub(in->device, in->bytes, &requests_after, &bytes_after);
-	if (!in->wanted)
+	if (!in.wanted)
 		goto done;
 
 	/* Clear padding and the strings' tails. */
 	__builtin_memset(e, 0, sizeof(*e));
 	e->ts_uptime_us = now_ns / 1000;
-	e->issue_ts_uptime_us = in->issue_ns / 1000;
-	e->latency_us = now_ns > in->issue_ns ? (now_ns - in->issue_ns) / 1000 : 0;
-	e->sector = in->sector;
-	e->bytes = in->bytes;
+	e->issue_ts_uptime_us = in.issue_ns / 1000;
+	e->latency_us = now_ns > in.issue_ns ? (now_ns - in.issue_ns) / 1000 : 0;
+	e->sector = in.sector;
+	e->bytes = in.bytes;
 	e->queue_depth_4k = bytes_after / 4096;
 	e->unmatched_completions = unmatched_total;
-	e->device = in->device;
-	e->device_major = in->device >> 20;
-	e->device_minor = in->device & ((1u << 20) - 1);
-	e->segments = in->segments;
-	e->flags = in->flags;
-	e->op = op_index(in->flags & REQ_OP_MASK);
+	e->device = in.device;
+	e->device_major = in.device >> 20;
+	e->device_minor = in.device & ((1u << 20) - 1);
+	e->segments = in.segments;
+	e->flags = in.flags;
+	e->op = op_index(in.flags & REQ_OP_MASK);
 	e->error = error;
 	e->queue_depth = requests_after;
-	e->pid = in->pid;
-	e->tgid = in->tgid;
+	e->pid = in.pid;
+	e->tgid = in.tgid;
 	disk = rq_disk(rq);
 	if (disk)
 		BPF_CORE_READ_STR_INTO(&e->disk_name, disk, disk_name);
 	flags_readable(e->flags_readable, e->flags, e->op);
 	kml_stage_output(&events, e, sizeof(*e), TABLE_BLOCK_IO);
 done:
-	bpf_map_delete_elem(&inflight, &key);
+	if (issued)
+		bpf_map_delete_elem(&inflight, &key);
 	return 0;
 }
