@@ -147,7 +147,10 @@ static __always_inline __u32 disk_dev(struct gendisk *disk)
 		    (op) == bpf_core_enum_value(enum req_opf___old,            \
 						REQ_OP_##name##___old)))
 
-static __always_inline __u32 op_index(__u32 op)
+/* A global function: the verifier checks it once, on its own, and its
+ * caller continues with one state for any result, not one per operation
+ * (fifteen copies of the rest of the program to verify). */
+__noinline __u32 block_io_op_index(__u32 op)
 {
 	if (OP_IS(op, READ))
 		return BLOCK_IO_OP_READ;
@@ -182,54 +185,27 @@ static __always_inline __u32 op_index(__u32 op)
 
 /* True when cmd_flags has REQ_<name> set; bit numbers from CO-RE. */
 #define HAS_FLAG(flags, name)                                                  \
-	(bpf_core_enum_value_exists(enum req_flag_bits, __REQ_##name) &&       \
-	 ((flags) >> bpf_core_enum_value(enum req_flag_bits, __REQ_##name)) & 1)
+	(bpf_core_enum_value_exists(enum req_flag_bits, __REQ_##name)          \
+		 ? ((flags) >> bpf_core_enum_value(enum req_flag_bits, __REQ_##name)) & 1 \
+		 : 0)
 
-/* Writes `s` (a string literal, at most 15 characters) at `pos` of the
- * zeroed `buf`; returns the position after it. */
-static __always_inline __u32 put(char *buf, __u32 pos, const char *s)
-{
-#pragma unroll
-	for (int i = 0; i < 16; i++) {
-		if (!s[i])
-			break;
-		buf[pos & (BLOCK_IO_FLAGS_LEN - 1)] = s[i];
-		pos++;
-	}
-	return pos;
-}
+/* flags_readable for each set of the four flags shown (bit 0 Preflush, 1
+ * FUA, 2 Meta, 3 Sync) and each operation (BLOCK_IO_OP_*):
+ * "[Preflush-][FUA-][Meta-][Sync-]<Op>", like bcc's biolatency --flags.
+ * Written by user space before load (src/lib.rs), so the program copies
+ * one string instead of building it (a branch per flag and operation, each
+ * a path for the verifier to walk). */
+const volatile char readable_names[BLOCK_IO_FLAG_SETS * BLOCK_IO_OPS][BLOCK_IO_FLAGS_LEN] = {};
 
-/* "[Preflush-][FUA-][Meta-][Sync-]<Op>", like bcc's biolatency --flags;
- * the longest is 35 characters, so the mask never wraps. */
+/* The string of `flags` and operation `op` (at most BLOCK_IO_OP_UNKNOWN). */
 static __always_inline void flags_readable(char *buf, __u32 flags, __u32 op)
 {
-	__u32 pos = 0;
+	__u32 set = HAS_FLAG(flags, PREFLUSH) | HAS_FLAG(flags, FUA) << 1 |
+		    HAS_FLAG(flags, META) << 2 | HAS_FLAG(flags, SYNC) << 3;
+	__u32 i = ((set & (BLOCK_IO_FLAG_SETS - 1)) * BLOCK_IO_OPS + op) &
+		  (BLOCK_IO_FLAG_SETS * BLOCK_IO_OPS - 1);
 
-	if (HAS_FLAG(flags, PREFLUSH))
-		pos = put(buf, pos, "Preflush-");
-	if (HAS_FLAG(flags, FUA))
-		pos = put(buf, pos, "FUA-");
-	if (HAS_FLAG(flags, META))
-		pos = put(buf, pos, "Meta-");
-	if (HAS_FLAG(flags, SYNC))
-		pos = put(buf, pos, "Sync-");
-	switch (op) {
-	case BLOCK_IO_OP_READ: put(buf, pos, "Read"); break;
-	case BLOCK_IO_OP_WRITE: put(buf, pos, "Write"); break;
-	case BLOCK_IO_OP_FLUSH: put(buf, pos, "Flush"); break;
-	case BLOCK_IO_OP_DISCARD: put(buf, pos, "Discard"); break;
-	case BLOCK_IO_OP_SECURE_ERASE: put(buf, pos, "SecureErase"); break;
-	case BLOCK_IO_OP_ZONE_APPEND: put(buf, pos, "ZoneAppend"); break;
-	case BLOCK_IO_OP_WRITE_ZEROES: put(buf, pos, "WriteZeroes"); break;
-	case BLOCK_IO_OP_ZONE_OPEN: put(buf, pos, "ZoneOpen"); break;
-	case BLOCK_IO_OP_ZONE_CLOSE: put(buf, pos, "ZoneClose"); break;
-	case BLOCK_IO_OP_ZONE_FINISH: put(buf, pos, "ZoneFinish"); break;
-	case BLOCK_IO_OP_ZONE_RESET: put(buf, pos, "ZoneReset"); break;
-	case BLOCK_IO_OP_ZONE_RESET_ALL: put(buf, pos, "ZoneResetAll"); break;
-	case BLOCK_IO_OP_DRV_IN: put(buf, pos, "DrvIn"); break;
-	case BLOCK_IO_OP_DRV_OUT: put(buf, pos, "DrvOut"); break;
-	default: put(buf, pos, "Unknown"); break;
-	}
+	__builtin_memcpy(buf, (const char *)readable_names[i], BLOCK_IO_FLAGS_LEN);
 }
 
 /* Adds `requests` and `bytes` to the disk's depth. */
@@ -423,7 +399,6 @@ int BPF_PROG(handle_block_rq_complete, struct request *rq, blk_status_t error,
 	__u32 requests_after;
 	__u64 bytes_after;
 	__u64 now_ns;
-	int issued = 1;
 
 	found = bpf_map_lookup_elem(&inflight, &key);
 	if (found) {
@@ -432,6 +407,7 @@ int BPF_PROG(handle_block_rq_complete, struct request *rq, blk_status_t error,
 		if (nr_bytes < rq->__data_len)
 			return 0;
 		in = *found;
+		bpf_map_delete_elem(&inflight, &key);
 		now_ns = bpf_ktime_get_boot_ns();
 		depth_sub(in.device, in.bytes, &requests_after, &bytes_after);
 	} else {
@@ -441,11 +417,10 @@ int BPF_PROG(handle_block_rq_complete, struct request *rq, blk_status_t error,
 			__sync_fetch_and_add(&unmatched_total, 1);
 			return 0;
 		}
-		issued = 0;
 		depth_get(in.device, &requests_after, &bytes_after);
 	}
 	if (!in.wanted)
-		goto done;
+		return 0;
 
 	/* Clear padding and the strings' tails. */
 	__builtin_memset(e, 0, sizeof(*e));
@@ -461,7 +436,9 @@ int BPF_PROG(handle_block_rq_complete, struct request *rq, blk_status_t error,
 	e->device_minor = in.device & ((1u << 20) - 1);
 	e->segments = in.segments;
 	e->flags = in.flags;
-	e->op = op_index(in.flags & REQ_OP_MASK);
+	e->op = block_io_op_index(in.flags & REQ_OP_MASK);
+	if (e->op > BLOCK_IO_OP_UNKNOWN)
+		e->op = BLOCK_IO_OP_UNKNOWN;
 	e->error = error;
 	e->queue_depth = requests_after;
 	e->pid = in.pid;
@@ -471,8 +448,5 @@ int BPF_PROG(handle_block_rq_complete, struct request *rq, blk_status_t error,
 		BPF_CORE_READ_STR_INTO(&e->disk_name, disk, disk_name);
 	flags_readable(e->flags_readable, e->flags, e->op);
 	kml_stage_output(&events, e, sizeof(*e), TABLE_BLOCK_IO);
-done:
-	if (issued)
-		bpf_map_delete_elem(&inflight, &key);
 	return 0;
 }
