@@ -192,11 +192,13 @@ static long add_cpu(__u64 cpu, void *data)
  * delta into the global count during the sum would count it twice or not
  * at all: the count is read before and after, and the sum tried again when
  * it moved. When it cannot be exact, the global count, with `*estimated`
- * set. */
-static __noinline __u64 exact_counter(__u64 mm, __u32 k, __u64 base, __u32 *estimated)
+ * set. A global function, verified once on its own. */
+__noinline __u64 mm_rss_stat_exact_counter(__u64 mm, __u32 k, __u64 base, __u32 *estimated)
 {
 	__s64 count = 0;
 
+	if (!estimated)
+		return 0;
 	k &= NR_COUNTERS - 1;
 	if (bpf_core_field_exists(((struct mm_struct___new *)0)->rss_stat)) {
 		__u64 pc = mm + bpf_core_field_offset(((struct mm_struct___new *)0)->rss_stat) +
@@ -236,9 +238,12 @@ static __noinline __u64 exact_counter(__u64 mm, __u32 k, __u64 base, __u32 *esti
 
 /* Sums the counters of an mm seen for the first time (or whose carried
  * values are of an older generation) into `c`, all but `member`, whose
- * value comes from the event. */
-static __noinline void carry_init(__u64 mm, int member, struct carry *c)
+ * value comes from the event. A global function: the verifier checks it
+ * once, on its own, not at every place that calls it. */
+__noinline int mm_rss_stat_carry_init(__u64 mm, int member, struct carry *c)
 {
+	if (!c)
+		return 0;
 	__u64 base = 0, map = ptr_value(&cpu_probe);
 
 	/* cpu_probe's per-CPU pointer, from the kernel's struct bpf_array. */
@@ -250,8 +255,9 @@ static __noinline void carry_init(__u64 mm, int member, struct carry *c)
 	for (__u32 k = 0; k < NR_COUNTERS; k++) {
 		if ((int)k == member)
 			continue;
-		c->pages[k] = exact_counter(mm, k, base, &c->estimated);
+		c->pages[k] = mm_rss_stat_exact_counter(mm, k, base, &c->estimated);
 	}
+	return 0;
 }
 
 /* The carried values of `mm`, set up at its first event (only for an mm a
@@ -266,7 +272,7 @@ static __always_inline struct carry *carry_of(__u64 addr, int member, bool creat
 		return c;
 	if (!c && !create)
 		return 0;
-	carry_init(addr, member, &fresh);
+	mm_rss_stat_carry_init(addr, member, &fresh);
 	fresh.gen = gen;
 	if (c) {
 		*c = fresh;
@@ -310,6 +316,18 @@ struct {
 	__type(key, __u32);
 	__type(value, struct half);
 } halves SEC(".maps");
+
+KML_FLUSH_PROGRAM(kml_flush_table(&events, TABLE_MM_RSS_STAT, sizeof(struct mm_rss_stat_event)))
+
+/* Stages one row. A global function, verified once on its own rather than
+ * with every path of its caller. */
+__noinline int mm_rss_stat_stage_row(struct mm_rss_stat_event *e)
+{
+	if (!e)
+		return 0;
+	kml_stage_output(&events, e, sizeof(*e), TABLE_MM_RSS_STAT);
+	return 0;
+}
 
 /* The event's row: the changed counter is the value the kernel computed
  * for the event; it is carried for the mm, and the other three are the
@@ -368,10 +386,8 @@ static __always_inline void record(struct task_struct *task, struct carry *c, __
 	e->pid = task->pid;
 	e->tgid = task->tgid;
 	e->member = known ? member : MM_RSS_UNKNOWN;
-	kml_stage_output(&events, e, sizeof(*e), TABLE_MM_RSS_STAT);
+	mm_rss_stat_stage_row(e);
 }
-
-KML_FLUSH_PROGRAM(kml_flush_table(&events, TABLE_MM_RSS_STAT, sizeof(struct mm_rss_stat_event)))
 
 static __always_inline struct half *this_cpu_half(void)
 {
@@ -435,25 +451,28 @@ int BPF_PROG(handle_rss_stat_raw, struct mm_struct *mm, int member)
 	struct carry *c;
 	__u64 addr = 0;
 	bool wanted;
+	int joined;
 
 	if (!h || !mm)
 		return 0;
 	/* The verifier allows no arithmetic on a trusted pointer: copy the
 	 * argument out of the context as a plain number. */
 	bpf_probe_read_kernel(&addr, sizeof(addr), &ctx[0]);
-	if (take_other_half(h, HALF_RAW, tid, member)) {
-		wanted = kml_wanted_tgid(task, task->tgid);
-		c = carry_of(addr, member, wanted);
+	joined = take_other_half(h, HALF_RAW, tid, member);
+	if (!joined) {
+		h = wait_for_other_half(h, HALF_RAW, tid, member, task);
+		if (!h)
+			return 0;
+	}
+	wanted = kml_wanted_tgid(task, task->tgid);
+	c = carry_of(addr, member, wanted);
+	if (joined) {
+		/* The classic half ran first: this event's value waits in h. */
 		if (!c && wanted)
 			read_counters(mm, &shared);
 		record(task, c, addr, member, h->size, wanted, &shared);
 		return 0;
 	}
-	h = wait_for_other_half(h, HALF_RAW, tid, member, task);
-	if (!h)
-		return 0;
-	wanted = kml_wanted_tgid(task, task->tgid);
-	c = carry_of(addr, member, wanted);
 	h->mm = addr;
 	h->wanted = wanted;
 	h->carried = c != 0;
