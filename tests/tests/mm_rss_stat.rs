@@ -355,6 +355,7 @@ fn root_mm_rss_stat_every_counter_is_exact() {
         .iter()
         .map(|c| column_u64(&batches, &format!("{c}_pages")))
         .collect();
+    let estimated = column_u64(&batches, "estimated");
     let members: Vec<usize> = column_str(&batches, "member")
         .into_iter()
         .map(|m| {
@@ -426,6 +427,7 @@ fn root_mm_rss_stat_every_counter_is_exact() {
         missing += next - from;
         state[member] = value;
         next += 1;
+        assert_eq!(estimated[i], 0, "our row {n}: estimated");
         let row: [u64; 4] = std::array::from_fn(|k| counters[k][i]);
         if row != state {
             wrong.push((n, COUNTERS[member], row, state));
@@ -459,5 +461,99 @@ fn root_mm_rss_stat_every_counter_is_exact() {
         missing * 1000 <= oracle.len(),
         "{missing} of perf's {} events have no row",
         oracle.len()
+    );
+}
+
+/// Entries of the collector's `carried` map (the per-mm values): the BPF
+/// map that process `pid` holds open with that map's shape (LRU hash, 8-byte
+/// key, 40-byte value, 16,384 entries), counted with `bpftool map dump`.
+fn carried_entries(pid: u32) -> usize {
+    let mut found = Vec::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).expect("fdinfo") {
+        let Ok(info) = std::fs::read_to_string(fd.expect("fd").path()) else {
+            continue;
+        };
+        let field = |key: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(|v| v.trim().to_owned())
+        };
+        if field("map_type:").as_deref() == Some("9")
+            && field("key_size:").as_deref() == Some("8")
+            && field("value_size:").as_deref() == Some("40")
+            && field("max_entries:").as_deref() == Some("16384")
+        {
+            found.extend(field("map_id:"));
+        }
+    }
+    found.sort();
+    found.dedup();
+    assert_eq!(found.len(), 1, "the collector's carried map: {found:?}");
+    let out = Command::new("bpftool")
+        .args(["--json", "map", "dump", "id", &found[0]])
+        .output()
+        .expect("bpftool map dump");
+    assert!(out.status.success(), "bpftool: {}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
+    v.as_array().expect("a list of entries").len()
+}
+
+/// The per-mm map stays bounded by the live address spaces: each process's
+/// mm is deleted from it when its teardown brings all four counters to
+/// zero, so 100 processes that lived at the same time leave no entries
+/// behind.
+#[test]
+fn root_mm_rss_stat_forgets_mms_that_are_gone() {
+    if !require_root("root_mm_rss_stat_forgets_mms_that_are_gone")
+        || !require_tool("root_mm_rss_stat_forgets_mms_that_are_gone", "bpftool")
+    {
+        return;
+    }
+    const PROCESSES: usize = 100;
+    let _serial = serial();
+    let plugins = plugin_dir("mm_rss_forget", &[("mm_rss_stat", "mm_rss_stat")]);
+    let output = temp_dir("mm-rss-forget");
+    let c = Collector::start(&[
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "mm_rss_stat",
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let before = carried_entries(c.pid());
+    // All alive at once, so their mms are at distinct addresses (one
+    // after another, a freed mm's address is soon a new one's).
+    let children: Vec<KillOnDrop> = (0..PROCESSES)
+        .map(|_| {
+            KillOnDrop(
+                Command::new("sleep")
+                    .arg("0.5")
+                    .spawn()
+                    .expect("starting sleep"),
+            )
+        })
+        .collect();
+    for mut child in children {
+        let status = child.0.wait().expect("waiting for sleep");
+        assert!(status.success());
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let after = carried_entries(c.pid());
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+    let batches = read_table(&dir.join("mm_rss_stat.arrow"));
+    let rows = column_u64(&batches, "ts_uptime_us").len();
+    eprintln!("carried: {before} entries, {after} after {PROCESSES} processes ({rows} rows)");
+    assert!(before > 0, "nothing carried while the machine runs");
+    assert!(
+        after < before + PROCESSES / 10,
+        "{before} entries before {PROCESSES} short-lived processes, {after} after: gone mms are kept"
+    );
+    assert!(
+        rows >= PROCESSES,
+        "{rows} rows for {PROCESSES} processes: their mms were not seen"
     );
 }
