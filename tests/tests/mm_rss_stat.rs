@@ -1,8 +1,8 @@
 //! mm_rss_stat on the running kernel: a process that maps and touches
 //! 64 MiB of anonymous memory shows its anon page count grow by that much,
-//! and its last count agrees with the kernel's own `/proc/PID/status`; and
+//! and its last count agrees with the kernel's own `/proc/PID/status`;
 //! every row's four counters equal the kernel's own `kmem:rss_stat` values
-//! replayed by `perf`.
+//! replayed by `perf`; and the per-mm map forgets the mms that are gone.
 
 use std::{
     io::{BufRead, BufReader, Write},
