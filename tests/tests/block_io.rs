@@ -1,7 +1,8 @@
 //! block_io on the running kernel, checked against fio's own report: one
 //! row per completed request fio issued, with sane latency, size, flags and
-//! queue depth; the --tgid filter applied to the issuing task; and a clean
-//! attach/detach with `kernmlops check`.
+//! queue depth; the --tgid filter applied to the issuing task; a clean
+//! attach/detach with `kernmlops check`; and fsyncs on a loop device, whose
+//! rows by operation equal the device's `/proc/diskstats` counts exactly.
 
 use std::{
     collections::HashMap,
@@ -519,5 +520,213 @@ fn root_block_io_check_attaches_and_detaches() {
     assert!(
         line.starts_with("ok") && line.contains("attached") && line.contains("detached"),
         "check: {line}"
+    );
+}
+
+/// A loop device over a file in `dir`, detached on drop.
+struct LoopDev {
+    /// `/dev/loopN`.
+    path: PathBuf,
+}
+
+impl LoopDev {
+    fn attach(backing: &Path) -> Self {
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(backing)
+            .output()
+            .expect("running losetup");
+        assert!(
+            out.status.success(),
+            "losetup --find --show failed:\n{}",
+            text(&out.stderr)
+        );
+        Self {
+            path: PathBuf::from(text(&out.stdout).trim()),
+        }
+    }
+
+    /// `loopN`, as /proc/diskstats and block_io's `disk_name` name it.
+    fn name(&self) -> String {
+        self.path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .expect("a loop device has a name")
+    }
+
+    /// The kernel's own counters of the device: reads, sectors read,
+    /// writes, sectors written and flushes completed (Documentation/
+    /// admin-guide/iostats.rst: fields 1, 3, 5, 7 and 16).
+    fn diskstats(&self) -> [u64; 5] {
+        let name = self.name();
+        let all = std::fs::read_to_string("/proc/diskstats").expect("reading /proc/diskstats");
+        let line = all
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(name.as_str()))
+            .unwrap_or_else(|| panic!("{name} is not in /proc/diskstats"));
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .skip(3)
+            .map(|f| f.parse().unwrap_or_else(|e| panic!("{line:?}: {e}")))
+            .collect();
+        assert!(
+            fields.len() >= 17,
+            "/proc/diskstats has no flush counts (Linux 5.5+): {line:?}"
+        );
+        [fields[0], fields[2], fields[4], fields[6], fields[15]]
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
+    }
+}
+
+/// Direct 4 KiB writes to a loop device, each followed by an fsync, and
+/// direct reads back: block_io's rows of that device, by operation, equal
+/// the kernel's own counts in /proc/diskstats exactly. Each fsync is an
+/// empty pre-flush write, which the kernel completes (and counts as a
+/// write) without issuing it, and a flush request: a `Write` row with
+/// bytes 0 and `Preflush-` in its flags, and a `Flush` row; neither counts
+/// in `unmatched_completions`.
+#[test]
+fn root_block_io_fsync_rows_match_diskstats() {
+    if !require_root("root_block_io_fsync_rows_match_diskstats")
+        || !require_tool("root_block_io_fsync_rows_match_diskstats", "losetup")
+    {
+        return;
+    }
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    const WRITES: u64 = 24;
+    const READS: u64 = 8;
+    let _serial = serial();
+    let plugins = block_io_plugins("block_io-fsync");
+    let output = temp_dir("block_io-fsync-out");
+    let work = temp_dir("block_io-fsync-dev");
+    let backing = work.join("disk.img");
+    std::fs::File::create(&backing)
+        .and_then(|f| f.set_len(16 << 20))
+        .expect("creating the loop device's file");
+    let dev = LoopDev::attach(&backing);
+    // Whatever probes a new disk (udev, blkid) is done before the window.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+
+    let c = Collector::start(&[
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "block_io",
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    let mut buf = vec![0u8; 8192];
+    let at = buf.as_ptr().align_offset(4096);
+    let block = &mut buf[at..at + 4096];
+    block.fill(0x5a);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&dev.path)
+        .expect("opening the loop device O_DIRECT");
+    let before = dev.diskstats();
+    let t0 = uptime_us();
+    for i in 0..WRITES {
+        file.write_all_at(block, i * 8192).expect("direct write");
+        file.sync_all().expect("fsync");
+    }
+    for i in 0..READS {
+        file.read_exact_at(block, i * 8192).expect("direct read");
+    }
+    let t1 = uptime_us();
+    let after = dev.diskstats();
+    drop(file);
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
+    let dir = done.dir.expect("collection folder printed");
+    let delta: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    let (reads, read_sectors, writes, write_sectors, flushes) =
+        (delta[0], delta[1], delta[2], delta[3], delta[4]);
+
+    let rows = Rows::read(&dir);
+    let name = dev.name();
+    let ts = rows.col("ts_uptime_us");
+    let idx: Vec<usize> = (0..rows.len())
+        .filter(|&i| rows.disk_name[i] == name && ts[i] >= t0 && ts[i] <= t1)
+        .collect();
+    let bytes = rows.col("bytes");
+    let count = |op: &str| idx.iter().filter(|&&i| rows.op[i] == op).count() as u64;
+    let sum_bytes = |op: &str| {
+        idx.iter()
+            .filter(|&&i| rows.op[i] == op)
+            .map(|&i| bytes[i])
+            .sum::<u64>()
+    };
+    let empty_writes: Vec<usize> = idx
+        .iter()
+        .copied()
+        .filter(|&i| rows.op[i] == "Write" && bytes[i] == 0)
+        .collect();
+    eprintln!(
+        "{name}: diskstats reads {reads} ({read_sectors} sectors), writes {writes} ({write_sectors} sectors), flushes {flushes}; \
+         rows Read {}, Write {} ({} empty), Flush {}, all {}",
+        count("Read"),
+        count("Write"),
+        empty_writes.len(),
+        count("Flush"),
+        idx.len()
+    );
+    // The workload is what the kernel counted: no other I/O on the device.
+    assert_eq!(reads, READS, "diskstats reads");
+    assert_eq!(writes, 2 * WRITES, "diskstats writes: data and pre-flush");
+    assert_eq!(flushes, WRITES, "diskstats flushes");
+    assert_eq!(count("Read"), reads, "Read rows vs diskstats reads");
+    assert_eq!(count("Write"), writes, "Write rows vs diskstats writes");
+    assert_eq!(count("Flush"), flushes, "Flush rows vs diskstats flushes");
+    assert_eq!(sum_bytes("Read"), read_sectors * 512, "bytes read");
+    assert_eq!(sum_bytes("Write"), write_sectors * 512, "bytes written");
+    assert_eq!(idx.len() as u64, reads + writes + flushes, "other rows");
+    assert_eq!(
+        empty_writes.len() as u64,
+        WRITES,
+        "one empty write per fsync"
+    );
+    let me = u64::from(std::process::id());
+    let (issue, lat) = (rows.col("issue_ts_uptime_us"), rows.col("latency_us"));
+    for &i in &empty_writes {
+        let row = format!("empty write row {i}");
+        assert!(
+            rows.flags_readable[i].starts_with("Preflush-") && rows.col("flags")[i] & 0xff == 1,
+            "{row}: flags {:#x} {}",
+            rows.col("flags")[i],
+            rows.flags_readable[i]
+        );
+        assert_eq!(rows.col("tgid")[i], me, "{row}: submitted by this test");
+        assert!(
+            issue[i] >= t0 && issue[i] <= ts[i],
+            "{row}: submitted in the window"
+        );
+        assert!(
+            (ts[i] - issue[i]).abs_diff(lat[i]) <= 1,
+            "{row}: latency_us {} is not completion - issue",
+            lat[i]
+        );
+    }
+    // The device's completions were all matched: the count did not move
+    // over the window (it may hold other disks' requests in flight at start).
+    let unmatched = rows.col("unmatched_completions");
+    let (first, last) = (
+        idx.first().map(|&i| unmatched[i]),
+        idx.last().map(|&i| unmatched[i]),
+    );
+    assert_eq!(
+        first, last,
+        "unmatched_completions grew over the loop device's I/O"
+    );
+    assert_eq!(
+        manifest(&dir)["tables"]["block_io"]["lost_events"],
+        0,
+        "lost events"
     );
 }

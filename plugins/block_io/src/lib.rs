@@ -52,7 +52,7 @@ bpf_probe! {
     hooks: custom,
     tables: [
         block_io(events, block_io_event, rate = 100_000):
-            "One row per completed block I/O request whose issue was seen" {
+            "One row per completed block I/O request whose issue was seen, and per fsync's empty pre-flush write" {
             ts_uptime_us [us]: "when the request completed (CLOCK_BOOTTIME)",
             issue_ts_uptime_us [us]: "when the request was issued to the driver (CLOCK_BOOTTIME)",
             latency_us [us]: "issue to completion",
@@ -62,7 +62,7 @@ bpf_probe! {
             disk_name: "name of the disk, e.g. vda or nvme0n1",
             sector: "first 512-byte sector, on the whole disk, at issue",
             segments: "physical segments (rq->nr_phys_segments) at issue",
-            bytes [bytes]: "size of the request at issue",
+            bytes [bytes]: "size of the request at issue (0 for a flush or an empty pre-flush write)",
             flags: "rq->cmd_flags at issue: REQ_OP_* in the low 8 bits, REQ_* flags above",
             op as label(OP_LABELS): "the operation (REQ_OP_*) of flags",
             flags_readable: "[Preflush-][FUA-][Meta-][Sync-]<op>, e.g. Sync-Write",
@@ -86,6 +86,9 @@ impl BpfHooks for BlockIo {
         open: &mut Open<Self>,
         cx: &mut LoadContext<'_, Config>,
     ) -> Result<()> {
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            fill_readable_names(&mut ro.readable_names);
+        }
         let entries = cx.settings.inflight_entries;
         let size = |e: kernmlops_plugin_bpf::libbpf_rs::Error| {
             kernmlops_plugin_bpf::Error::new(format!("sizing the in-flight maps: {e}"))
@@ -104,6 +107,39 @@ impl BpfHooks for BlockIo {
             );
         }
         Ok(())
+    }
+}
+
+/// The flags `flags_readable` shows, by their bit in the BPF program's
+/// table index.
+const READABLE_FLAGS: [&str; 4] = ["Preflush-", "FUA-", "Meta-", "Sync-"];
+
+/// `flags_readable` of flag set `set` (bit 0 Preflush, 1 FUA, 2 Meta, 3
+/// Sync) and operation `op` (`BLOCK_IO_OP_*`; past the last, `Unknown`):
+/// `[Preflush-][FUA-][Meta-][Sync-]<Op>`.
+pub fn readable_name(set: usize, op: usize) -> String {
+    let mut s: String = READABLE_FLAGS
+        .iter()
+        .enumerate()
+        .filter(|(bit, _)| set >> bit & 1 == 1)
+        .map(|(_, f)| *f)
+        .collect();
+    s.push_str(OP_LABELS[op.min(OP_LABELS.len() - 1)]);
+    s
+}
+
+/// Writes every `flags_readable` string into the program's table, indexed
+/// by flag set * ops + op, NUL-padded.
+fn fill_readable_names<const N: usize>(table: &mut [[i8; N]]) {
+    let ops = table.len() / (1 << READABLE_FLAGS.len());
+    for (i, slot) in table.iter_mut().enumerate() {
+        let name = readable_name(i / ops, i % ops);
+        *slot = [0; N];
+        // Names are ASCII (below 128) and at most 35 bytes: they fit, with
+        // their NUL, in a C char each.
+        for (d, b) in slot.iter_mut().zip(name.bytes().take(N - 1)) {
+            *d = i8::try_from(b).unwrap_or(b'?' as i8);
+        }
     }
 }
 
@@ -131,6 +167,29 @@ mod tests {
         let e = parse(r#"{"inflight": 3}"#).expect_err("unknown key");
         assert!(e.message.contains("inflight"), "error names the key: {e}");
         assert!(parse(r#"{"inflight_entries": 0}"#).is_err());
+    }
+
+    #[test]
+    fn readable_names_are_bcc_style_and_fit() {
+        assert_eq!(readable_name(0, 0), "Read");
+        assert_eq!(readable_name(8, 1), "Sync-Write");
+        assert_eq!(readable_name(9, 1), "Preflush-Sync-Write");
+        assert_eq!(readable_name(1, 2), "Preflush-Flush");
+        assert_eq!(readable_name(6, 3), "FUA-Meta-Discard");
+        assert_eq!(readable_name(15, 11), "Preflush-FUA-Meta-Sync-ZoneResetAll");
+        assert_eq!(readable_name(0, 14), "Unknown");
+        assert_eq!(readable_name(0, 15), "Unknown", "past the last op");
+        let mut table = [[1i8; 64]; 256];
+        fill_readable_names(&mut table);
+        for (i, slot) in table.iter().enumerate() {
+            let name = readable_name(i / 16, i % 16);
+            let got: Vec<u8> = slot.iter().map(|&c| c as u8).collect();
+            assert_eq!(&got[..name.len()], name.as_bytes());
+            assert!(
+                got[name.len()..].iter().all(|&c| c == 0),
+                "{name}: NUL-padded"
+            );
+        }
     }
 
     #[test]

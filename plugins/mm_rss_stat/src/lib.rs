@@ -1,7 +1,7 @@
 //! mm_rss_stat: one row per change of an mm's resident-page counters (the
 //! kernel's `rss_stat` tracepoint), with the file, anon, swap and shmem page
 //! counts of that mm; the changed counter is the value the kernel computed
-//! for the event.
+//! for the event, the other three carried exactly per mm.
 
 use std::{collections::hash_map::RandomState, hash::BuildHasher};
 
@@ -36,6 +36,7 @@ bpf_probe! {
             anon_pages [pages]: "resident anonymous pages (MM_ANONPAGES)",
             swap_pages [pages]: "swap entries (MM_SWAPENTS)",
             shmem_pages [pages]: "resident shared-memory pages (MM_SHMEMPAGES)",
+            estimated: "counters of this row that are not exact: 1 file, 2 anon, 4 swap, 8 shmem; 0 when all four are (see README)",
         },
     ],
 }
@@ -56,6 +57,11 @@ impl BpfHooks for MmRssStat {
             ro.mm_id_key = RandomState::new().hash_one(std::process::id());
             // SAFETY: sysconf has no preconditions.
             let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            // Every possible CPU's pending per-CPU delta is summed.
+            ro.nr_cpus = kernmlops_plugin_bpf::libbpf_rs::num_possible_cpus()
+                .ok()
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(1);
             ro.page_shift = u64::try_from(page)
                 .ok()
                 .filter(|p| p.is_power_of_two())

@@ -10,7 +10,9 @@
  * counted once, and remembers its submitter for the re-issue.
  *
  * Completions whose issue was not seen (issued before the probe started, or
- * `inflight` full) are skipped and counted in `unmatched_completions`.
+ * `inflight` full) are skipped and counted in `unmatched_completions`,
+ * except an fsync's empty pre-flush write, which the kernel completes
+ * without issuing it: that gets a row (see preflush_write).
  *
  * Filters: completions often run in interrupt context, so --tgid/--pid/
  * --cgroup are applied to the task that issued the request. That is the
@@ -71,6 +73,7 @@ struct depth {
 /* The task that submitted a request, from block_io_start to its issue. LRU:
  * a request freed without being issued is forgotten, never fills it. */
 struct submitter {
+	__u64 submit_ns; /* CLOCK_BOOTTIME, ns; set for a data-less write only */
 	__u32 pid;
 	__u32 tgid;
 	__u32 wanted;
@@ -144,7 +147,10 @@ static __always_inline __u32 disk_dev(struct gendisk *disk)
 		    (op) == bpf_core_enum_value(enum req_opf___old,            \
 						REQ_OP_##name##___old)))
 
-static __always_inline __u32 op_index(__u32 op)
+/* A global function: the verifier checks it once, on its own, and its
+ * caller continues with one state for any result, not one per operation
+ * (fifteen copies of the rest of the program to verify). */
+__noinline __u32 block_io_op_index(__u32 op)
 {
 	if (OP_IS(op, READ))
 		return BLOCK_IO_OP_READ;
@@ -179,54 +185,27 @@ static __always_inline __u32 op_index(__u32 op)
 
 /* True when cmd_flags has REQ_<name> set; bit numbers from CO-RE. */
 #define HAS_FLAG(flags, name)                                                  \
-	(bpf_core_enum_value_exists(enum req_flag_bits, __REQ_##name) &&       \
-	 ((flags) >> bpf_core_enum_value(enum req_flag_bits, __REQ_##name)) & 1)
+	(bpf_core_enum_value_exists(enum req_flag_bits, __REQ_##name)          \
+		 ? ((flags) >> bpf_core_enum_value(enum req_flag_bits, __REQ_##name)) & 1 \
+		 : 0)
 
-/* Writes `s` (a string literal, at most 15 characters) at `pos` of the
- * zeroed `buf`; returns the position after it. */
-static __always_inline __u32 put(char *buf, __u32 pos, const char *s)
-{
-#pragma unroll
-	for (int i = 0; i < 16; i++) {
-		if (!s[i])
-			break;
-		buf[pos & (BLOCK_IO_FLAGS_LEN - 1)] = s[i];
-		pos++;
-	}
-	return pos;
-}
+/* flags_readable for each set of the four flags shown (bit 0 Preflush, 1
+ * FUA, 2 Meta, 3 Sync) and each operation (BLOCK_IO_OP_*):
+ * "[Preflush-][FUA-][Meta-][Sync-]<Op>", like bcc's biolatency --flags.
+ * Written by user space before load (src/lib.rs), so the program copies
+ * one string instead of building it (a branch per flag and operation, each
+ * a path for the verifier to walk). */
+const volatile char readable_names[BLOCK_IO_FLAG_SETS * BLOCK_IO_OPS][BLOCK_IO_FLAGS_LEN] = {};
 
-/* "[Preflush-][FUA-][Meta-][Sync-]<Op>", like bcc's biolatency --flags;
- * the longest is 35 characters, so the mask never wraps. */
+/* The string of `flags` and operation `op` (at most BLOCK_IO_OP_UNKNOWN). */
 static __always_inline void flags_readable(char *buf, __u32 flags, __u32 op)
 {
-	__u32 pos = 0;
+	__u32 set = HAS_FLAG(flags, PREFLUSH) | HAS_FLAG(flags, FUA) << 1 |
+		    HAS_FLAG(flags, META) << 2 | HAS_FLAG(flags, SYNC) << 3;
+	__u32 i = ((set & (BLOCK_IO_FLAG_SETS - 1)) * BLOCK_IO_OPS + op) &
+		  (BLOCK_IO_FLAG_SETS * BLOCK_IO_OPS - 1);
 
-	if (HAS_FLAG(flags, PREFLUSH))
-		pos = put(buf, pos, "Preflush-");
-	if (HAS_FLAG(flags, FUA))
-		pos = put(buf, pos, "FUA-");
-	if (HAS_FLAG(flags, META))
-		pos = put(buf, pos, "Meta-");
-	if (HAS_FLAG(flags, SYNC))
-		pos = put(buf, pos, "Sync-");
-	switch (op) {
-	case BLOCK_IO_OP_READ: put(buf, pos, "Read"); break;
-	case BLOCK_IO_OP_WRITE: put(buf, pos, "Write"); break;
-	case BLOCK_IO_OP_FLUSH: put(buf, pos, "Flush"); break;
-	case BLOCK_IO_OP_DISCARD: put(buf, pos, "Discard"); break;
-	case BLOCK_IO_OP_SECURE_ERASE: put(buf, pos, "SecureErase"); break;
-	case BLOCK_IO_OP_ZONE_APPEND: put(buf, pos, "ZoneAppend"); break;
-	case BLOCK_IO_OP_WRITE_ZEROES: put(buf, pos, "WriteZeroes"); break;
-	case BLOCK_IO_OP_ZONE_OPEN: put(buf, pos, "ZoneOpen"); break;
-	case BLOCK_IO_OP_ZONE_CLOSE: put(buf, pos, "ZoneClose"); break;
-	case BLOCK_IO_OP_ZONE_FINISH: put(buf, pos, "ZoneFinish"); break;
-	case BLOCK_IO_OP_ZONE_RESET: put(buf, pos, "ZoneReset"); break;
-	case BLOCK_IO_OP_ZONE_RESET_ALL: put(buf, pos, "ZoneResetAll"); break;
-	case BLOCK_IO_OP_DRV_IN: put(buf, pos, "DrvIn"); break;
-	case BLOCK_IO_OP_DRV_OUT: put(buf, pos, "DrvOut"); break;
-	default: put(buf, pos, "Unknown"); break;
-	}
+	__builtin_memcpy(buf, (const char *)readable_names[i], BLOCK_IO_FLAGS_LEN);
 }
 
 /* Adds `requests` and `bytes` to the disk's depth. */
@@ -280,6 +259,10 @@ int BPF_PROG(handle_block_io_start, struct request *rq)
 	s.pid = task->pid;
 	s.tgid = task->tgid;
 	s.wanted = kml_wanted_tgid(task, s.tgid);
+	/* A data-less write (an fsync's empty pre-flush write) is never
+	 * issued: its row's "issue" time is its submission. */
+	if (rq->__data_len == 0)
+		s.submit_ns = bpf_ktime_get_boot_ns();
 	bpf_map_update_elem(&submitters, &key, &s, BPF_ANY);
 	return 0;
 }
@@ -348,6 +331,73 @@ int BPF_PROG(handle_block_rq_requeue, struct request *rq)
 
 KML_FLUSH_PROGRAM(kml_flush_table(&events, TABLE_BLOCK_IO, sizeof(struct block_io_event)))
 
+/* Stages one row. A global function, checked by the verifier once on its
+ * own rather than once for each way the completion reaches it. */
+__noinline int block_io_stage_row(struct block_io_event *e)
+{
+	if (!e)
+		return 0;
+	kml_stage_output(&events, e, sizeof(*e), TABLE_BLOCK_IO);
+	return 0;
+}
+
+/* A write with no data is the flush machinery's: the empty write that a
+ * flush (fsync's REQ_PREFLUSH) is submitted as. The kernel never issues it
+ * to the driver (block_rq_issue sees the separate flush request, a Flush
+ * row); it completes it when the flush is done, and /proc/diskstats counts
+ * it as a write. It gets a row from its submission (block_io_start) to that
+ * completion, with bytes 0, instead of counting as unmatched. */
+static __always_inline int preflush_write(struct request *rq, struct issue *in, __u64 now_ns)
+{
+	struct task_struct *task;
+	struct submitter *s;
+	__u64 key = (__u64)rq;
+	__u32 flags = rq->cmd_flags;
+
+	if (rq->__data_len != 0 || !OP_IS(flags & REQ_OP_MASK, WRITE))
+		return 0;
+	/* The kernel cleared REQ_PREFLUSH when it took the flush over: the
+	 * row keeps the flags as submitted. */
+	if (bpf_core_enum_value_exists(enum req_flag_bits, __REQ_PREFLUSH))
+		flags |= 1u << bpf_core_enum_value(enum req_flag_bits, __REQ_PREFLUSH);
+	in->issue_ns = now_ns;
+	in->device = disk_dev(rq_disk(rq));
+	in->flags = flags;
+	s = bpf_map_lookup_elem(&submitters, &key);
+	if (s) {
+		if (s->submit_ns && s->submit_ns <= now_ns)
+			in->issue_ns = s->submit_ns;
+		in->pid = s->pid;
+		in->tgid = s->tgid;
+		in->wanted = s->wanted;
+		bpf_map_delete_elem(&submitters, &key);
+	} else {
+		/* No block_io_start (before Linux 6.5), or forgotten: the task
+		 * current at completion stands in. */
+		task = bpf_get_current_task_btf();
+		in->pid = task->pid;
+		in->tgid = task->tgid;
+		in->wanted = kml_wanted_tgid(task, in->tgid);
+	}
+	return 1;
+}
+
+/* What is in flight on the disk, without changing it. */
+static __always_inline void depth_get(__u32 dev, __u32 *requests_after, __u64 *bytes_after)
+{
+	struct depth *d = bpf_map_lookup_elem(&depths, &dev);
+	__s64 r, b;
+
+	*requests_after = 0;
+	*bytes_after = 0;
+	if (!d)
+		return;
+	r = d->requests;
+	b = d->bytes;
+	*requests_after = r > 0 ? (__u32)r : 0;
+	*bytes_after = b > 0 ? (__u64)b : 0;
+}
+
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(handle_block_rq_complete, struct request *rq, blk_status_t error,
 	     unsigned int nr_bytes)
@@ -355,50 +405,58 @@ int BPF_PROG(handle_block_rq_complete, struct request *rq, blk_status_t error,
 	__u64 key = (__u64)rq;
 	struct block_io_event rec, *e = &rec;
 	struct gendisk *disk;
-	struct issue *in;
+	struct issue *found, in;
 	__u32 requests_after;
 	__u64 bytes_after;
 	__u64 now_ns;
 
-	in = bpf_map_lookup_elem(&inflight, &key);
-	if (!in) {
-		__sync_fetch_and_add(&unmatched_total, 1);
-		return 0;
+	found = bpf_map_lookup_elem(&inflight, &key);
+	if (found) {
+		/* A partial completion leaves the rest of the request in
+		 * flight: the row comes with the last part. */
+		if (nr_bytes < rq->__data_len)
+			return 0;
+		in = *found;
+		bpf_map_delete_elem(&inflight, &key);
+		now_ns = bpf_ktime_get_boot_ns();
+		depth_sub(in.device, in.bytes, &requests_after, &bytes_after);
+	} else {
+		now_ns = bpf_ktime_get_boot_ns();
+		__builtin_memset(&in, 0, sizeof(in));
+		if (!preflush_write(rq, &in, now_ns)) {
+			__sync_fetch_and_add(&unmatched_total, 1);
+			return 0;
+		}
+		depth_get(in.device, &requests_after, &bytes_after);
 	}
-	/* A partial completion leaves the rest of the request in flight: the
-	 * row comes with the last part. */
-	if (nr_bytes < rq->__data_len)
+	if (!in.wanted)
 		return 0;
-	now_ns = bpf_ktime_get_boot_ns();
-	depth_sub(in->device, in->bytes, &requests_after, &bytes_after);
-	if (!in->wanted)
-		goto done;
 
 	/* Clear padding and the strings' tails. */
 	__builtin_memset(e, 0, sizeof(*e));
 	e->ts_uptime_us = now_ns / 1000;
-	e->issue_ts_uptime_us = in->issue_ns / 1000;
-	e->latency_us = now_ns > in->issue_ns ? (now_ns - in->issue_ns) / 1000 : 0;
-	e->sector = in->sector;
-	e->bytes = in->bytes;
+	e->issue_ts_uptime_us = in.issue_ns / 1000;
+	e->latency_us = now_ns > in.issue_ns ? (now_ns - in.issue_ns) / 1000 : 0;
+	e->sector = in.sector;
+	e->bytes = in.bytes;
 	e->queue_depth_4k = bytes_after / 4096;
 	e->unmatched_completions = unmatched_total;
-	e->device = in->device;
-	e->device_major = in->device >> 20;
-	e->device_minor = in->device & ((1u << 20) - 1);
-	e->segments = in->segments;
-	e->flags = in->flags;
-	e->op = op_index(in->flags & REQ_OP_MASK);
+	e->device = in.device;
+	e->device_major = in.device >> 20;
+	e->device_minor = in.device & ((1u << 20) - 1);
+	e->segments = in.segments;
+	e->flags = in.flags;
+	e->op = block_io_op_index(in.flags & REQ_OP_MASK);
+	if (e->op > BLOCK_IO_OP_UNKNOWN)
+		e->op = BLOCK_IO_OP_UNKNOWN;
 	e->error = error;
 	e->queue_depth = requests_after;
-	e->pid = in->pid;
-	e->tgid = in->tgid;
+	e->pid = in.pid;
+	e->tgid = in.tgid;
 	disk = rq_disk(rq);
 	if (disk)
 		BPF_CORE_READ_STR_INTO(&e->disk_name, disk, disk_name);
 	flags_readable(e->flags_readable, e->flags, e->op);
-	kml_stage_output(&events, e, sizeof(*e), TABLE_BLOCK_IO);
-done:
-	bpf_map_delete_elem(&inflight, &key);
+	block_io_stage_row(e);
 	return 0;
 }

@@ -29,6 +29,10 @@
 #define BLOCK_IO_OP_DRV_IN 12
 #define BLOCK_IO_OP_DRV_OUT 13
 #define BLOCK_IO_OP_UNKNOWN 14
+/* Room for every op in the flags_readable table (a power of two). */
+#define BLOCK_IO_OPS 16
+/* Sets of the flags flags_readable shows: Preflush, FUA, Meta, Sync. */
+#define BLOCK_IO_FLAG_SETS 16
 
 /* Table 0, block_io: one row per completed block request. */
 struct block_io_event {

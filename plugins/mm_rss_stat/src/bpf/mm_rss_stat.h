@@ -24,7 +24,7 @@ struct mm_rss_stat_event {
 	__u32 pid;          /* thread id of the current task */
 	__u32 tgid;         /* process id of the current task */
 	__u32 member;       /* MM_RSS_*: the counter that changed */
-	__u32 _pad;         /* keeps the record a multiple of 8 bytes */
+	__u32 estimated;    /* bit 1 << MM_RSS_*: that counter is not exact */
 };
 
 #endif
