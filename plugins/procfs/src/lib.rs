@@ -114,10 +114,7 @@ fn open_or_note(path: &Path, root: &Path, what: &str, notes: &mut Vec<String>) -
     match Source::open(path, root) {
         Ok(s) => Some(s),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            notes.push(format!(
-                "{} does not exist on this kernel: {what}",
-                path.display()
-            ));
+            notes.push(format!("{} does not exist: {what}", path.display()));
             None
         }
         Err(e) => {
