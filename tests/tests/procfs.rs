@@ -16,10 +16,6 @@ use std::{
 use kernmlops_e2e::*;
 
 const INTERVAL_MS: u64 = 50;
-/// Longest a probe's read of one file is assumed to take after its
-/// timestamp: a test read started later than this after a row's timestamp
-/// saw the file after the probe did.
-const SLACK_US: u64 = 50_000;
 
 /// Counter values of one read of a file, by series name (`pgfault`,
 /// `sda reads_completed`, ...).
@@ -196,18 +192,26 @@ fn wide_rows(dir: &Path, table: &str, name_column: &str, columns: &[&str]) -> Ve
     out
 }
 
-/// Checks each row against the test's reads around its timestamp (the
-/// last read that ended before it, the first that started `SLACK_US`
-/// after it, both within a second), and each delta against the previous
-/// row of its series. Returns how many rows were bracketed, and how many
-/// are of series the test reads.
-fn check(table: &str, rows: &[Row], reads: &[Read]) -> (usize, usize) {
+/// Checks each row against the test's reads around it, and each delta
+/// against the previous row of its series. A row's timestamp is taken just
+/// before the probe reads its file, and the probe reads its files one after
+/// another on one thread, so its read ended before the next timestamp it
+/// recorded in any table (`after_ts`): the last test read that ended
+/// before the row's timestamp saw no more than the probe, and the first
+/// that started after that next timestamp no less (both within a second).
+/// Returns how many rows were bracketed, and how many are of series the
+/// test reads.
+fn check(table: &str, rows: &[Row], reads: &[Read], after_ts: &[u64]) -> (usize, usize) {
     let mut bracketed = 0;
     let known = |s: &str| reads.iter().any(|r| r.values.contains_key(s));
     let candidates = rows.iter().filter(|r| known(&r.1)).count();
     for (ts, series, value, _) in rows {
+        let next = after_ts.partition_point(|&t| t <= *ts);
+        let Some(&read_done) = after_ts.get(next) else {
+            continue;
+        };
         let before = reads.iter().rev().find(|r| r.end <= *ts);
-        let after = reads.iter().find(|r| r.start >= ts + SLACK_US);
+        let after = reads.iter().find(|r| r.start >= read_done);
         let (Some(before), Some(after)) = (before, after) else {
             continue;
         };
@@ -219,7 +223,7 @@ fn check(table: &str, rows: &[Row], reads: &[Read]) -> (usize, usize) {
         };
         assert!(
             lo <= value && value <= hi,
-            "{table} {series} at {ts}: {value} is not between {lo} (read at {}..{}) and {hi} (read at {}..{})",
+            "{table} {series} at {ts} (next probe timestamp {read_done}): {value} is not between {lo} (read at {}..{}) and {hi} (read at {}..{})",
             before.start,
             before.end,
             after.start,
@@ -325,6 +329,22 @@ fn root_procfs_samples_are_bracketed_by_reads_of_the_same_files() {
     assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
     let dir = done.dir.expect("collection folder printed");
 
+    // Every timestamp the probe recorded, in order.
+    let mut all_ts: Vec<u64> = [
+        "procfs_pressure",
+        "procfs_vmstat",
+        "procfs_cpufreq",
+        "procfs_interrupts",
+        "procfs_softirqs",
+        "procfs_diskstats",
+        "procfs_net_dev",
+        "procfs_cgroup",
+    ]
+    .iter()
+    .flat_map(|t| column_u64(&read_table(&dir.join(format!("{t}.arrow"))), "ts_uptime_us"))
+    .collect();
+    all_ts.sort_unstable();
+    all_ts.dedup();
     let vm = long_rows(&dir, "procfs_vmstat");
     let samples: std::collections::BTreeSet<u64> = vm.iter().map(|r| r.0).collect();
     let expected = (t_stop - t_started) / (INTERVAL_MS * 1000);
@@ -372,7 +392,7 @@ fn root_procfs_samples_are_bracketed_by_reads_of_the_same_files() {
     ];
     for ((table, rows), file_reads) in tables.iter().zip(&reads) {
         assert!(!rows.is_empty(), "no rows in {table}");
-        let (bracketed, candidates) = check(table, rows, file_reads);
+        let (bracketed, candidates) = check(table, rows, file_reads, &all_ts);
         eprintln!(
             "{table}: {bracketed} of {candidates} counter values bracketed ({} rows)",
             rows.len()
@@ -387,7 +407,7 @@ fn root_procfs_samples_are_bracketed_by_reads_of_the_same_files() {
     for table in ["procfs_interrupts", "procfs_softirqs"] {
         let rows = long_rows(&dir, table);
         assert!(!rows.is_empty(), "no rows in {table}");
-        check(table, &rows, &[]);
+        check(table, &rows, &[], &[]);
     }
     let has_cpufreq = Path::new("/sys/devices/system/cpu/cpu0/cpufreq").exists();
     let notes = manifest(&dir)["probes"][0]["notes"].to_string();
@@ -454,7 +474,7 @@ fn root_procfs_records_the_cgroup_given_with_cgroup() {
         .map(|(r, _)| r.clone())
         .collect();
     assert!(usage.len() >= 10, "{} usage_usec rows", usage.len());
-    check("procfs_cgroup", &usage, &[]);
+    check("procfs_cgroup", &usage, &[], &[]);
     let used = usage.last().map_or(0, |r| r.2) - usage[0].2;
     let deltas: u64 = usage.iter().map(|r| r.3.unwrap_or(0)).sum();
     assert_eq!(deltas, used, "the deltas add up to the growth");
