@@ -614,6 +614,20 @@ impl ProbeImpl for Procfs {
         if self.schedule.wait(timeout) {
             self.sample(batches);
         }
+        // Values past the limits are lost rows of their table.
+        for (table, lost) in [
+            (T_VMSTAT, self.vmstat_tracker.over_limit),
+            (T_INTERRUPTS, self.interrupts_tracker.over_limit),
+            (T_SOFTIRQS, self.softirqs_tracker.over_limit),
+            (T_DISKSTATS, self.disk_tracker.over_limit),
+            (T_NET_DEV, self.net_tracker.over_limit),
+            (
+                T_CGROUP,
+                self.cgroup.iter().map(|f| f.tracker.over_limit).sum(),
+            ),
+        ] {
+            batches[table].lost_total = lost;
+        }
         Ok(())
     }
 
@@ -856,6 +870,35 @@ mod tests {
         assert_eq!(run.column_u64(NET_DEV, "tx_compressed_delta"), [0, 0, 0]);
         assert_eq!(run.rows(CPUFREQ), 0);
         assert_eq!(run.rows(CGROUP), 0);
+    }
+
+    /// Keys past the limit are not recorded: counted as lost rows of the
+    /// table and in a note.
+    #[test]
+    fn keys_past_the_limit_are_lost_rows() {
+        let proc = TempDir::new("procfs-many").expect("temp dir");
+        let vmstat: String = (0..MAX_KEYS + 5).map(|i| format!("k{i} {i}\n")).collect();
+        let mut files = PROC_WITHOUT_PSI.to_vec();
+        files[0] = ("vmstat", &vmstat);
+        write_tree(proc.path(), &files);
+        let args = start_args(r#"{"interval":"10ms"}"#);
+        let s = settings(&args.config_json).expect("settings");
+        let probe = Procfs::start_in(&args, s, proc.path()).expect("start");
+        let mut run = Running {
+            tables: probe.tables(),
+            batches: (0..TABLES.len()).map(|_| Batch::default()).collect(),
+            probe,
+        };
+        run.drain_once(Duration::from_millis(100));
+        assert_eq!(run.rows(VMSTAT), MAX_KEYS as u64);
+        assert_eq!(run.lost(VMSTAT), 5);
+        let notes = run.probe.notes();
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.starts_with(VMSTAT) && n.contains("5 value(s) not recorded")),
+            "{notes:?}"
+        );
     }
 
     /// cpufreq on a sysfs tree the test writes, shaped like the kernel's
