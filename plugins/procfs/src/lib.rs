@@ -655,9 +655,6 @@ impl Procfs {
             .map_err(|e| Error::new(format!("sysfs_root: {e}")))?;
         let mut notes = Vec::new();
         let mut buf = Vec::new();
-        let mut key = String::new();
-        let mut cpus = Vec::new();
-
         let mut pressure = Vec::new();
         for (i, resource) in RESOURCES.iter().enumerate() {
             let path = proc_root.join("pressure").join(resource);
@@ -675,7 +672,11 @@ impl Procfs {
             let mut s = open_or_note(&proc_root.join(name), &proc_root, &what, &mut notes)?;
             first_read_ok(&mut s, &mut buf, &what, &mut notes, check).then_some(s)
         };
-        let vmstat = plain("vmstat", VMSTAT, &|t| parse::key_values(t, |_, _| {}) == 0);
+        let vmstat = plain("vmstat", VMSTAT, &|t| {
+            let mut pairs = 0;
+            parse::key_values(t, |_, _| pairs += 1);
+            pairs > 0
+        });
         let interrupts = plain("interrupts", INTERRUPTS, &|t| {
             parse::per_cpu(t, true, &mut Vec::new(), &mut String::new(), |_, _, _| {}).is_some()
         });
@@ -702,14 +703,11 @@ impl Procfs {
         let cgroup = run_cgroup(args, &mut notes)
             .map(|dir| cgroup_files(&dir, &mut notes))
             .unwrap_or_default();
-        buf.clear();
-        key.clear();
-        cpus.clear();
         Ok(Self {
             schedule: Schedule::new(settings.interval.get(), Duration::ZERO),
             buf,
-            key,
-            cpus,
+            key: String::new(),
+            cpus: Vec::new(),
             pressure,
             pressure_tracker: Tracker::new(RESOURCES.len(), 2),
             vmstat,
