@@ -493,8 +493,9 @@ fn root_procfs_records_the_cgroup_given_with_cgroup() {
     );
 }
 
-/// A benchmark run: the probe finds the benchmark's workload cgroup and
-/// samples its cpu.stat.
+/// A benchmark run (a `script` benchmark spinning on a CPU): the probe
+/// finds the benchmark's workload cgroup and samples its cpu.stat, which
+/// grows with the benchmark's CPU time.
 #[test]
 fn root_procfs_records_the_benchmark_cgroup() {
     if !require_root("root_procfs_records_the_benchmark_cgroup") {
@@ -508,7 +509,9 @@ fn root_procfs_records_the_benchmark_cgroup() {
     let output = temp_dir("procfs-bench-out");
     let config = write_config(
         &temp_dir("procfs-bench-config"),
-        "[probes.procfs]\ninterval = \"100ms\"\n[benchmarks.faux]\ndrop_page_cache = false\n",
+        "[probes.procfs]\ninterval = \"100ms\"\n\
+         [benchmarks.script]\ndrop_page_cache = false\n\
+         command = [\"sh\", \"-c\", \"while :; do :; done\"]\n",
     );
     let out = kernmlops(&[
         "run",
@@ -519,29 +522,32 @@ fn root_procfs_records_the_benchmark_cgroup() {
         "--plugins",
         "procfs",
         "--benchmark",
-        "faux",
+        "script",
         "--duration",
         "2s",
         "--output",
         output.to_str().expect("utf8"),
     ]);
-    assert!(
-        out.status.success(),
-        "kernmlops failed:\n{}",
-        text(&out.stderr)
-    );
     let dir = only_collection(&output);
     let b = read_table(&dir.join("procfs_cgroup.arrow"));
     let files = column_str(&b, "file");
-    let keys = column_str(&b, "key");
-    let usage = files
+    let rows = long_rows(&dir, "procfs_cgroup");
+    let usage: Vec<Row> = rows
         .iter()
-        .zip(&keys)
-        .filter(|(f, k)| f.as_deref() == Some("cpu.stat") && k.as_deref() == Some("usage_usec"))
-        .count();
+        .zip(&files)
+        .filter(|(r, f)| f.as_deref() == Some("cpu.stat") && r.1 == "usage_usec")
+        .map(|(r, _)| r.clone())
+        .collect();
     assert!(
-        usage >= 10,
-        "{usage} cpu.stat usage_usec rows of the benchmark's cgroup:\n{}",
+        usage.len() >= 10,
+        "{} cpu.stat usage_usec rows of the benchmark's cgroup:\n{}",
+        usage.len(),
         text(&out.stderr)
+    );
+    check("procfs_cgroup", &usage, &[], &[]);
+    let used = usage.last().map_or(0, |r| r.2) - usage[0].2;
+    assert!(
+        used > 500_000,
+        "the benchmark's busy loop used {used} us of CPU in about 2 s of samples"
     );
 }
