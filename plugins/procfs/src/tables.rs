@@ -402,12 +402,12 @@ pub fn all() -> Vec<TableDecl> {
         cpufreq(),
         per_cpu(
             INTERRUPTS,
-            "One row per counter per CPU per sample of /proc/interrupts: interrupts handled since boot",
+            "One row per counter per sample and CPU of /proc/interrupts: interrupts handled since boot",
             "the interrupt: `<irq>:<action>` for numbered ones (28:virtio0-config), the kernel's name for the others (LOC, NMI, ERR)",
         ),
         per_cpu(
             SOFTIRQS,
-            "One row per counter per CPU per sample of /proc/softirqs: softirqs run since boot",
+            "One row per counter per sample and CPU of /proc/softirqs: softirqs run since boot",
             "the softirq (HI, TIMER, NET_TX, NET_RX, BLOCK, IRQ_POLL, TASKLET, SCHED, HRTIMER, RCU)",
         ),
         diskstats(),
@@ -431,7 +431,7 @@ mod tests {
             spec::validate_table(t).unwrap_or_else(|e| panic!("{name}: {e}"));
             let long = t.columns.iter().any(|c| c.name.as_str() == "key");
             let start = if long {
-                "One row per counter per"
+                "One row per counter per sample"
             } else {
                 "One row per sample"
             };
