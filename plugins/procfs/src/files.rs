@@ -6,9 +6,8 @@
 
 use std::{
     fs::{File, OpenOptions},
-    io,
-    os::fd::AsRawFd,
-    os::unix::fs::{FileExt, OpenOptionsExt},
+    io::{self, Read, Seek, SeekFrom},
+    os::{fd::AsRawFd, unix::fs::OpenOptionsExt},
     path::{Path, PathBuf},
 };
 
@@ -85,39 +84,20 @@ pub fn open_within(path: &Path, root: &Path) -> io::Result<File> {
     Ok(file)
 }
 
-/// Reads `file` from offset 0 into `buf` (cleared first), at most `max`
-/// bytes; true when the file was longer. Reading at offset 0 makes procfs
-/// and sysfs produce the file anew.
+/// Reads `file` from offset 0 into `buf` (cleared first, its capacity
+/// kept for the next sample), at most `max` bytes; true when the file was
+/// longer. Seeking to 0 makes procfs and sysfs produce the file anew.
 pub fn read_bounded(file: &File, buf: &mut Vec<u8>, max: usize) -> io::Result<bool> {
     buf.clear();
-    loop {
-        if buf.len() >= max {
-            // One byte more says whether the file goes on.
-            let mut probe = [0u8; 1];
-            return Ok(file.read_at(&mut probe, buf.len() as u64)? > 0);
-        }
-        if buf.capacity() == buf.len() {
-            buf.reserve((buf.len().max(16 << 10)).min(max - buf.len()));
-        }
-        let start = buf.len();
-        let room = (buf.capacity() - start).min(max - start);
-        buf.resize(start + room, 0);
-        let n = match file.read_at(&mut buf[start..], start as u64) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                buf.truncate(start);
-                continue;
-            }
-            Err(e) => {
-                buf.truncate(start);
-                return Err(e);
-            }
-        };
-        buf.truncate(start + n);
-        if n == 0 {
-            return Ok(false);
-        }
+    let mut f = file;
+    f.seek(SeekFrom::Start(0))?;
+    // One byte past the bound says whether the file goes on.
+    f.take(max as u64 + 1).read_to_end(buf)?;
+    if buf.len() > max {
+        buf.truncate(max);
+        return Ok(true);
     }
+    Ok(false)
 }
 
 /// The text of a read buffer, up to its last complete line (a file cut at
