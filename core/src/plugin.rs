@@ -72,6 +72,7 @@ pub const IN_TREE_PLUGINS: &[&str] = &[
     "perf_power",
     "process_metadata",
     "process_trace",
+    "procfs",
     "quanta_runtime",
     "rapl",
     "trace",
