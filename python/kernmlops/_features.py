@@ -33,6 +33,8 @@ KEY_COLUMNS = frozenset(
         "device",
         "device_major",
         "device_minor",
+        "major",
+        "minor",
         "sector",
         "flags",
         "inode",
@@ -706,7 +708,8 @@ def _pivoted_features(
             units[out] = unit
         descs[out] = f"{name} {ent}: {src_col}, {what}"
         (ffill if measure.endswith("last") else zero).append(out)
-    return wide.rename(renamed).lazy(), zero, ffill, keyed
+    wide = wide.rename(renamed)
+    return wide.select(*group, *sorted(c for c in wide.columns if c not in group)).lazy(), zero, ffill, keyed
 
 
 def _is_slot_table(info: TableInfo) -> bool:
@@ -770,7 +773,8 @@ def _slot_features(
         else:
             descs[out] = f"{name} {ent}: true when a meter measured all of it, false when modelled"
             ffill.append(out)
-    return wide.rename(renamed).lazy(), zero, ffill, keyed
+    wide = wide.rename(renamed)
+    return wide.select(*group, *sorted(c for c in wide.columns if c not in group)).lazy(), zero, ffill, keyed
 
 
 def features(

@@ -59,7 +59,7 @@ def collection_dir(binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     work = tmp_path_factory.mktemp("work")
     proc = subprocess.Popen(
         [
-            str(binary), "run", "--plugins", "quanta_runtime,process_trace,memory_usage,perf,block_io",
+            str(binary), "run", "--plugins", "quanta_runtime,process_trace,memory_usage,perf,block_io,procfs",
             "--duration", "3s", "--output", str(out),
         ],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -304,3 +304,15 @@ def test_energy_slots_are_split_over_windows_and_summed_per_run(tmp_path: Path) 
     assert f.units["energy__rapl:package-0__energy_uj"] == "uJ"
     assert df["run_energy_uj__rapl:package-0"].to_list() == [1000] * 4
     assert "run_energy_uj__estimate:cpu" in f.label_columns
+
+
+def test_procfs_counters_of_a_real_collection_pivot_per_counter(collection_dir: Path) -> None:
+    c = kernmlops.open_collection(collection_dir)
+    f = kernmlops.features(c, every="500ms", tables=["procfs_vmstat", "procfs_pressure", "procfs_diskstats"])
+    vm = c.table("procfs_vmstat").collect()
+    for key in ("pgfault", "pgpgout", "nr_dirtied"):
+        rows = vm.filter(pl.col("key") == key)
+        assert f.frame[f"procfs_vmstat__{key}__change"].sum() == rows["delta"].sum(), key
+        assert f.frame[f"procfs_vmstat__{key}__last"][-1] == rows.sort("ts_uptime_us")["value"][-1]
+    assert "procfs_pressure__cpu__some_total_us_delta__sum" in f.frame.columns
+    assert not [x for x in f.frame.columns if x.endswith("__major__last")]
