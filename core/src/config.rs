@@ -150,7 +150,8 @@ pub enum ConfigError {
     Read { file: String, error: std::io::Error },
 }
 
-fn merge(base: &mut toml::Table, over: toml::Table) {
+/// Merges `over` into `base`: tables key by key, any other value replaced.
+pub fn merge(base: &mut toml::Table, over: toml::Table) {
     for (k, v) in over {
         match (base.get_mut(&k), v) {
             (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),

@@ -31,7 +31,6 @@ pub mod collection;
 pub mod config;
 pub mod decode;
 pub mod dump;
-pub mod experiment;
 pub mod export;
 pub mod features;
 pub mod files;
