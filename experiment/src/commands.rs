@@ -256,16 +256,7 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
     let policy = Policy::for_this_process(env.allow_insecure_plugins);
     check_trusted(&args.file, "the experiment file", env)?;
     let spec = Spec::load(&args.file)?;
-    let max_runs = match args.max_runs {
-        Some(n) if n == 0 || n > spec::MAX_RUNS_CEILING => {
-            return Err(ExperimentError::Usage(format!(
-                "--max-runs {n}: give 1 to {}",
-                spec::MAX_RUNS_CEILING
-            )))
-        }
-        Some(n) => n,
-        None => spec.max_runs,
-    };
+    let max_runs = max_runs(args.max_runs, &spec)?;
     // Counted before anything is built or checked.
     plan::check_size(&spec.file, &spec.variables, spec.repeats, max_runs)?;
     let dir = ExpDir::new(args.dir.clone().unwrap_or_else(|| default_dir(&spec.name)));
@@ -275,38 +266,7 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
     let existing = existing_record(&dir, env)?;
     let plugin_dir = resolve_plugin_dir(env, None)?;
     let registry = env.registry(&plugin_dir)?;
-    for (path, e) in &registry.failures {
-        eprintln!("warning: plugin {} refused: {e}", path.display());
-    }
-    registry
-        .find_benchmark(&spec.benchmark)
-        .map_err(|m| invalid(&spec, "benchmark", m))?;
-    if let Some(power) = &spec.power {
-        kernmlops::power::check_selection(&registry, power)
-            .map_err(|e| invalid(&spec, "power", e.to_string()))?;
-    }
-    let base = base_config(&spec, env, &policy)?;
-    let mut variables = spec.variables.clone();
-    resolve_variable_commands(&spec, &mut variables, &policy)?;
-    let benchmark_only = Checked {
-        probes: spec.probes.as_deref().unwrap_or(&[]),
-        benchmark: &spec.benchmark,
-        power: spec.power.as_deref(),
-    };
-    let cfg =
-        check_config(&registry, &base, &benchmark_only).map_err(|m| invalid(&spec, "config", m))?;
-    let probes = spec
-        .probes
-        .clone()
-        .unwrap_or_else(|| cfg.collect.plugins.clone());
-    registry
-        .resolve(&probes)
-        .map_err(|m| invalid(&spec, "probes", m))?;
-    let identity = Identity {
-        benchmark: spec.benchmark.clone(),
-        probes,
-        power: spec.power.clone(),
-    };
+    let (base, variables, identity) = check_experiment(&spec, &registry, env, &policy)?;
     let (seed, seed_from) = match (spec.seed, &existing) {
         (Some(s), _) => (s, "file"),
         (None, Some(r)) => (r.seed, r.seed_from.as_str()),
@@ -401,6 +361,63 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
         }
     );
     drive(&dir, record, &plugin_dir, &args.common, env)
+}
+
+/// The largest plan allowed: `--max-runs`, else the file's `max_runs`.
+fn max_runs(flag: Option<usize>, spec: &Spec) -> Result<usize> {
+    match flag {
+        Some(n) if n == 0 || n > spec::MAX_RUNS_CEILING => Err(ExperimentError::Usage(format!(
+            "--max-runs {n}: give 1 to {}",
+            spec::MAX_RUNS_CEILING
+        ))),
+        Some(n) => Ok(n),
+        None => Ok(spec.max_runs),
+    }
+}
+
+/// Checks the experiment's components against the plugins (benchmark,
+/// power sources, probes) and its base configuration as the host will;
+/// the base configuration, the variables with their commands resolved,
+/// and the experiment's identity.
+fn check_experiment(
+    spec: &Spec,
+    registry: &Registry,
+    env: &Env,
+    policy: &Policy,
+) -> Result<(toml::Table, Vec<spec::Variable>, Identity)> {
+    for (path, e) in &registry.failures {
+        eprintln!("warning: plugin {} refused: {e}", path.display());
+    }
+    registry
+        .find_benchmark(&spec.benchmark)
+        .map_err(|m| invalid(spec, "benchmark", m))?;
+    if let Some(power) = &spec.power {
+        kernmlops::power::check_selection(registry, power)
+            .map_err(|e| invalid(spec, "power", e.to_string()))?;
+    }
+    let base = base_config(spec, env, policy)?;
+    let mut variables = spec.variables.clone();
+    resolve_variable_commands(spec, &mut variables, policy)?;
+    let benchmark_only = Checked {
+        probes: spec.probes.as_deref().unwrap_or(&[]),
+        benchmark: &spec.benchmark,
+        power: spec.power.as_deref(),
+    };
+    let cfg =
+        check_config(registry, &base, &benchmark_only).map_err(|m| invalid(spec, "config", m))?;
+    let probes = spec
+        .probes
+        .clone()
+        .unwrap_or_else(|| cfg.collect.plugins.clone());
+    registry
+        .resolve(&probes)
+        .map_err(|m| invalid(spec, "probes", m))?;
+    let identity = Identity {
+        benchmark: spec.benchmark.clone(),
+        probes,
+        power: spec.power.clone(),
+    };
+    Ok((base, variables, identity))
 }
 
 /// The record of an experiment folder `run` starts in again, `None` for a
