@@ -71,9 +71,9 @@ impl Context {
         probes: &[String],
         benchmarks: &[String],
     ) -> Result<()> {
-        Ok(kernmlops::settings_rules::check_all(
-            &self.cfg, registry, probes, benchmarks,
-        )?)
+        Ok(self
+            .cfg
+            .check_component_rules(registry, probes, benchmarks)?)
     }
 }
 

@@ -151,7 +151,7 @@ pub(crate) fn check_config(
     cfg.benchmark_settings(registry.benchmark_defaults())
         .map_err(|e| strip(e.to_string()))?;
     let benchmarks = [run.benchmark.to_owned()];
-    kernmlops::settings_rules::check_all(&cfg, registry, run.probes, &benchmarks)
+    cfg.check_component_rules(registry, run.probes, &benchmarks)
         .map_err(|e| strip(e.to_string()))?;
     let declared = kernmlops::power::registry::PowerSources::of(registry).defaults();
     let power = cfg
