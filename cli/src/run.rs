@@ -106,10 +106,10 @@ impl Flags {
             check_printable_path(what, path)?;
         }
         if let Some(tgid) = args.tgid {
-            check_task("--tgid", tgid, false)?;
+            preflight::check_task("--tgid", tgid, false)?;
         }
         if let Some(pid) = args.pid {
-            check_task("--pid", pid, true)?;
+            preflight::check_task("--pid", pid, true)?;
         }
         let probes = if args.baseline {
             Vec::new()
@@ -326,27 +326,6 @@ fn check_printable_path(what: &str, path: Option<&Path>) -> Result<()> {
             "{what} {}: the path holds a control character; give a plain folder name",
             trust::printable(bytes)
         );
-    }
-    Ok(())
-}
-
-/// Refuses a `--tgid` (process) or `--pid` (thread) that is not running:
-/// a filter on it would record nothing, silently.
-fn check_task(flag: &str, id: u32, thread: bool) -> Result<()> {
-    let what = if thread { "thread" } else { "process" };
-    if id == 0 {
-        bail!("{flag} 0: not a {what} id; give the id of a running {what}");
-    }
-    let status = std::fs::read_to_string(format!("/proc/{id}/status"))
-        .map_err(|_| anyhow::anyhow!("{flag} {id}: no {what} {id} is running"))?;
-    if !thread {
-        let tgid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Tgid:"))
-            .and_then(|v| v.trim().parse::<u32>().ok());
-        if let Some(tgid) = tgid.filter(|&t| t != id) {
-            bail!("{flag} {id}: {id} is a thread of process {tgid}; use --tgid {tgid}, or --pid {id} for this thread alone");
-        }
     }
     Ok(())
 }
