@@ -10,6 +10,8 @@ use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
+use crate::plugin::{Plugin, Registry};
+
 /// The default configuration file, every key with its default.
 pub const DEFAULTS_TOML: &str = include_str!("../../kernmlops.toml");
 
@@ -150,7 +152,8 @@ pub enum ConfigError {
     Read { file: String, error: std::io::Error },
 }
 
-fn merge(base: &mut toml::Table, over: toml::Table) {
+/// Merges `over` into `base`: tables key by key, any other value replaced.
+pub fn merge(base: &mut toml::Table, over: toml::Table) {
     for (k, v) in over {
         match (base.get_mut(&k), v) {
             (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
@@ -344,6 +347,41 @@ impl Config {
             merge(defaults, user.clone());
         }
         Ok(settings)
+    }
+
+    /// Runs the rules of every configured probe and benchmark, and of the
+    /// `probes` and `benchmarks` a run uses, on their settings (each
+    /// plugin's `check_config`), as `kernmlops run` and `config show` do
+    /// before anything is set up.
+    pub fn check_component_rules(
+        &self,
+        registry: &Registry,
+        probes: &[String],
+        benchmarks: &[String],
+    ) -> Result<(), ConfigError> {
+        let check = |plugin: &Plugin, name: &str, json: &str| {
+            plugin
+                .check_config(name, json)
+                .map_err(|e| e.message.to_string())
+        };
+        self.check_rules(
+            "probes",
+            registry.config_defaults(),
+            probes,
+            |name, json| match registry.find_probe(name) {
+                Some((plugin, _)) => check(plugin, name, json),
+                None => Ok(()),
+            },
+        )?;
+        self.check_rules(
+            "benchmarks",
+            registry.benchmark_defaults(),
+            benchmarks,
+            |name, json| match registry.find_benchmark(name) {
+                Ok((plugin, _)) => check(plugin, name, json),
+                Err(_) => Ok(()),
+            },
+        )
     }
 
     /// Runs each component's own rules (`rules(name, settings JSON)`, the

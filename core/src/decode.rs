@@ -202,7 +202,7 @@ pub struct TableDecoder {
 }
 
 impl TableDecoder {
-    /// `decl` must have passed [`crate::validate::validate_table`].
+    /// `decl` must have passed [`kernmlops_plugin_api::spec::validate_table`].
     pub fn new(decl: &TableDecl, collection_id: &str) -> Self {
         Self {
             decl: decl.clone(),

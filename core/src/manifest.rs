@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, path::Path};
 
 use serde::{Deserialize, Serialize};
 
-use crate::clock;
+use kernmlops_sys::clock;
 
 /// A point in time on both clocks.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -186,7 +186,7 @@ pub struct Manifest {
     /// What collecting cost (BPF programs' kernel time, the host's CPU and
     /// memory), once the run has ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub collector_overhead: Option<crate::collect::CollectorOverhead>,
+    pub collector_overhead: Option<CollectorOverhead>,
     /// The process id of the collector that wrote the collection, named
     /// when `kernmlops repair` finds the folder still locked by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -256,5 +256,68 @@ impl Manifest {
     pub fn read(dir: &Path) -> std::io::Result<Self> {
         let text = std::fs::read_to_string(dir.join("manifest.json"))?;
         serde_json::from_str(&text).map_err(std::io::Error::other)
+    }
+}
+
+/// Nanoseconds per event, when there were events.
+pub(crate) fn per_event(ns: u64, events: u64) -> Option<f64> {
+    (events > 0).then(|| ns as f64 / events as f64)
+}
+
+/// One BPF program's cost in the kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgramCost {
+    pub probe: String,
+    pub program: String,
+    /// Times it ran.
+    pub events: u64,
+    pub kernel_time_ns: u64,
+    pub ns_per_event: Option<f64>,
+}
+
+/// A probe's programs together.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeCost {
+    pub probe: String,
+    pub events: u64,
+    pub kernel_time_ns: u64,
+    pub ns_per_event: Option<f64>,
+}
+
+/// What a run cost, as the manifest records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectorOverhead {
+    /// `enabled`, or why the kernel's BPF statistics could not be.
+    pub bpf_stats: String,
+    /// From the probes' start to their end.
+    pub wall_s: f64,
+    /// The host's CPU time in that window (its threads, the plugins').
+    pub user_cpu_s: f64,
+    pub system_cpu_s: f64,
+    /// User CPU time over wall time, in percent of one CPU.
+    pub user_cpu_percent: f64,
+    /// The host's largest resident set, whole process lifetime.
+    pub peak_rss_bytes: u64,
+    pub rows_written: u64,
+    pub probes: Vec<ProbeCost>,
+    pub programs: Vec<ProgramCost>,
+}
+
+impl CollectorOverhead {
+    /// The summary's one line.
+    pub fn summary(&self) -> String {
+        let (events, ns) = self.probes.iter().fold((0u64, 0u64), |(e, t), p| {
+            (e + p.events, t + p.kernel_time_ns)
+        });
+        let kernel = match per_event(ns, events) {
+            Some(per) => format!("{:.2} us/event in kernel ({events} events)", per / 1000.0),
+            None if self.bpf_stats == "enabled" => "no BPF events".to_owned(),
+            None => "kernel cost unknown (BPF statistics unavailable)".to_owned(),
+        };
+        format!(
+            "collector: {kernel}, {:.1}% CPU in user space, peak RSS {:.0} MiB",
+            self.user_cpu_percent,
+            self.peak_rss_bytes as f64 / (1 << 20) as f64
+        )
     }
 }

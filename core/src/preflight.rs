@@ -51,3 +51,47 @@ pub fn require_btf() -> Result<(), String> {
         ))
     }
 }
+
+/// Why a `--tgid` (process) or `--pid` (thread) filter would record
+/// nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    #[error("{flag} 0: not a {what} id; give the id of a running {what}")]
+    Zero { flag: String, what: &'static str },
+    #[error("{flag} {id}: no {what} {id} is running")]
+    NotRunning {
+        flag: String,
+        id: u32,
+        what: &'static str,
+    },
+    #[error("{flag} {id}: {id} is a thread of process {tgid}; use --tgid {tgid}, or --pid {id} for this thread alone")]
+    ThreadOfProcess { flag: String, id: u32, tgid: u32 },
+}
+
+/// Refuses a process (`thread` false: a thread group id) or thread id that
+/// is not running, and a process id that is another process's thread: a
+/// filter on it would record nothing, silently. `flag` names it.
+pub fn check_task(flag: &str, id: u32, thread: bool) -> Result<(), TaskError> {
+    let what = if thread { "thread" } else { "process" };
+    let flag = flag.to_owned();
+    if id == 0 {
+        return Err(TaskError::Zero { flag, what });
+    }
+    let status = std::fs::read_to_string(format!("/proc/{id}/status")).map_err(|_| {
+        TaskError::NotRunning {
+            flag: flag.clone(),
+            id,
+            what,
+        }
+    })?;
+    if !thread {
+        let tgid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        if let Some(tgid) = tgid.filter(|&t| t != id) {
+            return Err(TaskError::ThreadOfProcess { flag, id, tgid });
+        }
+    }
+    Ok(())
+}

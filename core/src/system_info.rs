@@ -8,10 +8,10 @@ use arrow_array::{
     ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array,
     UInt64Array,
 };
+use kernmlops_sys::clock;
 use serde::Serialize;
 
 use crate::{
-    clock,
     decode::{self, HostColumn},
     features::KernelFeatures,
 };

@@ -18,7 +18,6 @@ use kernmlops::{
     config::{self, Config, DEFAULTS_TOML},
     decode::TableDecoder,
     plugin::Registry,
-    settings_rules,
     sink::{self, FlushPolicy, IpcSink, RepairOutcome},
     trust::Policy,
     validate::validate_table,
@@ -342,7 +341,7 @@ fn check_config_file(path: &Path, registry: Option<&Registry>) -> Result<bool, S
     let checked = cfg
         .probe_settings(reg.config_defaults())
         .and_then(|_| cfg.benchmark_settings(reg.benchmark_defaults()))
-        .and_then(|_| settings_rules::check_all(&cfg, reg, &[], &[]));
+        .and_then(|_| cfg.check_component_rules(reg, &[], &[]));
     match checked {
         Ok(()) => Ok(true),
         Err(e) => {
@@ -423,7 +422,7 @@ fn regression_seeds_are_refused_as_they_should_be() {
             Ok(cfg) => cfg
                 .probe_settings(reg.config_defaults())
                 .and_then(|_| cfg.benchmark_settings(reg.benchmark_defaults()))
-                .and_then(|_| settings_rules::check_all(&cfg, &reg, &[], &[]))
+                .and_then(|_| cfg.check_component_rules(&reg, &[], &[]))
                 .map_err(|e| e.to_string())
                 .err()
                 .unwrap_or_else(|| panic!("{name} was accepted")),

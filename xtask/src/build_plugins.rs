@@ -14,8 +14,11 @@ use serde_json::Value;
 
 use crate::{cargo, cargo_metadata, display, replace_with, workspace_root};
 
-/// The host package, built along with the plugins when it exists.
-const HOST_PACKAGE: &str = "kernmlops";
+/// The package of the `kernmlops` command, built along with the plugins
+/// when it exists.
+const HOST_PACKAGE: &str = "kernmlops-cli";
+/// The command's binary, in the target folder.
+const HOST_BINARY: &str = "kernmlops";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -96,7 +99,7 @@ pub fn run(args: &Args) -> Result<()> {
     }
     warn_stale(&plugin_dir, &ws.plugins);
     if ws.has_host {
-        println!("host: {}", display(&built_dir.join(HOST_PACKAGE)));
+        println!("host: {}", display(&built_dir.join(HOST_BINARY)));
     }
     Ok(())
 }
@@ -277,6 +280,8 @@ mod tests {
             "packages": [
                 {"name": "kernmlops", "manifest_path": "/ws/core/Cargo.toml",
                  "targets": [{"name": "kernmlops", "crate_types": ["lib"]}]},
+                {"name": "kernmlops-cli", "manifest_path": "/ws/cli/Cargo.toml",
+                 "targets": [{"name": "kernmlops", "crate_types": ["bin"]}]},
                 {"name": "b_probe", "manifest_path": "/ws/plugins/b_probe/Cargo.toml",
                  "targets": [{"name": "b_probe", "crate_types": ["cdylib", "rlib"]}]},
                 {"name": "a-probe", "manifest_path": "/ws/plugins/a-probe/Cargo.toml",
@@ -288,7 +293,7 @@ mod tests {
             ]
         });
         let ws = parse_metadata(&meta).expect("valid metadata");
-        assert!(ws.has_host, "kernmlops is the host");
+        assert!(ws.has_host, "kernmlops-cli is the host");
         assert_eq!(ws.target_dir, PathBuf::from("/ws/target"));
         let found: Vec<(&str, &str)> = ws
             .plugins

@@ -114,7 +114,7 @@ const RESERVED_WORDS: &[&str] = &[
 /// may not be one of them.
 const TEMPLATE_IMPORTS: &[&str] = &["BpfProbe", "BpfSpec"];
 
-/// Tables the host writes itself (`core/src/validate.rs`).
+/// Tables the host writes itself (reserved in `plugin-api/src/spec.rs`).
 const HOST_TABLES: &[&str] = &["system_info", "manifest"];
 
 /// The kernel types header BPF programs compile against.

@@ -70,7 +70,7 @@ fn main() -> anyhow::Result<()> {
     // As the host does at start-up.
     kernmlops::tune_allocator();
     let decl = decl();
-    kernmlops::validate::validate_table(&decl)?;
+    kernmlops_plugin_api::spec::validate_table(&decl)?;
 
     // One drain's worth of realistic records, reused.
     let mut drain = Vec::with_capacity(DRAIN * RECORD);

@@ -9,9 +9,12 @@ use std::{os::fd::OwnedFd, sync::Arc, time::Instant};
 
 use arrow_array::{ArrayRef, Float64Array, RecordBatch, StringArray, UInt64Array};
 use kernmlops_plugin_api::BpfProgramStats;
-use serde::{Deserialize, Serialize};
 
-use crate::decode::{self, HostColumn};
+pub use crate::manifest::{CollectorOverhead, ProbeCost, ProgramCost};
+use crate::{
+    decode::{self, HostColumn},
+    manifest::per_event,
+};
 
 /// The table the figures go to.
 pub const TABLE: &str = "collector_overhead";
@@ -117,67 +120,7 @@ impl CostMeter {
     }
 }
 
-fn per_event(ns: u64, events: u64) -> Option<f64> {
-    (events > 0).then(|| ns as f64 / events as f64)
-}
-
-/// One BPF program's cost in the kernel.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProgramCost {
-    pub probe: String,
-    pub program: String,
-    /// Times it ran.
-    pub events: u64,
-    pub kernel_time_ns: u64,
-    pub ns_per_event: Option<f64>,
-}
-
-/// A probe's programs together.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProbeCost {
-    pub probe: String,
-    pub events: u64,
-    pub kernel_time_ns: u64,
-    pub ns_per_event: Option<f64>,
-}
-
-/// What a run cost, as the manifest records it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CollectorOverhead {
-    /// `enabled`, or why the kernel's BPF statistics could not be.
-    pub bpf_stats: String,
-    /// From the probes' start to their end.
-    pub wall_s: f64,
-    /// The host's CPU time in that window (its threads, the plugins').
-    pub user_cpu_s: f64,
-    pub system_cpu_s: f64,
-    /// User CPU time over wall time, in percent of one CPU.
-    pub user_cpu_percent: f64,
-    /// The host's largest resident set, whole process lifetime.
-    pub peak_rss_bytes: u64,
-    pub rows_written: u64,
-    pub probes: Vec<ProbeCost>,
-    pub programs: Vec<ProgramCost>,
-}
-
 impl CollectorOverhead {
-    /// The summary's one line.
-    pub fn summary(&self) -> String {
-        let (events, ns) = self.probes.iter().fold((0u64, 0u64), |(e, t), p| {
-            (e + p.events, t + p.kernel_time_ns)
-        });
-        let kernel = match per_event(ns, events) {
-            Some(per) => format!("{:.2} us/event in kernel ({events} events)", per / 1000.0),
-            None if self.bpf_stats == "enabled" => "no BPF events".to_owned(),
-            None => "kernel cost unknown (BPF statistics unavailable)".to_owned(),
-        };
-        format!(
-            "collector: {kernel}, {:.1}% CPU in user space, peak RSS {:.0} MiB",
-            self.user_cpu_percent,
-            self.peak_rss_bytes as f64 / (1 << 20) as f64
-        )
-    }
-
     /// The `collector_overhead` table: one row per BPF program and one for
     /// the host's user space.
     pub fn to_batch(

@@ -409,7 +409,7 @@ pub(super) fn random_u64() -> u64 {
         return u64::from_ne_bytes(buf);
     }
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut x = crate::clock::unix_us() as u64
+    let mut x = kernmlops_sys::clock::unix_us() as u64
         ^ (u64::from(std::process::id()) << 32)
         ^ COUNTER
             .fetch_add(1, Ordering::Relaxed)

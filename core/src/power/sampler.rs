@@ -20,6 +20,7 @@ use std::{
 
 use abi_stable::std_types::{RResult, RVec};
 use kernmlops_plugin_api::{Batch, BpfProgramStats, PowerReading, PowerScope, ProbeBox};
+use kernmlops_sys::clock;
 
 use super::{
     attribution::{split_slot, Activity, CpuTimeReader},
@@ -30,7 +31,7 @@ use super::{
     tables::{AttributionRow, EnergyRow},
     StartedSource,
 };
-use crate::{clock, sink::IpcSink};
+use crate::sink::IpcSink;
 
 /// Scopes whose energy follows CPU activity closely enough to split by
 /// on-CPU time; a device's (a GPU, a NIC) does not.

@@ -285,7 +285,7 @@ impl SlurmExecutor {
             name: name.clone(),
             job_id: job_id.clone(),
             runs: ids,
-            submitted_utc: crate::clock::rfc3339(crate::clock::unix_us()),
+            submitted_utc: kernmlops_sys::clock::rfc3339(kernmlops_sys::clock::unix_us()),
             command,
         };
         let json = serde_json::to_string_pretty(&sub).unwrap_or_default() + "\n";
@@ -493,7 +493,7 @@ impl ToolOutput {
             .filter(|l| !l.is_empty())
             .map(|l| {
                 let l = l.split_once(": error: ").map_or(l, |(_, rest)| rest);
-                crate::trust::printable(l.as_bytes())
+                kernmlops::trust::printable(l.as_bytes())
             })
             .collect();
         if lines.is_empty() {
@@ -1132,7 +1132,7 @@ mod tests {
                     .map(|(_, v)| (*v).to_owned())
             }
         };
-        let task = crate::manifest::SlurmEntry::from_vars(env(&[
+        let task = kernmlops::manifest::SlurmEntry::from_vars(env(&[
             ("SLURM_JOB_ID", "43"),
             ("SLURM_ARRAY_JOB_ID", "40"),
             ("SLURM_ARRAY_TASK_ID", "3"),
@@ -1146,9 +1146,9 @@ mod tests {
         );
         assert_eq!(task.node.as_deref(), Some("node7"));
         assert_eq!(task.cluster, None);
-        assert_eq!(crate::manifest::SlurmEntry::from_vars(env(&[])), None);
+        assert_eq!(kernmlops::manifest::SlurmEntry::from_vars(env(&[])), None);
         assert_eq!(
-            crate::manifest::SlurmEntry::from_vars(env(&[("SLURM_JOB_ID", "x")])),
+            kernmlops::manifest::SlurmEntry::from_vars(env(&[("SLURM_JOB_ID", "x")])),
             None
         );
     }

@@ -440,7 +440,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Vec<PlannedRun>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::spec::Spec;
+    use crate::spec::Spec;
 
     fn spec(vars: &str) -> Spec {
         Spec::parse(

@@ -311,7 +311,7 @@ fn launch(
     writeln!(
         out,
         "== {} on {}: {}",
-        crate::clock::rfc3339(crate::clock::unix_us()),
+        kernmlops_sys::clock::rfc3339(kernmlops_sys::clock::unix_us()),
         hostname(),
         shown.join(" ")
     )

@@ -233,7 +233,7 @@ impl Record {
 /// the old or the new content (`files::write_atomic`: a fresh hidden
 /// temporary name per writer, never a planted one).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    crate::files::write_atomic(path, bytes).map_err(ExperimentError::io(path))
+    kernmlops::files::write_atomic(path, bytes).map_err(ExperimentError::io(path))
 }
 
 /// SHA-256 of a file, in hex.

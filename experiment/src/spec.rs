@@ -73,7 +73,7 @@ pub const RESERVED_COLUMNS: [&str; 14] = [
 pub const RESERVED_PREFIXES: [&str; 5] = ["result_", "param_", "ru_", "rows_", "lost_"];
 
 /// The order runs are carried out in.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Order {
     /// Shuffled with the experiment's seed, so drift over time does not

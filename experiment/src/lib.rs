@@ -1,3 +1,5 @@
+//! Experiments reach the collector only through its binary (`kernmlops run`) and the files it writes; from the host library they take configuration, plugin checks, trust and file helpers, never `collect`.
+//!
 //! Experiments: a benchmark swept over variables, repeated, shuffled with a
 //! recorded seed, each run a full collection in its own folder, resumable
 //! after a crash, with the results as one table and statistics per
@@ -22,15 +24,23 @@
 //! - [`results`]: `results.parquet` / `results.arrow`, one row per run.
 //! - [`stats`]: mean, standard deviation, Student-t confidence intervals and
 //!   adaptive stopping.
-//! - [`cli`]: the `kernmlops experiment` command.
+//! - [`commands`]: the bodies of the `kernmlops experiment` commands (the
+//!   command line itself is `kernmlops-cli`'s), with [`checks`] (what is
+//!   checked before anything is trusted or run), [`adaptive`] (adaptive
+//!   repeats) and [`report`] (what is printed).
+//! - [`compare`]: Welch's t-test, Holm's correction, ratio intervals, robust
+//!   spread and best levels, for comparisons and labels.
 
-pub mod cli;
+pub mod adaptive;
+pub mod checks;
+pub mod commands;
 pub mod compare;
 pub mod executor;
 pub mod graphs;
 pub mod plan;
 pub mod progress;
 pub mod record;
+pub mod report;
 pub mod results;
 pub mod rng;
 pub mod slurm;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use kernmlops_plugin_api::GraphInput;
 
 use super::{record::ExpDir, ExperimentError, Result};
-use crate::{collection, graph, plugin::Registry};
+use kernmlops::{collection, graph, plugin::Registry};
 
 /// The graph that draws results.
 pub const GRAPH: &str = "experiment_results";

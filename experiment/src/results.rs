@@ -31,7 +31,7 @@ use super::{
     stats::Summary,
     ExperimentError, Result,
 };
-use crate::files;
+use kernmlops::files;
 
 /// The 16 `getrusage` fields, in `struct rusage` order.
 pub const RUSAGE: [&str; 16] = [
@@ -697,7 +697,7 @@ pub fn render(summaries: &[ComboSummary]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::{
+    use crate::{
         plan::{plan, Identity, PlanInput},
         record::FORMAT,
         spec::{Order, Spec},
