@@ -16,6 +16,7 @@
 //! - [`check`] and [`repair`]: `kernmlops check` and `kernmlops repair`.
 
 mod bench;
+mod bench_thread;
 mod check;
 mod drain;
 mod overhead;
@@ -36,7 +37,7 @@ use std::{
 
 use kernmlops_plugin_api::{ProbeDecl, StartArgs};
 
-pub use check::{check, CheckResult};
+pub use check::{check, check_within, CheckResult};
 pub use drain::{drain_loop, run_tables, DrainEnds, TableCounters, WriteFailure};
 pub use overhead::{CollectorOverhead, ProbeCost, ProgramCost};
 pub use repair::{repair_collection, FileRepair, RepairError, RepairReport};
