@@ -415,13 +415,16 @@ impl Plugin {
         name: &str,
         args: &StartArgs,
     ) -> Result<BenchmarkBox, PluginError> {
-        let Some(new) = self.module.new_benchmark() else {
-            return Err(PluginError::new(
-                ErrorKind::NOT_FOUND,
-                format!("plugin {} offers no benchmarks", self.name()),
-            ));
-        };
-        new(name.into(), args).into_result()
+        self.benchmark_starter().start_benchmark(name, args)
+    }
+
+    /// What creates this plugin's benchmarks from any thread, for as long
+    /// as the process lives, like [`Plugin::starter`] for probes.
+    pub fn benchmark_starter(&self) -> BenchmarkStarter {
+        BenchmarkStarter {
+            module: self.module,
+            plugin: self.name().to_owned(),
+        }
     }
 
     /// The power sources this plugin offers (none for plugins built before
@@ -484,6 +487,30 @@ impl ProbeStarter {
     /// Creates, loads and attaches one of the plugin's probes.
     pub fn start_probe(&self, probe: &str, args: &StartArgs) -> Result<ProbeBox, PluginError> {
         (self.module.new_probe())(probe.into(), args).into_result()
+    }
+}
+
+/// Creates a plugin's benchmarks; see [`Plugin::benchmark_starter`].
+#[derive(Clone)]
+pub struct BenchmarkStarter {
+    module: PluginMod_Ref,
+    plugin: String,
+}
+
+impl BenchmarkStarter {
+    /// Creates one of the plugin's benchmarks with its settings.
+    pub fn start_benchmark(
+        &self,
+        name: &str,
+        args: &StartArgs,
+    ) -> Result<BenchmarkBox, PluginError> {
+        let Some(new) = self.module.new_benchmark() else {
+            return Err(PluginError::new(
+                ErrorKind::NOT_FOUND,
+                format!("plugin {} offers no benchmarks", self.plugin),
+            ));
+        };
+        new(name.into(), args).into_result()
     }
 }
 

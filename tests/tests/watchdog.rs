@@ -268,3 +268,218 @@ fn root_sigterm_during_a_hang_ends_with_a_finished_manifest() {
         bound: Duration::from_secs(1) + LIMIT + LIMIT + SLACK + SLACK,
     });
 }
+
+/// A benchmark case: the call `fixture_hang`'s `hangs` benchmark hangs in,
+/// the run's `--duration`, and whether a collection folder is made (a
+/// benchmark that cannot be created or checked is refused before).
+struct BenchCase {
+    hang_in: &'static str,
+    duration_s: u64,
+    collection: bool,
+    /// When the hanging call begins, roughly, from the start.
+    hangs_after: Duration,
+}
+
+/// A benchmark that hangs in a call is given up once the call is past the
+/// plugin timeout: one error line names the call, the run (with a real
+/// probe beside it) ends on time, exits 1, and the manifest's benchmark
+/// entry and errors name the call.
+#[test]
+fn root_a_benchmark_hung_in_a_call_is_given_up_and_the_run_ends_on_time() {
+    if !require_root("root_a_benchmark_hung_in_a_call_is_given_up_and_the_run_ends_on_time") {
+        return;
+    }
+    let _serial = serial();
+    let plugins = plugin_dir(
+        "hang-bench",
+        &[
+            ("fixture_hang", "hang"),
+            ("quanta_runtime", "quanta_runtime"),
+        ],
+    );
+    let secs = Duration::from_secs;
+    let cases = [
+        // Five good polls (half a second), then one that hangs; the run
+        // would last 60 s.
+        BenchCase {
+            hang_in: "poll",
+            duration_s: 60,
+            collection: true,
+            hangs_after: secs(1),
+        },
+        BenchCase {
+            hang_in: "kill",
+            duration_s: 2,
+            collection: true,
+            hangs_after: secs(2),
+        },
+        BenchCase {
+            hang_in: "result",
+            duration_s: 2,
+            collection: true,
+            hangs_after: secs(2),
+        },
+        BenchCase {
+            hang_in: "launch",
+            duration_s: 60,
+            collection: true,
+            hangs_after: secs(1),
+        },
+        BenchCase {
+            hang_in: "setup",
+            duration_s: 60,
+            collection: true,
+            hangs_after: Duration::ZERO,
+        },
+        BenchCase {
+            hang_in: "start",
+            duration_s: 60,
+            collection: false,
+            hangs_after: Duration::ZERO,
+        },
+        BenchCase {
+            hang_in: "is_configured",
+            duration_s: 60,
+            collection: false,
+            hangs_after: Duration::ZERO,
+        },
+    ];
+    for case in &cases {
+        let name = format!("hang-bench-{}", case.hang_in);
+        let output = temp_dir(&format!("{name}-out"));
+        let logs = temp_dir(&format!("{name}-logs"));
+        let config = logs.join("config.toml");
+        std::fs::write(
+            &config,
+            format!("[benchmarks.hangs]\nhang_in = \"{}\"\n", case.hang_in),
+        )
+        .expect("writing the configuration");
+        let duration = format!("{}s", case.duration_s);
+        let (stdout, stderr) = (logs.join("stdout"), logs.join("stderr"));
+        let began = Instant::now();
+        let child = Command::new(kernmlops_bin())
+            .args(["--config", config.to_str().expect("utf8"), "run"])
+            .args(["--plugin-dir", plugins.to_str().expect("utf8")])
+            .args(["--plugins", "quanta_runtime", "--benchmark", "hangs"])
+            .args(["--duration", &duration])
+            .args(["--output", output.to_str().expect("utf8")])
+            .current_dir(workspace_root())
+            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("starting kernmlops run");
+        let mut run = Run {
+            child,
+            stderr,
+            stdout,
+        };
+        let bound = case.hangs_after + LIMIT + SLACK;
+        let status = run.wait_until(began + bound);
+        let stderr = run.stderr();
+        eprintln!(
+            "{name}: ended in {:.1} s (bound {:.0} s), {status}\n{stderr}",
+            began.elapsed().as_secs_f64(),
+            bound.as_secs_f64()
+        );
+        assert_eq!(status.code(), Some(1), "{name}: exits 1:\n{stderr}");
+        let said = format!(
+            "benchmark hangs: hung: its {} call has not returned in",
+            case.hang_in
+        );
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("hung: its")).collect();
+        assert!(
+            lines.len() == 1 && lines[0].starts_with(&format!("error: {said}")),
+            "{name}: one error line names the benchmark and its call:\n{stderr}"
+        );
+        assert!(
+            lines[0].contains("(limit collect.plugin_timeout = 5s)"),
+            "{name}: the line gives the limit: {}",
+            lines[0]
+        );
+        if !case.collection {
+            assert!(
+                std::fs::read_dir(&output).expect("output").next().is_none(),
+                "{name}: nothing was collected"
+            );
+            continue;
+        }
+        let dir = only_collection(&output);
+        let man = manifest(&dir);
+        assert_eq!(man["run_class"], "failed", "{name}: {man}");
+        let error = man["benchmark"]["error"].as_str().unwrap_or_default();
+        assert!(
+            error.starts_with(&said),
+            "{name}: the benchmark entry names the call: {}",
+            man["benchmark"]
+        );
+        if case.hang_in == "setup" {
+            assert_eq!(man["status"], "failed", "{name}: no probe started: {man}");
+            continue;
+        }
+        assert_eq!(man["status"], "complete_with_errors", "{name}: {man}");
+        let errors = man["errors"].as_array().expect("errors");
+        assert_eq!(
+            errors.iter().filter(|e| e.as_str() == Some(error)).count(),
+            1,
+            "{name}: the run's errors name it once: {errors:?}"
+        );
+        let real = &man["tables"]["quanta_runtime"]["rows"];
+        assert!(
+            real.as_u64().is_some_and(|r| r > 0),
+            "{name}: the real probe collected: {man}"
+        );
+    }
+}
+
+/// `kernmlops check` on probes that hang in start and in stop, beside a
+/// real one: each hung probe gets one line naming it and its call, the
+/// real probe is checked, and the check ends within a limit per hang.
+#[test]
+fn root_check_on_hanging_probes_ends_on_time_naming_them() {
+    if !require_root("root_check_on_hanging_probes_ends_on_time_naming_them") {
+        return;
+    }
+    let _serial = serial();
+    let plugins = plugin_dir(
+        "hang-check",
+        &[
+            ("fixture_hang", "hang"),
+            ("quanta_runtime", "quanta_runtime"),
+        ],
+    );
+    let began = Instant::now();
+    let out = Command::new(kernmlops_bin())
+        .args(["check", "--plugin-dir", plugins.to_str().expect("utf8")])
+        .args(["--plugins", "hangs_on_start,quanta_runtime,hangs_on_stop"])
+        .current_dir(workspace_root())
+        .stdin(Stdio::null())
+        .output()
+        .expect("running kernmlops check");
+    let took = began.elapsed();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    eprintln!(
+        "check ended in {:.1} s\n{stdout}{stderr}",
+        took.as_secs_f64()
+    );
+    assert!(
+        took < LIMIT + LIMIT + SLACK,
+        "check ends within a limit per hung probe: {took:?}"
+    );
+    assert_eq!(out.status.code(), Some(1), "check fails:\n{stdout}{stderr}");
+    for (probe, call) in [("hangs_on_start", "start"), ("hangs_on_stop", "stop")] {
+        let line =
+            format!("FAIL {probe} (fixture_hang): hung: its {call} call has not returned in");
+        assert_eq!(
+            stdout.matches(&line).count(),
+            1,
+            "one line names {probe} and its {call} call:\n{stdout}"
+        );
+    }
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("ok   quanta_runtime (quanta_runtime): attached in")),
+        "the real probe is checked after the hung one:\n{stdout}"
+    );
+}

@@ -1,5 +1,7 @@
 //! The collector's footprint, as a new user meets it: time from process
-//! start to "collecting" with every probe plugin attached, the wall time of
+//! start to "collecting" with every probe plugin attached (probes starting in
+//! parallel, and one after another as before, `KERNMLOPS_SERIAL_START`, the
+//! two interleaved in one run), the wall time of
 //! a `--duration 1ms` run of the default probes, peak RSS of the default
 //! probes and of every probe under `perf bench sched pipe`, the size of
 //! each installed plugin, and the kernel cost per event of each BPF program
@@ -21,11 +23,17 @@ use kernmlops_benchmarks::{median, release_host, run_checked, sched_pipe, worksp
 const ALL_PROBES: &str = "quanta_runtime,process_trace,process_metadata,file_data,block_io,mm_rss_stat,collapse_huge_pages,memory_usage,perf";
 const DEFAULT_PROBES: &str = "quanta_runtime,process_trace";
 
-/// Milliseconds from spawning `kernmlops run` to its "collecting" line.
-fn startup_ms(bin: &Path, out: &Path, probes: &str) -> Result<f64> {
+/// Milliseconds from spawning `kernmlops run` to its "collecting" line;
+/// `serial`: probes start one after another.
+fn startup_ms(bin: &Path, out: &Path, probes: &str, serial: bool) -> Result<f64> {
     let mut run = Command::new(bin);
     run.args(["run", "--plugins", probes, "--duration", "1ms", "--output"])
         .arg(out);
+    if serial {
+        run.env(kernmlops::collect::SERIAL_START_ENV, "1");
+    } else {
+        run.env_remove(kernmlops::collect::SERIAL_START_ENV);
+    }
     let collecting = Collecting::start(run)?;
     let ms = collecting.startup.as_secs_f64() * 1e3;
     collecting.wait()?;
@@ -79,9 +87,11 @@ fn main() -> Result<()> {
     }
 
     let (mut all_start, mut default_start, mut short) = (vec![], vec![], vec![]);
+    let mut all_serial = vec![];
     for _ in 0..runs {
-        all_start.push(startup_ms(&bin, &out, ALL_PROBES)?);
-        default_start.push(startup_ms(&bin, &out, DEFAULT_PROBES)?);
+        all_start.push(startup_ms(&bin, &out, ALL_PROBES, false)?);
+        all_serial.push(startup_ms(&bin, &out, ALL_PROBES, true)?);
+        default_start.push(startup_ms(&bin, &out, DEFAULT_PROBES, false)?);
         short.push(short_run_s(&bin, &out, DEFAULT_PROBES)? * 1e3);
     }
     let loaded_default = under_load(&bin, &out, DEFAULT_PROBES, 200_000)?;
@@ -99,6 +109,9 @@ fn main() -> Result<()> {
             "runs": runs,
             "plugin_kib": sizes,
             "startup_all_probes_ms_median": median(&mut all_start).round(),
+            "startup_all_probes_one_after_another_ms_median": median(&mut all_serial).round(),
+            "startup_all_probes_parallel_over_one_after_another":
+                (median(&mut all_start) / median(&mut all_serial) * 100.0).round() / 100.0,
             "startup_default_probes_ms_median": median(&mut default_start).round(),
             "run_1ms_default_probes_wall_ms_median": median(&mut short).round(),
             "peak_rss_mib_default_probes_under_pipe": rss_mib(&loaded_default),

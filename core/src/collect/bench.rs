@@ -2,16 +2,24 @@
 //! anything is collected, set up before the probes start, launched once
 //! they are attached, polled, always killed, and asked for its own result,
 //! which becomes `indicator.json` and the `performance_indicator` table.
+//!
+//! Every call into the benchmark's plugin is bounded by the plugin timeout
+//! ([`super::bench_thread`]): a benchmark stuck in a call is given up, the
+//! manifest's benchmark entry names the call, and the run stops on time
+//! (its workload is stopped through the run's cgroup, as after a crash).
 
 use std::{
     path::Path,
     time::{Duration, Instant},
 };
 
-use abi_stable::std_types::RResult;
-use kernmlops_plugin_api::BenchmarkBox;
+use kernmlops_plugin_api::BenchmarkStatus;
 
-use super::{record::RunRecord, start_args, RunError, RunOptions};
+use super::{
+    bench_thread::{Answer, BenchThread, Call, CallError},
+    record::RunRecord,
+    start_args, RunError, RunOptions,
+};
 use crate::{
     clock,
     indicator::{self, Indicator, RunFigures, Rusage},
@@ -26,7 +34,7 @@ pub(super) const POLL_EVERY: Duration = Duration::from_millis(100);
 pub(super) struct BenchmarkRun {
     pub name: String,
     pub plugin: String,
-    bench: BenchmarkBox,
+    bench: BenchThread,
     launched: Option<(Instant, Rusage)>,
     last_poll: Instant,
     /// Set once the benchmark ended by itself.
@@ -47,12 +55,20 @@ impl BenchmarkRun {
         let (plugin, _) = registry.find_benchmark(name).map_err(RunError::Selection)?;
         let mut args = start_args(name, opts, &opts.benchmark_config);
         args.output_dir = dir.display().to_string().into();
-        let bench = plugin
-            .start_benchmark(name, &args)
-            .map_err(|e| RunError::Benchmark(format!("benchmark {name}: {e}")))?;
-        if let RResult::RErr(e) = bench.is_configured() {
-            return Err(RunError::Benchmark(format!("benchmark {name}: {e}")));
-        }
+        let refused = |e: CallError| {
+            RunError::Benchmark(match e {
+                CallError::Failed(e) | CallError::Hung(e) => format!("benchmark {name}: {e}"),
+                CallError::GivenUp => format!("benchmark {name}: given up"),
+            })
+        };
+        let mut bench = BenchThread::start(
+            plugin.benchmark_starter(),
+            name,
+            args,
+            opts.plugin_timeout(),
+        )
+        .map_err(refused)?;
+        bench.call(Call::Configured).map_err(refused)?;
         Ok(Some(Self {
             name: name.clone(),
             plugin: plugin.name().to_owned(),
@@ -67,11 +83,13 @@ impl BenchmarkRun {
     /// run ends failed before any probe starts.
     pub fn setup(&mut self, record: &mut RunRecord) -> Result<(), RunError> {
         eprintln!("setting up benchmark {}", self.name);
-        let RResult::RErr(e) = self.bench.setup() else {
-            return Ok(());
+        let msg = match self.bench.call(Call::Setup) {
+            Ok(_) => return Ok(()),
+            Err(CallError::Failed(e)) => format!("benchmark {}: setup: {e}", self.name),
+            Err(CallError::Hung(e)) => format!("benchmark {}: {e}", self.name),
+            Err(CallError::GivenUp) => format!("benchmark {}: given up", self.name),
         };
-        let _ = self.bench.kill();
-        let msg = format!("benchmark {}: setup: {e}", self.name);
+        let _ = self.bench.call(Call::Kill);
         if let Some(entry) = record.benchmark() {
             entry.error = Some(msg.clone());
         }
@@ -85,34 +103,60 @@ impl BenchmarkRun {
             entry.start_uptime_us = Some(clock::uptime_us());
         }
         self.launched = Some((Instant::now(), Rusage::children()));
-        if let RResult::RErr(e) = self.bench.launch() {
-            let msg = format!("benchmark {}: launch: {e}", self.name);
-            eprintln!("error: {msg}");
-            if let Some(entry) = record.benchmark() {
-                entry.error = Some(msg);
+        match self.bench.call(Call::Launch) {
+            Ok(_) => true,
+            Err(CallError::Failed(e)) => {
+                let msg = format!("benchmark {}: launch: {e}", self.name);
+                eprintln!("error: {msg}");
+                if let Some(entry) = record.benchmark() {
+                    entry.error = Some(msg);
+                }
+                false
             }
-            return false;
+            Err(e) => {
+                self.call_failed(record, e);
+                false
+            }
         }
-        true
     }
 
     /// Polls at most every [`POLL_EVERY`]; true once the benchmark has
-    /// ended by itself or failed (recorded).
+    /// ended by itself, failed, or hung in its poll (recorded). A poll
+    /// does not hold up the run: one that has not answered within a few
+    /// milliseconds is looked at again on the next call, until it is
+    /// overdue.
     pub fn ended(&mut self, record: &mut RunRecord) -> bool {
-        if self.last_poll.elapsed() < POLL_EVERY {
-            return false;
+        if !self.bench.pending() {
+            if self.last_poll.elapsed() < POLL_EVERY {
+                return false;
+            }
+            self.last_poll = Instant::now();
+            if let Err(e) = self.bench.begin(Call::Poll) {
+                self.call_failed(record, e);
+                return true;
+            }
         }
-        self.last_poll = Instant::now();
-        match self.bench.poll() {
-            RResult::ROk(st) if st.finished => {
-                self.exit_code = Some(st.exit_code);
+        match self.bench.answer(Duration::from_millis(5)) {
+            None => false,
+            Some(answer) => self.polled(record, answer),
+        }
+    }
+
+    /// Takes a poll's answer; true when the benchmark is over.
+    fn polled(&mut self, record: &mut RunRecord, answer: Result<Answer, CallError>) -> bool {
+        match answer {
+            Ok(Answer::Status(BenchmarkStatus {
+                finished: true,
+                exit_code,
+            })) => {
+                self.exit_code = Some(exit_code);
                 if let Some(entry) = record.benchmark() {
-                    entry.exit_code = Some(st.exit_code);
+                    entry.exit_code = Some(exit_code);
                 }
                 true
             }
-            RResult::ROk(_) => false,
-            RResult::RErr(e) => {
+            Ok(_) => false,
+            Err(CallError::Failed(e)) => {
                 let msg = format!("benchmark {}: {e}", self.name);
                 eprintln!("error: {msg}");
                 if let Some(entry) = record.benchmark() {
@@ -120,7 +164,27 @@ impl BenchmarkRun {
                 }
                 true
             }
+            Err(e) => {
+                self.call_failed(record, e);
+                true
+            }
         }
+    }
+
+    /// Records a call that hung in the run's errors and as the benchmark's
+    /// error, unless it already has one: then it is printed now, as the
+    /// manifest's completion prints only the benchmark's error, so it is
+    /// said once either way. Nothing for a benchmark given up before.
+    fn call_failed(&self, record: &mut RunRecord, e: CallError) {
+        let msg = match e {
+            CallError::Hung(e) | CallError::Failed(e) => format!("benchmark {}: {e}", self.name),
+            CallError::GivenUp => return,
+        };
+        match record.benchmark() {
+            Some(entry) if entry.error.is_none() => entry.error = Some(msg.clone()),
+            _ => eprintln!("error: {msg}"),
+        }
+        record.error(msg);
     }
 
     /// Kills whatever is left of the workload (always, whatever ended the
@@ -133,10 +197,20 @@ impl BenchmarkRun {
         stopped_by: Option<StopReason>,
         collection_id: &str,
     ) -> Option<RunFigures> {
-        if let RResult::RErr(e) = self.bench.kill() {
-            let msg = format!("benchmark {}: stopping: {e}", self.name);
-            eprintln!("error: {msg}");
-            record.error(msg);
+        // A poll still in flight answers first: the benchmark may have
+        // ended by itself meanwhile.
+        if self.bench.pending() {
+            let answer = self.bench.wait();
+            self.polled(record, answer);
+        }
+        match self.bench.call(Call::Kill) {
+            Ok(_) => {}
+            Err(CallError::Failed(e)) => {
+                let msg = format!("benchmark {}: stopping: {e}", self.name);
+                eprintln!("error: {msg}");
+                record.error(msg);
+            }
+            Err(e) => self.call_failed(record, e),
         }
         let end_uptime_us = clock::uptime_us();
         if let Some(entry) = record.benchmark() {
@@ -145,8 +219,12 @@ impl BenchmarkRun {
                 entry.stopped_by = stopped_by;
             }
         }
-        let (launched_at, rusage_before) = self.launched.take()?;
+        let Some((launched_at, rusage_before)) = self.launched.take() else {
+            self.release(record);
+            return None;
+        };
         let figures = self.figures(launched_at, rusage_before, end_uptime_us, record);
+        self.release(record);
         if let Err(e) = figures.write(&record.dir) {
             record.error(format!(
                 "writing {}: {e}",
@@ -165,12 +243,19 @@ impl BenchmarkRun {
         Some(figures)
     }
 
+    /// Lets the benchmark's thread drop it, within the plugin timeout.
+    fn release(&mut self, record: &mut RunRecord) {
+        if let Err(e) = self.bench.release() {
+            self.call_failed(record, e);
+        }
+    }
+
     /// The benchmark's result with the runner's figures. A result that is
     /// not a valid indicator fails the run when the benchmark ended by
     /// itself (it should have reported one); when the host stopped it, the
     /// reason is only noted.
     fn figures(
-        &self,
+        &mut self,
         launched_at: Instant,
         rusage_before: Rusage,
         end_uptime_us: u64,
@@ -178,10 +263,28 @@ impl BenchmarkRun {
     ) -> RunFigures {
         let wall_time_s = launched_at.elapsed().as_secs_f64();
         let rusage = Rusage::children().since(rusage_before);
-        let reported = match self.bench.result() {
-            RResult::ROk(text) if text.trim().is_empty() => Ok(Indicator::empty(&self.name)),
-            RResult::ROk(text) => Indicator::parse(&text, &self.name).map_err(|e| e.to_string()),
-            RResult::RErr(e) => Err(e.to_string()),
+        let reported = match self.bench.call(Call::Result) {
+            Ok(Answer::Text(text)) if text.trim().is_empty() => Ok(Indicator::empty(&self.name)),
+            Ok(Answer::Text(text)) => {
+                Indicator::parse(&text, &self.name).map_err(|e| e.to_string())
+            }
+            Ok(_) => Ok(Indicator::empty(&self.name)),
+            Err(CallError::Failed(e)) => Err(e),
+            Err(e) => {
+                let msg = match &e {
+                    CallError::Hung(m) => format!("benchmark {}: result: {m}", self.name),
+                    _ => format!("benchmark {}: result: given up", self.name),
+                };
+                self.call_failed(record, e);
+                return RunFigures {
+                    indicator: Indicator::empty(&self.name),
+                    error: Some(msg),
+                    exit_code: self.exit_code,
+                    wall_time_s,
+                    rusage,
+                    end_uptime_us,
+                };
+            }
         };
         let (indicator, error) = match reported {
             Ok(i) => (i, None),

@@ -16,6 +16,7 @@
 //! - [`check`] and [`repair`]: `kernmlops check` and `kernmlops repair`.
 
 mod bench;
+mod bench_thread;
 mod check;
 mod drain;
 mod overhead;
@@ -36,7 +37,7 @@ use std::{
 
 use kernmlops_plugin_api::{ProbeDecl, StartArgs};
 
-pub use check::{check, CheckResult};
+pub use check::{check, check_within, CheckResult};
 pub use drain::{drain_loop, run_tables, DrainEnds, TableCounters, WriteFailure};
 pub use overhead::{CollectorOverhead, ProbeCost, ProgramCost};
 pub use repair::{repair_collection, FileRepair, RepairError, RepairReport};
@@ -455,19 +456,35 @@ fn start_probes(
     running
 }
 
+/// Set (to anything) in the environment, probes start one after another,
+/// each within the plugin timeout, as before they started in parallel:
+/// for the `footprint` benchmark, which measures both in one run.
+pub const SERIAL_START_ENV: &str = "KERNMLOPS_SERIAL_START";
+
+/// What one probe's start gave, and how long it took in milliseconds.
+type Started = (Result<kernmlops_plugin_api::ProbeBox, String>, f64);
+
 /// Starts the selected probes in parallel, each on a thread of its own,
 /// and takes their results in the order given. A start that has not
 /// returned within the plugin timeout is given up: that probe fails to
 /// start, its thread is left behind, and a probe it hands back later is
 /// freed at once.
-fn start_watched(
-    selected: &[(&Plugin, &ProbeDecl)],
-    opts: &RunOptions,
-) -> Vec<(Result<kernmlops_plugin_api::ProbeBox, String>, f64)> {
+fn start_watched(selected: &[(&Plugin, &ProbeDecl)], opts: &RunOptions) -> Vec<Started> {
+    if std::env::var_os(SERIAL_START_ENV).is_some() {
+        return selected
+            .iter()
+            .map(|one| start_within(std::slice::from_ref(one), opts).remove(0))
+            .collect();
+    }
+    start_within(selected, opts)
+}
+
+/// Starts `selected` in parallel, all within one plugin timeout.
+fn start_within(selected: &[(&Plugin, &ProbeDecl)], opts: &RunOptions) -> Vec<Started> {
     let limit = opts.plugin_timeout();
     let (tx, rx) = std::sync::mpsc::channel();
     let t0 = Instant::now();
-    let mut starts: Vec<Option<(Result<_, String>, f64)>> = Vec::new();
+    let mut starts: Vec<Option<Started>> = Vec::new();
     for (i, (plugin, decl)) in selected.iter().enumerate() {
         let name = decl.name.to_string();
         let args = start_args(&name, opts, &opts.probe_config);
