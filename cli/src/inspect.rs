@@ -100,7 +100,8 @@ pub(crate) fn check(ctx: &Context, probes: Vec<String>) -> Result<ExitCode> {
     for (path, e) in &reg.failures {
         kernmlops::outln!("FAIL {}: {e}", path.display());
     }
-    for r in collect::check(&reg, &probes, ring, &settings)? {
+    let limit = config::plugin_timeout(&cfg.collect.plugin_timeout).map_err(anyhow::Error::msg)?;
+    for r in collect::check_within(&reg, &probes, ring, &settings, limit)? {
         match r.outcome {
             Ok(ms) => kernmlops::outln!(
                 "ok   {} ({}): attached in {ms:.0} ms, detached",
