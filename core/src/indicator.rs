@@ -197,6 +197,122 @@ impl Rusage {
     }
 }
 
+/// The benchmark cgroup's totals at the end of the run, `(name, unit,
+/// description)`: the cgroup's own accounting, which also covers processes
+/// that left the benchmark's process tree (daemons) and I/O it caused.
+pub const CGROUP_FIELDS: [(&str, &str, &str); 9] = [
+    (
+        "cgroup_cpu_usage_us",
+        "us",
+        "CPU time of the benchmark's cgroup (cpu.stat usage_usec)",
+    ),
+    (
+        "cgroup_cpu_user_us",
+        "us",
+        "user CPU time of the benchmark's cgroup (cpu.stat user_usec)",
+    ),
+    (
+        "cgroup_cpu_system_us",
+        "us",
+        "system CPU time of the benchmark's cgroup (cpu.stat system_usec)",
+    ),
+    (
+        "cgroup_memory_peak_bytes",
+        "bytes",
+        "peak memory of the benchmark's cgroup (memory.peak; null without the memory controller)",
+    ),
+    (
+        "cgroup_io_read_bytes",
+        "bytes",
+        "bytes read by the benchmark's cgroup, all devices (io.stat rbytes; null without the io controller)",
+    ),
+    (
+        "cgroup_io_write_bytes",
+        "bytes",
+        "bytes written by the benchmark's cgroup, all devices (io.stat wbytes; null without the io controller)",
+    ),
+    (
+        "cgroup_cpu_pressure_us",
+        "us",
+        "time some of the cgroup's tasks waited for a CPU (cpu.pressure some total)",
+    ),
+    (
+        "cgroup_memory_pressure_us",
+        "us",
+        "time some of the cgroup's tasks waited for memory (memory.pressure some total)",
+    ),
+    (
+        "cgroup_io_pressure_us",
+        "us",
+        "time some of the cgroup's tasks waited for I/O (io.pressure some total)",
+    ),
+];
+
+/// The values of [`CGROUP_FIELDS`], in order; `None` where this kernel or
+/// cgroup does not have the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CgroupTotals(pub [Option<u64>; 9]);
+
+impl CgroupTotals {
+    /// Reads the totals of the cgroup folder `dir` (files of at most 64 KiB).
+    pub fn read(dir: &Path) -> Self {
+        let text = |name: &str| -> Option<String> {
+            use std::io::Read;
+            let f = std::fs::File::open(dir.join(name)).ok()?;
+            let mut s = String::new();
+            f.take(64 * 1024).read_to_string(&mut s).ok()?;
+            Some(s)
+        };
+        let keyed = |content: &str, key: &str| -> Option<u64> {
+            content.lines().find_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                (k == key).then(|| v.trim().parse().ok()).flatten()
+            })
+        };
+        let cpu = text("cpu.stat");
+        let io = text("io.stat").map(|s| {
+            let (mut r, mut w) = (0u64, 0u64);
+            for field in s.split_whitespace() {
+                if let Some(v) = field
+                    .strip_prefix("rbytes=")
+                    .and_then(|v| v.parse::<u64>().ok())
+                {
+                    r = r.saturating_add(v);
+                } else if let Some(v) = field
+                    .strip_prefix("wbytes=")
+                    .and_then(|v| v.parse::<u64>().ok())
+                {
+                    w = w.saturating_add(v);
+                }
+            }
+            (r, w)
+        });
+        let some_total = |name: &str| -> Option<u64> {
+            let s = text(name)?;
+            let line = s.lines().find(|l| l.starts_with("some "))?;
+            line.split_whitespace()
+                .find_map(|f| f.strip_prefix("total="))
+                .and_then(|v| v.parse().ok())
+        };
+        Self([
+            cpu.as_deref().and_then(|c| keyed(c, "usage_usec")),
+            cpu.as_deref().and_then(|c| keyed(c, "user_usec")),
+            cpu.as_deref().and_then(|c| keyed(c, "system_usec")),
+            text("memory.peak").and_then(|s| s.trim().parse().ok()),
+            io.map(|x| x.0),
+            io.map(|x| x.1),
+            some_total("cpu.pressure"),
+            some_total("memory.pressure"),
+            some_total("io.pressure"),
+        ])
+    }
+
+    /// `(name, value)` pairs in the order of [`CGROUP_FIELDS`].
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, Option<u64>)> + '_ {
+        CGROUP_FIELDS.iter().zip(self.0).map(|(f, v)| (f.0, v))
+    }
+}
+
 /// Everything a benchmark run records about itself.
 #[derive(Debug, Clone)]
 pub struct RunFigures {
@@ -206,6 +322,8 @@ pub struct RunFigures {
     pub exit_code: Option<i32>,
     pub wall_time_s: f64,
     pub rusage: Rusage,
+    /// The benchmark cgroup's totals; `None` when the run had no cgroup.
+    pub cgroup: Option<CgroupTotals>,
     /// When the benchmark ended (CLOCK_BOOTTIME).
     pub end_uptime_us: u64,
 }
@@ -231,6 +349,9 @@ impl RunFigures {
                 Value::from(v as i64)
             };
             obj.insert(k.into(), v);
+        }
+        for (k, v) in self.cgroup.unwrap_or_default().fields() {
+            obj.insert(k.into(), v.into());
         }
         if let Some(e) = &self.error {
             obj.insert("error".into(), e.clone().into());
@@ -328,6 +449,14 @@ impl RunFigures {
             };
             columns.push(HostColumn::new(*name, unit, *desc, values));
         }
+        for ((name, unit, desc), value) in
+            CGROUP_FIELDS.iter().zip(self.cgroup.unwrap_or_default().0)
+        {
+            columns.push(
+                HostColumn::new(*name, unit, *desc, Arc::new(UInt64Array::from(vec![value])))
+                    .nullable(),
+            );
+        }
         let mut taken: std::collections::BTreeSet<String> =
             columns.iter().map(|c| c.name.clone()).collect();
         for (prefix, map, what) in [
@@ -417,6 +546,7 @@ mod tests {
             exit_code,
             wall_time_s: 2.04,
             rusage: Rusage([0.0; 16]),
+            cgroup: None,
             end_uptime_us: 0,
         };
         let ok = figures(
@@ -470,6 +600,17 @@ mod tests {
             exit_code: Some(0),
             wall_time_s: 1.0,
             rusage: Rusage::children(),
+            cgroup: Some(CgroupTotals([
+                Some(7),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+            ])),
             end_uptime_us: 5,
         };
         let batch = figures.to_batch("c1").expect("batch");
@@ -500,5 +641,37 @@ mod tests {
         assert_eq!(column_name("Set RPS"), "set_rps");
         assert_eq!(column_name("p99.9-latency(ms)"), "p99_9_latency_ms");
         assert_eq!(column_name("__"), "value");
+    }
+
+    #[test]
+    fn cgroup_totals_are_read_from_the_cgroup_files() {
+        let dir = kernmlops_sys::private::TempDir::new("kernmlops-cgroup-test").expect("temp dir");
+        let put = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        put(
+            "cpu.stat",
+            "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 0\n",
+        );
+        put("memory.peak", "4096\n");
+        put(
+            "io.stat",
+            "8:0 rbytes=100 wbytes=20 rios=1 wios=1\n253:0 rbytes=5 wbytes=7 rios=1 wios=1\n",
+        );
+        put("cpu.pressure", "some avg10=0.00 avg60=0.00 avg300=0.00 total=42\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=1\n");
+        let t = CgroupTotals::read(dir.path());
+        assert_eq!(
+            t.0,
+            [
+                Some(1500),
+                Some(1000),
+                Some(500),
+                Some(4096),
+                Some(105),
+                Some(27),
+                Some(42),
+                None,
+                None
+            ]
+        );
+        assert_eq!(CgroupTotals::read(&dir.path().join("missing")).0, [None; 9]);
     }
 }

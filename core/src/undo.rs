@@ -261,6 +261,11 @@ impl RunGuard {
         Ok((child, stdin))
     }
 
+    /// The run's workload cgroup folder, when it has one.
+    pub fn workload_cgroup(&self) -> Option<&Path> {
+        self.cgroup.as_ref().map(|c| c.path.as_path())
+    }
+
     /// Runs `f` with the host inside the workload cgroup, so every process
     /// `f` starts belongs to it; the host moves back before returning.
     pub fn in_workload_cgroup<T>(&mut self, f: impl FnOnce() -> T) -> T {

@@ -276,7 +276,8 @@ impl Results {
                 );
             }
         }
-        for k in RUSAGE {
+        let cgroup = kernmlops::indicator::CGROUP_FIELDS.map(|f| f.0);
+        for k in RUSAGE.into_iter().chain(cgroup) {
             if rows.iter().any(|(_, _, i)| !i[k].is_null()) {
                 push(
                     k.into(),

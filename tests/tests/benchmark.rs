@@ -204,3 +204,50 @@ fn benchmark_that_cannot_run_is_refused_before_collecting() {
         "{unknown}"
     );
 }
+
+#[test]
+fn root_the_benchmark_cgroup_totals_are_recorded_beside_rusage() {
+    if !require_root("root_the_benchmark_cgroup_totals_are_recorded_beside_rusage") {
+        return;
+    }
+    // About 0.4 s of CPU in the benchmark's processes, and a child that the
+    // benchmark does not wait for (so rusage misses it, the cgroup does not).
+    let script = "(end=$(($(date +%s%N) + 300000000)); while [ $(date +%s%N) -lt $end ]; do :; done) & \
+                  end=$(($(date +%s%N) + 400000000)); while [ $(date +%s%N) -lt $end ]; do :; done; \
+                  echo '{\"@result\": {\"ok\": 1}}'";
+    let _serial = serial();
+    let (f, _output) = run_with("cgroup-totals", script, &["--plugins", "ticker"]);
+    assert!(f.status.success(), "{}", f.stderr);
+    let dir = f.dir.expect("collection");
+    let ind: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("indicator.json")).unwrap())
+            .unwrap();
+    let ru_us = (ind["ru_utime"].as_f64().unwrap() + ind["ru_stime"].as_f64().unwrap()) * 1e6;
+    let cg_us = ind["cgroup_cpu_usage_us"]
+        .as_u64()
+        .expect("cgroup_cpu_usage_us") as f64;
+    // The cgroup counts what rusage counts (the waited-for processes) and more.
+    assert!(
+        cg_us >= ru_us * 0.95,
+        "cgroup {cg_us} us < rusage {ru_us} us"
+    );
+    assert!(
+        cg_us >= 300_000.0,
+        "cgroup {cg_us} us: the spinning child is missing"
+    );
+    let user = ind["cgroup_cpu_user_us"].as_u64().unwrap();
+    let system = ind["cgroup_cpu_system_us"].as_u64().unwrap();
+    assert!(
+        (user + system).abs_diff(cg_us as u64) <= 2_000,
+        "{user} + {system} vs {cg_us}"
+    );
+    // The same figures in the performance_indicator table, with units.
+    let batches = read_table(&dir.join("performance_indicator.arrow"));
+    assert_eq!(
+        column_u64(&batches, "cgroup_cpu_usage_us"),
+        vec![cg_us as u64]
+    );
+    let schema = batches[0].schema();
+    let field = schema.field_with_name("cgroup_cpu_usage_us").unwrap();
+    assert_eq!(field.metadata().get("unit").map(String::as_str), Some("us"));
+}

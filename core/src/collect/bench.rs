@@ -191,11 +191,14 @@ impl BenchmarkRun {
     /// run), then records its result: `indicator.json` and the
     /// `performance_indicator` table. Returns the result, when the
     /// benchmark was launched.
+    /// `cgroup` is the benchmark's workload cgroup, whose totals are read
+    /// once its processes are stopped.
     pub fn finish(
         mut self,
         record: &mut RunRecord,
         stopped_by: Option<StopReason>,
         collection_id: &str,
+        cgroup: Option<&std::path::Path>,
     ) -> Option<RunFigures> {
         // A poll still in flight answers first: the benchmark may have
         // ended by itself meanwhile.
@@ -223,7 +226,8 @@ impl BenchmarkRun {
             self.release(record);
             return None;
         };
-        let figures = self.figures(launched_at, rusage_before, end_uptime_us, record);
+        let mut figures = self.figures(launched_at, rusage_before, end_uptime_us, record);
+        figures.cgroup = cgroup.map(indicator::CgroupTotals::read);
         self.release(record);
         if let Err(e) = figures.write(&record.dir) {
             record.error(format!(
@@ -282,6 +286,7 @@ impl BenchmarkRun {
                     exit_code: self.exit_code,
                     wall_time_s,
                     rusage,
+                    cgroup: None,
                     end_uptime_us,
                 };
             }
@@ -307,6 +312,7 @@ impl BenchmarkRun {
             exit_code: self.exit_code,
             wall_time_s,
             rusage,
+            cgroup: None,
             end_uptime_us,
         }
     }

@@ -278,7 +278,8 @@ pub fn run(
     }
     if running.is_empty() && !selected.is_empty() {
         if let Some(b) = bench.take() {
-            b.finish(&mut record, None, &collection_id);
+            let cgroup = guard.as_ref().and_then(RunGuard::workload_cgroup);
+            b.finish(&mut record, None, &collection_id, cgroup);
         }
         record.fail_early()?;
         return Err(RunError::NoProbe {
@@ -304,9 +305,10 @@ pub fn run(
     };
     let stopped_by = wait_for_end(opts, ends, bench.as_mut(), &running, &mut record);
     stop.store(true, Ordering::SeqCst);
+    let cgroup = guard.as_ref().and_then(RunGuard::workload_cgroup);
     let figures = bench
         .take()
-        .and_then(|b| b.finish(&mut record, stopped_by, &collection_id));
+        .and_then(|b| b.finish(&mut record, stopped_by, &collection_id, cgroup));
     for left in guard.take().map(RunGuard::finish).unwrap_or_default() {
         eprintln!("warning: the benchmark left a change behind: {left}");
     }
