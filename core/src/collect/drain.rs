@@ -22,8 +22,8 @@
 //! A watchdog bounds every call into a probe ([`Watch`]): a drain may take
 //! its wait plus the plugin timeout, a stop, a statistics read or freeing
 //! the probe the timeout. A probe whose call is overdue is given up
-//! ([`watchdog`]): its sinks, which its thread holds only between calls,
-//! are taken and closed with the rows they hold, and its thread is left
+//! ([`watchdog`]): its sinks, which only its writer thread holds, and only
+//! while it writes, are taken and closed with the rows they hold, and its thread is left
 //! behind, never joined (the process's exit ends it). Should the call
 //! return after all, the thread finds its sinks gone, frees the probe and
 //! ends.
@@ -248,7 +248,8 @@ pub(super) fn watchdog(running: &[RunningProbe]) -> Vec<(usize, String)> {
         };
         let mut why = overdue_message(call, running_for, r.limit);
         r.watch.give_up(why.clone());
-        // The thread holds the sinks only between calls: they are free.
+        // Only the writer holds the sinks, and only while it writes: they
+        // are free, or soon.
         let taken = lock_sinks(&r.sinks).take();
         for (sink, c) in taken.into_iter().flatten().zip(&r.counters) {
             let (rows, done) = sink.finish();
@@ -447,6 +448,8 @@ fn drain_wait(drain_ms: u32, deadline: Option<Instant>) -> u32 {
 pub const WRITE_BACKLOG_BYTES: u64 = 16 << 20;
 
 /// One drain pass's records, handed from a drain thread to its writer.
+/// The writer hands each emptied buffer back, so a busy table's buffers
+/// are reused rather than allocated every pass.
 struct Drained {
     /// Per table: records' bytes, count, and the probe's malformed total.
     tables: Vec<(RVec<u8>, u64, u64)>,
@@ -475,6 +478,7 @@ fn raise_priority() {
 /// returned.
 fn write_loop(
     rx: std::sync::mpsc::Receiver<Drained>,
+    spare: std::sync::mpsc::Sender<RVec<u8>>,
     sinks: &SharedSinks,
     counters: &[Arc<TableCounters>],
     backlog: &AtomicU64,
@@ -513,7 +517,7 @@ fn write_loop(
             return error;
         };
         if let Some(pass) = pass {
-            for ((sink, c), (data, records, malformed)) in
+            for ((sink, c), (mut data, records, malformed)) in
                 sinks.iter_mut().zip(counters).zip(pass.tables)
             {
                 if !sink.failed() && !data.is_empty() {
@@ -524,6 +528,11 @@ fn write_loop(
                 c.rows.store(sink.rows_accepted(), Ordering::Relaxed);
                 c.malformed
                     .store(malformed + sink.rows_rejected(), Ordering::Relaxed);
+                if data.capacity() > 0 {
+                    data.clear();
+                    // The drain thread may have ended: then it is freed.
+                    let _ = spare.send(data);
+                }
             }
             backlog.fetch_sub(pass.bytes, Ordering::Relaxed);
         }
@@ -552,13 +561,15 @@ pub struct Watched<'a> {
 /// call came back after all.
 const GIVEN_UP: &str = "given up by the watchdog";
 
-/// Drains a probe into its sinks until `stop`, then stops it, drains the
-/// rest and finishes the files. On a probe error the rows already taken are
-/// still written. A write error stops the whole run (`ends.failure`); the
-/// files are then closed with the rows they hold, and each table's counter
-/// ends as the rows on disk. Every call into the probe is reported to
-/// `watched`; the sinks are held only between calls, so the watchdog can
-/// close them while a call hangs.
+/// Drains a probe until `stop`, then stops it and drains the rest; each
+/// pass goes to the probe's writer thread ([`write_loop`]), which writes it
+/// into the sinks and finishes the files. On a probe error the rows already
+/// taken are still written. A write error stops the whole run
+/// (`ends.failure`); the files are then closed with the rows they hold, and
+/// each table's counter ends as the rows on disk. Every call into the probe
+/// is reported to `watched`; the drain thread never holds the sinks and the
+/// writer only while it writes, so the watchdog can close them while a
+/// call hangs.
 pub fn drain_loop(
     mut probe: ProbeBox,
     sinks: &SharedSinks,
@@ -575,6 +586,8 @@ pub fn drain_loop(
     let backlog = AtomicU64::new(0);
     let written = thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::channel::<Drained>();
+        let (spare_tx, spare_rx) = std::sync::mpsc::channel::<RVec<u8>>();
+        let mut spare: Vec<RVec<u8>> = Vec::new();
         // "kml-w-<probe>" beside the drain thread's "kml-<probe>".
         let probe_name = thread::current()
             .name()
@@ -583,7 +596,9 @@ pub fn drain_loop(
             .to_owned();
         let writer = thread::Builder::new()
             .name(format!("kml-w-{probe_name}"))
-            .spawn_scoped(scope, || write_loop(rx, sinks, counters, &backlog, ends));
+            .spawn_scoped(scope, || {
+                write_loop(rx, spare_tx, sinks, counters, &backlog, ends)
+            });
         let writer = match writer {
             Ok(w) => w,
             Err(e) => return Err(format!("starting its writer thread: {e}")),
@@ -617,12 +632,18 @@ pub fn drain_loop(
                 tables: Vec::with_capacity(batches.len()),
                 bytes: 0,
             };
+            spare.extend(spare_rx.try_iter());
+            // Largest last: the busiest table takes the largest buffer.
+            spare.sort_by_key(RVec::capacity);
             for (batch, c) in batches.iter_mut().zip(counters) {
                 let data = if batch.data.is_empty() {
                     RVec::new()
                 } else {
-                    // The next pass likely needs as much as this one.
-                    let next = RVec::with_capacity(batch.data.len());
+                    // A buffer the writer is done with, or one as large as
+                    // this pass's (the next likely needs as much).
+                    let next = spare
+                        .pop()
+                        .unwrap_or_else(|| RVec::with_capacity(batch.data.len()));
                     std::mem::replace(&mut batch.data, next)
                 };
                 // What it holds in memory until written, not just its rows.
@@ -632,6 +653,10 @@ pub fn drain_loop(
                 batch.records = 0;
                 c.lost.store(batch.lost_total, Ordering::Relaxed);
             }
+            // Spares beyond one per table are freed, the smallest first
+            // (`spare` is still sorted).
+            let extra = spare.len().saturating_sub(batches.len());
+            spare.drain(..extra);
             // The writer is far behind (a stalled disk): wait for it rather
             // than hold more in memory.
             while backlog.load(Ordering::Relaxed) > WRITE_BACKLOG_BYTES && !writer.is_finished() {
