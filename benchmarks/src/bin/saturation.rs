@@ -97,11 +97,116 @@ struct DirtyLimits {
     saved: Vec<(&'static str, String)>,
 }
 
+/// What a signal must undo: the saved dirty limits and the temporary
+/// folder (the load's processes are in this process's group).
+static UNDO: std::sync::Mutex<Undo> = std::sync::Mutex::new((Vec::new(), None));
+
+/// The saved dirty limits, and the temporary folder.
+type Undo = (Vec<(&'static str, String)>, Option<PathBuf>);
+
+/// Set by a signal: the load's loops start nothing more.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+fn restore_limits(saved: &[(&'static str, String)]) {
+    // Writing a ratio clears the byte value and the other way round: the
+    // non-zero one of each pair goes last.
+    for (k, v) in saved {
+        if v.trim() == "0" {
+            let _ = std::fs::write(k, v.trim());
+        }
+    }
+    for (k, v) in saved {
+        if v.trim() != "0" {
+            let _ = std::fs::write(k, v.trim());
+        }
+    }
+}
+
+/// The signal that asked the benchmark to end, 0 until one did.
+static SIGNALLED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// SIGINT, SIGTERM and SIGHUP end the benchmark cleanly: every other
+/// process of its group (the load, the collectors) is killed, the dirty
+/// limits are restored and the temporary folder removed. The handler only
+/// records the signal (the processes started later keep the default
+/// actions and an unblocked mask); a thread watching for it cleans up as
+/// ordinary code. Call before starting any process.
+fn clean_up_on_signals() {
+    extern "C" fn record(sig: libc::c_int) {
+        SIGNALLED.store(sig, Ordering::SeqCst);
+    }
+    // SAFETY: setpgid(0, 0) makes this process the leader of a new group
+    // its children join; sigaction is plain old data, zero a valid value,
+    // then filled with a handler that only stores an atomic
+    // (async-signal-safe).
+    unsafe {
+        libc::setpgid(0, 0);
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = record as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+    std::thread::spawn(|| {
+        let sig = loop {
+            match SIGNALLED.load(Ordering::SeqCst) {
+                0 => std::thread::sleep(Duration::from_millis(20)),
+                sig => break sig,
+            }
+        };
+        // SAFETY: getpgrp and getpid have no preconditions.
+        let (group, me) = unsafe { (libc::getpgrp(), libc::getpid()) };
+        STOPPING.store(true, Ordering::SeqCst);
+        // Again after a moment: a loop may have been starting a process.
+        for _ in 0..3 {
+            for pid in group_members(group).into_iter().filter(|&p| p != me) {
+                // SAFETY: signalling a process of our own group.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let undo = UNDO.lock().map(|u| u.clone()).unwrap_or_default();
+        restore_limits(&undo.0);
+        if let Some(dir) = undo.1 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        eprintln!("saturation: stopped by signal {sig}; the load is killed and the machine's dirty limits restored");
+        std::process::exit(128 + sig);
+    });
+}
+
+/// The processes of process group `group`, from `/proc`.
+fn group_members(group: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|st| {
+                    // Fields after the command's closing parenthesis:
+                    // state, ppid, pgrp.
+                    let rest = st.rsplit_once(") ")?.1;
+                    rest.split_whitespace().nth(2)?.parse::<libc::pid_t>().ok()
+                })
+                == Some(group)
+        })
+        .collect()
+}
+
 impl DirtyLimits {
     fn lower(dirty_kib: u64) -> Result<Self> {
         let mut saved = Vec::new();
         for k in DIRTY_KEYS {
             saved.push((k, std::fs::read_to_string(k).with_context(|| k)?));
+        }
+        if let Ok(mut undo) = UNDO.lock() {
+            undo.0.clone_from(&saved);
         }
         let me = Self { saved };
         std::fs::write(DIRTY_KEYS[0], (dirty_kib << 10).to_string()).context("vm.dirty_bytes")?;
@@ -113,24 +218,18 @@ impl DirtyLimits {
 
 impl Drop for DirtyLimits {
     fn drop(&mut self) {
-        // Writing a ratio clears the byte value and the other way round:
-        // the non-zero one of each pair goes last.
-        for (k, v) in &self.saved {
-            if v.trim() == "0" {
-                let _ = std::fs::write(k, v.trim());
-            }
-        }
-        for (k, v) in &self.saved {
-            if v.trim() != "0" {
-                let _ = std::fs::write(k, v.trim());
-            }
+        restore_limits(&self.saved);
+        if let Ok(mut undo) = UNDO.lock() {
+            undo.0.clear();
         }
     }
 }
 
-/// Processes of the load, killed when dropped.
+/// Processes of the load, killed when dropped (the other collector is
+/// asked to stop, as Ctrl+C would, and waited for).
 struct Load {
     children: Vec<Child>,
+    collector: Option<Child>,
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
@@ -139,10 +238,12 @@ impl Drop for Load {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(c) = &mut self.collector {
             // SAFETY: signalling a child we started and have not reaped.
             unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-        }
-        for c in &mut self.children {
             let _ = c.wait();
         }
         for t in self.threads.drain(..) {
@@ -156,7 +257,7 @@ impl Load {
     fn repeat(&mut self, make: impl Fn() -> Command + Send + 'static) {
         let stop = self.stop.clone();
         self.threads.push(std::thread::spawn(move || {
-            while !stop.load(Ordering::SeqCst) {
+            while !stop.load(Ordering::SeqCst) && !STOPPING.load(Ordering::SeqCst) {
                 let _ = make().stdout(Stdio::null()).stderr(Stdio::null()).status();
             }
         }));
@@ -184,6 +285,7 @@ int main(int argc, char **argv) {
 fn start_load(dir: &Path, cpus: usize, knobs: Knobs, bin: &Path, seconds: u64) -> Result<Load> {
     let mut load = Load {
         children: Vec::new(),
+        collector: None,
         stop: Arc::new(AtomicBool::new(false)),
         threads: Vec::new(),
     };
@@ -220,7 +322,7 @@ fn start_load(dir: &Path, cpus: usize, knobs: Knobs, bin: &Path, seconds: u64) -
     // Another collector, writing its own quanta_runtime table to the disk.
     let other = dir.join("other");
     std::fs::create_dir(&other).context("the other collector's folder")?;
-    load.children.push(
+    load.collector = Some(
         Command::new(bin)
             .current_dir(workspace())
             .args(["run", "--plugins", "quanta_runtime", "--duration"])
@@ -351,6 +453,9 @@ fn collect(
     // The collection goes to the disk the writers fill.
     let dir = TempDir::new_in(Path::new("/var/tmp"), "kernmlops-saturation")
         .context("a temporary folder under /var/tmp")?;
+    if let Ok(mut undo) = UNDO.lock() {
+        undo.1 = Some(dir.path().to_owned());
+    }
     let _limits = DirtyLimits::lower(knobs.dirty_kib)?;
     let load = start_load(dir.path(), cpus, knobs, bin, seconds)?;
     // Let the writer reach the dirty limit and the hogs spread out.
@@ -449,11 +554,20 @@ fn main() -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("needs root (BPF, and the dirty limits it lowers for the run)");
     }
+    clean_up_on_signals();
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let knobs = Knobs::from_env()?;
     let mut json = Vec::new();
     for bin in &bins {
-        let o = collect(bin, seconds, cpus, knobs, run_args)?;
+        let o = match collect(bin, seconds, cpus, knobs, run_args) {
+            Ok(o) => o,
+            // The collector was killed by the clean-up, which ends the
+            // process: its message is the one to see.
+            Err(_) if SIGNALLED.load(Ordering::SeqCst) != 0 => loop {
+                std::thread::sleep(Duration::from_secs(1));
+            },
+            Err(e) => return Err(e),
+        };
         let s = &o.samples;
         println!(
             "{} {} ({:.1} s under {} hogs on {cpus} CPUs, {} dd, {cpus} compilers and another collector on the same disk with vm.dirty_bytes {} KiB, {} perf bench sched pipe; peak RSS {:.0} MiB):",
