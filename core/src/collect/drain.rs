@@ -770,6 +770,109 @@ mod tests {
         );
     }
 
+    fn tick_sink(dir: &Path, name: &str, interval: Duration) -> IpcSink {
+        use kernmlops_plugin_api::{ColumnDecl, ColumnKind};
+        let decl = TableDecl {
+            name: name.into(),
+            description: "".into(),
+            record_size: 8,
+            columns: vec![ColumnDecl {
+                name: "ts_uptime_us".into(),
+                kind: ColumnKind::U64,
+                offset: 0,
+                size: 8,
+                unit: "us".into(),
+                description: "".into(),
+                labels: vec![].into(),
+            }]
+            .into(),
+        };
+        let policy = FlushPolicy {
+            interval,
+            rows: u64::MAX,
+        };
+        IpcSink::create(
+            &dir.join(format!("{name}.arrow")),
+            TableDecoder::new(&decl, "test"),
+            policy,
+        )
+        .expect("sink")
+    }
+
+    fn ticks(n: u64) -> RVec<u8> {
+        (0..n).flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// A busy table sends its writer a pass far more often than the flush
+    /// interval; the quiet table's rows still reach the file within about
+    /// a flush interval, every buffer comes back for reuse, and the files
+    /// close with every row.
+    #[test]
+    fn the_writer_flushes_a_quiet_table_beside_a_busy_one_and_returns_buffers() {
+        let dir = kernmlops_sys::private::TempDir::new("kml-drain-test").expect("temp dir");
+        let interval = Duration::from_millis(50);
+        let sinks: SharedSinks = Arc::new(Mutex::new(Some(vec![
+            tick_sink(dir.path(), "busy", interval),
+            tick_sink(dir.path(), "quiet", interval),
+        ])));
+        let counters: Vec<Arc<TableCounters>> = vec![Arc::default(), Arc::default()];
+        let (stop, failure, backlog) = (
+            AtomicBool::new(false),
+            WriteFailure::default(),
+            AtomicU64::new(0),
+        );
+        let ends = DrainEnds {
+            stop: &stop,
+            failure: &failure,
+            deadline: None,
+        };
+        let (tx, rx) = std::sync::mpsc::channel::<Drained>();
+        let (spare_tx, spare_rx) = std::sync::mpsc::channel::<RVec<u8>>();
+        let quiet_written = thread::scope(|scope| {
+            let writer =
+                scope.spawn(|| write_loop(rx, spare_tx, &sinks, &counters, &backlog, ends));
+            let mut quiet = Some(ticks(3));
+            let mut quiet_written = None;
+            let began = Instant::now();
+            // A pass every 2 ms, far more often than the flush interval.
+            for _ in 0..150 {
+                let tables = vec![
+                    (ticks(10), 10, 0),
+                    quiet.take().map_or((RVec::new(), 0, 0), |q| (q, 3, 0)),
+                ];
+                tx.send(Drained { tables, bytes: 0 }).expect("writer alive");
+                thread::sleep(Duration::from_millis(2));
+                let written = lock_sinks(&sinks).as_ref().expect("sinks")[1].rows_written();
+                if written == 3 && quiet_written.is_none() {
+                    quiet_written = Some(began.elapsed());
+                }
+            }
+            drop(tx);
+            assert_eq!(writer.join().expect("writer"), None, "no write error");
+            quiet_written
+        });
+        let quiet_written = quiet_written.expect("the quiet table's rows reached its file");
+        assert!(
+            quiet_written < interval * 4,
+            "the quiet rows took {quiet_written:?}"
+        );
+        assert!(lock_sinks(&sinks).is_none(), "the writer closed the files");
+        assert_eq!(counters[0].rows.load(Ordering::Relaxed), 1500);
+        assert_eq!(counters[1].rows.load(Ordering::Relaxed), 3);
+        assert!(
+            spare_rx.try_iter().count() >= 150,
+            "every non-empty buffer came back"
+        );
+        for (name, rows) in [("busy", 1500), ("quiet", 3)] {
+            let file = std::fs::File::open(dir.join(format!("{name}.arrow"))).expect("file");
+            let read: usize = arrow_ipc::reader::FileReader::try_new(file, None)
+                .expect("a closed Arrow file")
+                .map(|b| b.expect("batch").num_rows())
+                .sum();
+            assert_eq!(read, rows, "{name}");
+        }
+    }
+
     #[test]
     fn the_drain_waits_at_most_until_the_end_of_the_run() {
         assert_eq!(drain_wait(100, None), 100);
