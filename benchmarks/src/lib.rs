@@ -125,6 +125,11 @@ impl Collecting {
         })
     }
 
+    /// The collector's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Asks the run to stop (SIGINT), as Ctrl+C would.
     pub fn interrupt(&self) {
         // SAFETY: signalling our own child.

@@ -6,9 +6,10 @@
 //! follow, so a crash or SIGKILL loses at most that much; the file then
 //! lacks its footer, and [`repair`] appends one in place.
 //!
-//! A write error (a full disk) poisons the sink: nothing more is written
-//! after the torn bytes, and [`IpcSink::finish`] cuts the file back to its
-//! last complete batch and closes it readable when the footer fits.
+//! A write error (a full disk) poisons the sink: nothing more is written,
+//! the torn bytes are cut off at once (freeing their space for the other
+//! tables' footers), and [`IpcSink::finish`] closes the file at its last
+//! complete batch, readable when the footer fits.
 
 use std::{
     fs::File,
@@ -314,6 +315,7 @@ impl IpcSink {
         }
         if let Err(e) = written.and_then(|()| self.writer.flush()) {
             self.poison();
+            self.cut_torn_bytes();
             return Err(SinkError::arrow(&self.path)(e));
         }
         self.durable_len = self.writer.get_ref().get_ref().written;
@@ -327,6 +329,22 @@ impl IpcSink {
     fn poison(&mut self) {
         self.failed = true;
         self.writer.get_mut().get_mut().poisoned = true;
+    }
+
+    /// After a failed write: cuts the file back to its last complete batch
+    /// at once, so the space the torn bytes took (a full disk's last free
+    /// blocks) is free again before the error stops the run, and the other
+    /// tables' last rows and footers have room whichever thread closes its
+    /// files first. [`IpcSink::finish`] cuts at the same length again and
+    /// appends the footer.
+    fn cut_torn_bytes(&self) {
+        // Best effort: on failure the bytes stay until the finish's cut.
+        let _ = self
+            .writer
+            .get_ref()
+            .get_ref()
+            .file
+            .set_len(self.durable_len);
     }
 
     /// Flushes, writes the footer and syncs the file to disk. Returns the
