@@ -26,15 +26,6 @@ macro_rules! out {
     }};
 }
 
-// Older paths of the one clock and of the plugin API's specification, for
-// the modules not yet written against `kernmlops_sys::clock` and
-// `kernmlops_plugin_api::spec` (collect's drain, benchmark and run steps,
-// plugin loading); not part of the library's interface.
-#[doc(hidden)]
-pub use kernmlops_plugin_api::spec as validate;
-#[doc(hidden)]
-pub use kernmlops_sys::clock;
-
 pub mod collect;
 pub mod collection;
 pub mod config;

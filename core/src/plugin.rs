@@ -49,10 +49,9 @@ use kernmlops_plugin_api::{
 };
 use sha2::{Digest, Sha256};
 
-use crate::{
-    trust::{self, printable, Policy, Shown, TrustError},
-    validate::{validate_contract, validate_probe, ValidationError},
-};
+use kernmlops_plugin_api::spec::{validate_contract, validate_probe, ValidationError};
+
+use crate::trust::{self, printable, Policy, Shown, TrustError};
 
 /// The plugins shipped in this repository (`plugins/<name>`), by plugin
 /// name. When a third-party plugin declares what one of these declares, the

@@ -20,8 +20,8 @@ use kernmlops::{
     plugin::Registry,
     sink::{self, FlushPolicy, IpcSink, RepairOutcome},
     trust::Policy,
-    validate::validate_table,
 };
+use kernmlops_plugin_api::spec::validate_table;
 use kernmlops_plugin_api::{ColumnDecl, ColumnKind, TableDecl};
 
 /// xorshift64*: small, seeded, good enough to pick mutations.

@@ -20,8 +20,9 @@ use super::{
     record::RunRecord,
     start_args, RunError, RunOptions,
 };
+use kernmlops_sys::clock;
+
 use crate::{
-    clock,
     indicator::{self, Indicator, RunFigures, Rusage},
     manifest::StopReason,
     plugin::Registry,

@@ -17,10 +17,9 @@ use super::{
     drain::{run_tables, PluginCall, Watch},
     start_args, Filter, RunError, RunOptions, DEFAULT_PLUGIN_TIMEOUT,
 };
-use crate::{
-    clock::uptime_us,
-    plugin::{ProbeStarter, Registry},
-};
+use kernmlops_sys::clock::uptime_us;
+
+use crate::plugin::{ProbeStarter, Registry};
 
 /// Result of `kernmlops check` for one probe.
 #[derive(Debug)]

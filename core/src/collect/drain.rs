@@ -40,13 +40,15 @@ use std::{
 };
 
 use abi_stable::std_types::{RResult, RVec};
-use kernmlops_plugin_api::{Batch, BpfProgramStats, ProbeBox, TableDecl};
+use kernmlops_plugin_api::{
+    spec::{validate_table, ValidationError},
+    Batch, BpfProgramStats, ProbeBox, TableDecl,
+};
+use kernmlops_sys::clock::uptime_us;
 
 use crate::{
-    clock::uptime_us,
     decode::TableDecoder,
     sink::{FlushPolicy, IpcSink},
-    validate::{validate_table, ValidationError},
 };
 
 /// The kernel's run-time statistics of a probe's BPF programs, taken by its

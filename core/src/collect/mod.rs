@@ -48,8 +48,9 @@ use self::{
     record::RunRecord,
     status::StatusLine,
 };
+use kernmlops_sys::clock;
+
 use crate::{
-    clock,
     manifest::{RunClass, StopReason, TableEntry},
     plugin::{Plugin, Registry},
     sink::{self, FlushPolicy},
