@@ -138,8 +138,15 @@ fn root_mm_rss_stat_sees_anon_pages_grow() {
         grew.abs_diff(expected) * 10 <= expected,
         "anon_pages grew by {grew} pages, expected {expected} within 10%"
     );
-    // The kernel's own count, read by the process after touching.
-    let last = anon.last().copied().unwrap_or(0);
+    // The kernel's own count, read by the process after touching, against
+    // the latest row (rows of different CPUs reach the file in batches, not
+    // in time order).
+    let ts = column_u64(&batches, "ts_uptime_us");
+    let last = ts
+        .iter()
+        .zip(&anon)
+        .max_by_key(|(t, _)| **t)
+        .map_or(0, |(_, a)| *a);
     let proc_pages = rss_anon_kib * 1024 / PAGE;
     assert!(
         last.abs_diff(proc_pages) * 10 <= proc_pages,
