@@ -156,15 +156,20 @@ class _Sources:
     spans: pl.DataFrame | None = None  # collection_id, bench_start_us, bench_end_us
 
 
+_MACHINE_KEYS = ("os", "architecture", "cpu_vendor", "cpu_model", "logical_cores", "memory_bytes", "is_vm", "thp_enabled")
+
+
 def _describe(c: Collection) -> dict[str, Any]:
     m = c.manifest
     over = m.get("collector_overhead") or {}
+    info = c.system_info()
     return {
         "collection_id": c.id,
         "path": str(c.path),
         "status": c.status,
         "hostname": m.get("hostname"),
         "kernel_release": m.get("kernel_release"),
+        "machine": {k: info[k] for k in _MACHINE_KEYS if k in info},
         "benchmark": m.get("benchmark"),
         "start_uptime_us": c.start_us,
         "end_uptime_us": c.end_us,
@@ -449,6 +454,13 @@ def _card_markdown(card: dict[str, Any], name: str) -> str:
     lines = [f"# Data card: {name}", ""]
     lines.append(f"- rows: {card['rows']}, window: {card['window_us']} us, grouped by: {card['by'] or 'nothing'}")
     lines.append(f"- kernels: {', '.join(card['kernels']) or 'unknown'}; hosts: {', '.join(card['hosts']) or 'unknown'}")
+    machines = sorted({
+        f"{m.get('cpu_model', '?')}, {m.get('logical_cores', '?')} CPUs, {int(m.get('memory_bytes') or 0) / 2**30:.0f} GiB"
+        + (" (VM)" if m.get("is_vm") else "")
+        for m in (s.get("machine") or {} for s in card["collections"]) if m
+    })
+    if machines:
+        lines.append(f"- machines: {'; '.join(machines)}")
     lines.append(f"- collections: {len(card['collections'])}")
     lost = card["lost_events"]
     lines.append(

@@ -4,6 +4,7 @@ empty windows, perf scaling, running counters and history without look-ahead."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -199,6 +200,8 @@ def test_experiment_features_carry_labels_and_write_a_card(experiment_dir: Path,
     card = json.loads(Path(str(out) + ".card.json").read_text())
     assert len(card["collections"]) == 4 and card["window_us"] == 100_000
     assert card["kernels"] and card["collections"][0]["collector_overhead"]["user_cpu_percent"] is not None
+    assert card["collections"][0]["machine"]["logical_cores"] == os.cpu_count()
+    assert "- machines: " in Path(str(out) + ".card.md").read_text()
     assert "quanta_runtime" in Path(str(out) + ".card.md").read_text()
     X, y = f.xy("result_seconds")
     assert X.shape == (f.frame.height, len(f.feature_columns)) and y.shape == (f.frame.height,)
