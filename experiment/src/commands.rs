@@ -225,7 +225,7 @@ pub fn results(opts: ResultsOptions, env: &Env) -> Result<ExitCode> {
     let draw = plugin_dir.as_deref().map(|d| (env, d));
     report::report_collected(&dir, &record, &observed, &results, draw, &opts.figures)?;
     if let Some(pairs) = reference {
-        comparisons::report_reference(&dir, &record, &results, pairs)?;
+        comparisons::report_reference(&dir, &record, &results, pairs, &opts.figures)?;
     }
     if let Some((figure, over)) = &opts.best_by {
         comparisons::report_labels(&dir, &record, &results, figure, over, opts.minimize)?;

@@ -975,12 +975,14 @@ pub fn render_labels(labels: &Labels) -> String {
 }
 
 /// `experiment results DIR --reference ...`: writes `comparisons.parquet`
-/// and prints the table.
+/// (every figure) and prints the table (the figures of `only`, when not
+/// empty, as `--figures` says).
 pub fn report_reference(
     dir: &ExpDir,
     record: &Record,
     results: &Results,
     pairs: &[String],
+    only: &[String],
 ) -> Result<()> {
     let reference = parse_reference(pairs, &record.variables)?;
     let rows = against_reference(results, &reference);
@@ -1013,7 +1015,17 @@ pub fn report_reference(
     let path = write_in(dir, "comparisons.parquet", &batch)?;
     kernmlops::outln!();
     kernmlops::outln!("comparisons: {} ({} rows)", path.display(), rows.len());
-    kernmlops::out!("{}", render_comparisons(&names, &rows, &against));
+    let shown: Vec<Comparison> = rows
+        .iter()
+        .filter(|r| {
+            only.is_empty()
+                || only
+                    .iter()
+                    .any(|f| f == r.figure.trim_start_matches("result_"))
+        })
+        .cloned()
+        .collect();
+    kernmlops::out!("{}", render_comparisons(&names, &shown, &against));
     Ok(())
 }
 
