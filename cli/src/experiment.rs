@@ -85,7 +85,8 @@ pub(crate) fn run(
     })
 }
 
-/// Sweep a benchmark over variables, repeated and shuffled; resume; results.
+/// Sweep a benchmark over variables, repeated and shuffled; resume; results;
+/// comparisons and labels.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
   kernmlops experiment run examples/experiments/fio_sweep.toml
@@ -94,6 +95,8 @@ pub(crate) fn run(
   kernmlops experiment status experiments/sweep
   kernmlops experiment resume experiments/sweep
   kernmlops experiment results experiments/sweep
+  kernmlops experiment results experiments/sweep --reference bs=4k --best-by read_iops --over jobs
+  kernmlops experiment compare experiments/before experiments/after
   kernmlops experiment run sweep.toml --dir /shared/sweep --executor slurm --partition batch --time 00:10:00
   kernmlops experiment resume /shared/sweep --executor slurm
 

@@ -30,6 +30,10 @@
 //! variable has one of the given values (a value, or a list of them; a
 //! label table's variable is matched by label); elsewhere it does not
 //! multiply the runs and its column is empty.
+//!
+//! `default = VALUE` on a variable (one of its values; a label for a label
+//! table) names the level a user gets without the experiment: the regret
+//! of `experiment results --best-by` is measured against it.
 
 use std::{collections::BTreeMap, path::Path};
 
