@@ -86,9 +86,9 @@ pip_install() {
     python3 -m pip install -q "$@" 2>/dev/null \
         || python3 -m pip install -q --break-system-packages "$@"
 }
-if ! python3 -c 'import pyarrow, polars, duckdb, pytest, numpy, sklearn' >/dev/null 2>&1; then
-    say "installing pyarrow, polars, duckdb, pytest, numpy and scikit-learn"
-    pip_install pyarrow polars duckdb pytest numpy scikit-learn
+if ! python3 -c 'import pyarrow, polars, duckdb, pytest, numpy, sklearn, scipy' >/dev/null 2>&1; then
+    say "installing pyarrow, polars, duckdb, pytest, numpy, scikit-learn and scipy"
+    pip_install pyarrow polars duckdb pytest numpy scikit-learn scipy
 fi
 # The Python package (python/): `import kernmlops`, `python -m kernmlops`.
 # Reinstalled when the checkout's copy changed since the last install.

@@ -50,7 +50,22 @@ pub(crate) fn run(
             dir,
             no_graphs,
             figures,
-        } => exp::results(dir, no_graphs, &figures, &env)?,
+            reference,
+            best_by,
+            over,
+            minimize,
+        } => exp::results(
+            exp::ResultsOptions {
+                dir,
+                no_graphs,
+                figures,
+                reference,
+                best_by: best_by.zip(over),
+                minimize,
+            },
+            &env,
+        )?,
+        ExperimentCommand::Compare { a, b, out } => exp::compare(a, b, out, &env)?,
         ExperimentCommand::Exec {
             dir,
             run_id,
@@ -70,7 +85,8 @@ pub(crate) fn run(
     })
 }
 
-/// Sweep a benchmark over variables, repeated and shuffled; resume; results.
+/// Sweep a benchmark over variables, repeated and shuffled; resume; results;
+/// comparisons and labels.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
   kernmlops experiment run examples/experiments/fio_sweep.toml
@@ -79,6 +95,8 @@ pub(crate) fn run(
   kernmlops experiment status experiments/sweep
   kernmlops experiment resume experiments/sweep
   kernmlops experiment results experiments/sweep
+  kernmlops experiment results experiments/sweep --reference bs=4k --best-by read_iops --over jobs
+  kernmlops experiment compare experiments/before experiments/after
   kernmlops experiment run sweep.toml --dir /shared/sweep --executor slurm --partition batch --time 00:10:00
   kernmlops experiment resume /shared/sweep --executor slurm
 
@@ -145,9 +163,20 @@ by Slurm's own view (squeue, and sacct where the cluster keeps accounting).")]
     #[command(after_help = "Examples:
   kernmlops experiment results experiments/sweep
   kernmlops experiment results experiments/sweep --figures read_iops,write_iops --no-graphs
+  kernmlops experiment results experiments/sweep --reference bs=4k
+  kernmlops experiment results experiments/ra --best-by read_bw --over read_ahead_kb
 
 In Python: polars.read_parquet(\"experiments/sweep/results.parquet\").
-Works while runs are still going: it reads what has finished.")]
+Works while runs are still going: it reads what has finished.
+
+--reference compares every combination with the one that has the given
+values (and its own values of the other variables): ratio of means with its
+95% interval (Fieller), Welch's p-value Holm-corrected per figure, median, MAD
+and outlier runs (flagged, kept), written to comparisons.parquet.
+--best-by labels each combination of the other variables with the best value
+of --over, its margin over the runner-up, Welch's p against it and the regret
+of the variable's `default`, written to labels.parquet, one row per run (join
+the runs' tables on collection_id).")]
     Results {
         /// The experiment folder.
         dir: PathBuf,
@@ -158,6 +187,38 @@ Works while runs are still going: it reads what has finished.")]
         /// `overall_score`, `wall_time_s`) [default: all numeric ones].
         #[arg(long, value_delimiter = ',', value_name = "KEY,...")]
         figures: Vec<String>,
+        /// Compare each combination with the reference one, named by
+        /// variable values (comma-separated): writes comparisons.parquet.
+        #[arg(long, value_delimiter = ',', value_name = "VAR=VALUE,...")]
+        reference: Vec<String>,
+        /// Label each combination of the other variables with the best
+        /// value of --over by this figure: writes labels.parquet.
+        #[arg(long, value_name = "FIGURE", requires = "over")]
+        best_by: Option<String>,
+        /// The variable --best-by chooses a value of.
+        #[arg(long, value_name = "VAR", requires = "best_by")]
+        over: Option<String>,
+        /// With --best-by: the best is the lowest value (default: highest).
+        #[arg(long, requires = "best_by")]
+        minimize: bool,
+    },
+    /// Compare two experiments over the same variables, combination by
+    /// combination (B relative to A): ratio of means with its 95% interval,
+    /// Welch's p-value (Holm-corrected per figure), median, MAD, outliers.
+    #[command(after_help = "Examples:
+  kernmlops experiment compare experiments/before experiments/after
+  kernmlops experiment compare experiments/kernel-6.8 experiments/kernel-6.12 --out k.parquet
+
+Combinations are matched on their variables' values; the table is written to
+compare-<A>-<B>.parquet in the current folder (or --out) and printed.")]
+    Compare {
+        /// The experiment folder compared against (A).
+        a: PathBuf,
+        /// The experiment folder compared (B).
+        b: PathBuf,
+        /// Where the table goes [default: ./compare-<A's name>-<B's name>.parquet].
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// Perform exactly one planned run of an experiment folder (used by
     /// cluster executors; `resume` is what users want).

@@ -22,6 +22,7 @@ use crate::{
         base_config, check_config, check_folder, check_trusted, create_folder,
         only_start_leftovers, read_trusted_record, resolve_variable_commands, Checked,
     },
+    comparisons,
     executor::{
         perform_run, perform_warmup, Dispatch, Executor, LocalExecutor, RunContext, RunObserver,
     },
@@ -29,6 +30,7 @@ use crate::{
     progress::Progress,
     record::{plugin_difference, plugin_set, ExpDir, Lock, PluginHash, Record, FORMAT},
     report,
+    results::Results,
     slurm::{SlurmExecutor, SlurmOptions, SlurmView},
     spec::{self, Order, Spec},
     state::{self, Observed, RunState, StateView},
@@ -176,14 +178,43 @@ pub fn status(dir: PathBuf, json: bool, env: &Env) -> Result<ExitCode> {
     report::status(&ExpDir::new(dir), json)
 }
 
-/// `experiment results`: writes the results table and the graphs (unless
-/// `no_graphs`) and prints the summary of `figures` (every numeric one
-/// when empty).
-pub fn results(dir: PathBuf, no_graphs: bool, figures: &[String], env: &Env) -> Result<ExitCode> {
-    check_folder(&dir, env)?;
-    let dir = ExpDir::new(dir);
+/// `experiment results`: what to write and print besides the results.
+#[derive(Debug, Clone, Default)]
+pub struct ResultsOptions {
+    /// The experiment folder.
+    pub dir: PathBuf,
+    /// Do not render graphs.
+    pub no_graphs: bool,
+    /// Print only these figures.
+    pub figures: Vec<String>,
+    /// `VAR=VALUE` pairs naming the reference combination: write
+    /// `comparisons.parquet`.
+    pub reference: Vec<String>,
+    /// `--best-by FIGURE --over VAR`: write `labels.parquet`.
+    pub best_by: Option<(String, String)>,
+    /// The best value of `--best-by` is the lowest.
+    pub minimize: bool,
+}
+
+/// `experiment results`: writes the results (and graphs), prints the
+/// summary; with `--reference`, the comparisons; with `--best-by`, the
+/// labels. Bad options are refused before anything is written.
+pub fn results(opts: ResultsOptions, env: &Env) -> Result<ExitCode> {
+    check_folder(&opts.dir, env)?;
+    let dir = ExpDir::new(opts.dir);
     let record = Record::read(&dir)?;
-    let plugin_dir = match (no_graphs, resolve_plugin_dir(env, Some(&record))) {
+    let reference = if opts.reference.is_empty() {
+        None
+    } else {
+        comparisons::parse_reference(&opts.reference, &record.variables)?;
+        Some(&opts.reference)
+    };
+    let observed = observe(&dir, &record).1;
+    let results = Results::collect(&dir, &record, &observed);
+    if let Some((figure, over)) = &opts.best_by {
+        comparisons::best_by(&record.variables, &results, figure, over, opts.minimize)?;
+    }
+    let plugin_dir = match (opts.no_graphs, resolve_plugin_dir(env, Some(&record))) {
         (true, _) => None,
         (false, Ok(d)) => Some(d),
         (false, Err(e)) => {
@@ -192,7 +223,36 @@ pub fn results(dir: PathBuf, no_graphs: bool, figures: &[String], env: &Env) -> 
         }
     };
     let draw = plugin_dir.as_deref().map(|d| (env, d));
-    report::report(&dir, &record, draw, figures)?;
+    report::report_collected(&dir, &record, &observed, &results, draw, &opts.figures)?;
+    if let Some(pairs) = reference {
+        comparisons::report_reference(&dir, &record, &results, pairs, &opts.figures)?;
+    }
+    if let Some((figure, over)) = &opts.best_by {
+        comparisons::report_labels(&dir, &record, &results, figure, over, opts.minimize)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `experiment compare A B`: B's combinations against A's with the same
+/// variable values, written to `out` (default
+/// `./compare-<A's name>-<B's name>.parquet`) and printed.
+pub fn compare(a: PathBuf, b: PathBuf, out: Option<PathBuf>, env: &Env) -> Result<ExitCode> {
+    let mut read = Vec::new();
+    for d in [a, b] {
+        check_folder(&d, env)?;
+        let dir = ExpDir::new(d);
+        let record = Record::read(&dir)?;
+        let observed = observe(&dir, &record).1;
+        read.push(Results::collect(&dir, &record, &observed));
+    }
+    let (ra, rb) = (&read[0], &read[1]);
+    let out = out.unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "compare-{}-{}.parquet",
+            ra.experiment, rb.experiment
+        ))
+    });
+    comparisons::report_between(ra, rb, &out)?;
     Ok(ExitCode::SUCCESS)
 }
 

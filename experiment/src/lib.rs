@@ -30,11 +30,14 @@
 //!   repeats) and [`report`] (what is printed).
 //! - [`compare`]: Welch's t-test, Holm's correction, ratio intervals, robust
 //!   spread and best levels, for comparisons and labels.
+//! - [`comparisons`]: `comparisons.parquet` (`experiment results
+//!   --reference`), `labels.parquet` (`--best-by`) and `experiment compare`.
 
 pub mod adaptive;
 pub mod checks;
 pub mod commands;
 pub mod compare;
+pub mod comparisons;
 pub mod executor;
 pub mod graphs;
 pub mod plan;

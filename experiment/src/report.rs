@@ -90,8 +90,20 @@ pub(crate) fn report(
 ) -> Result<ExitCode> {
     let observed = observe(dir, record).1;
     let results = Results::collect(dir, record, &observed);
+    report_collected(dir, record, &observed, &results, draw, only)
+}
+
+/// [`report`] of results already collected (`observed` the runs' states).
+pub(crate) fn report_collected(
+    dir: &ExpDir,
+    record: &Record,
+    observed: &[state::Observed],
+    results: &Results,
+    draw: Option<(&Env, &Path)>,
+    only: &[String],
+) -> Result<ExitCode> {
     results.write(dir)?;
-    let counts = state::counts(&observed);
+    let counts = state::counts(observed);
     let count_text: Vec<String> = counts
         .iter()
         .map(|(s, n)| format!("{n} {}", s.as_str()))
@@ -129,9 +141,9 @@ pub(crate) fn report(
             dir.runs().display()
         );
     }
-    let mut summaries = results::summarize(record, &results);
+    let mut summaries = results::summarize(record, results);
     if !only.is_empty() {
-        let known: Vec<String> = results::figure_columns(&results)
+        let known: Vec<String> = results::figure_columns(results)
             .iter()
             .map(|c| c.name.trim_start_matches("result_").to_owned())
             .collect();

@@ -30,6 +30,10 @@
 //! variable has one of the given values (a value, or a list of them; a
 //! label table's variable is matched by label); elsewhere it does not
 //! multiply the runs and its column is empty.
+//!
+//! `default = VALUE` on a variable (one of its values; a label for a label
+//! table) names the level a user gets without the experiment: the regret
+//! of `experiment results --best-by` is measured against it.
 
 use std::{collections::BTreeMap, path::Path};
 
@@ -157,6 +161,11 @@ pub struct Variable {
     pub levels: Vec<Level>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub when: Vec<Condition>,
+    /// `default = ...`: the level used when the variable is not set (its
+    /// column value: the label, or the value), one of the levels; the
+    /// regret of `experiment results --best-by` is this level's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Json>,
 }
 
 impl Variable {
@@ -247,6 +256,7 @@ struct RawVariable {
     range: Option<RawRange>,
     labels: Option<BTreeMap<String, toml::Spanned<toml::Value>>>,
     when: Option<BTreeMap<String, toml::Value>>,
+    default: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -672,12 +682,35 @@ fn variable(
             any_of,
         });
     }
+    let default = match raw.default {
+        None => None,
+        Some(d) => {
+            let wanted = no_dates(&d, "default")?;
+            match levels.iter().find(|l| l.matches(&wanted)) {
+                Some(l) => Some(l.column()),
+                None => {
+                    return err(
+                        "default",
+                        format!(
+                            "{wanted} is not one of the variable's values ({})",
+                            levels
+                                .iter()
+                                .map(|l| l.column().to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    )
+                }
+            }
+        }
+    };
     Ok(Variable {
         name: name.to_owned(),
         key,
         form,
         levels,
         when,
+        default,
     })
 }
 
@@ -924,5 +957,31 @@ mod tests {
         let j = toml_to_json(&toml::Value::Table(t.clone()));
         assert_eq!(json_to_toml(&j), Some(toml::Value::Table(t)));
         assert_eq!(json_to_toml(&Json::Null), None);
+    }
+
+    #[test]
+    fn a_default_must_be_one_of_the_values() {
+        let s = parse(&format!(
+            "{HEAD}[variables.bs]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"4k\", \"64k\"]\ndefault = \"64k\"\n\
+             [variables.size]\nkey = \"benchmarks.fio.size\"\nlabels = {{ small = \"16m\", large = \"1g\" }}\ndefault = \"small\"\n\
+             [variables.n]\nkey = \"benchmarks.fio.numjobs\"\nrange = {{ start = 1, end = 3 }}\ndefault = 2\n"
+        ))
+        .expect("valid");
+        let defaults: Vec<Option<Json>> = s.variables.iter().map(|v| v.default.clone()).collect();
+        assert_eq!(
+            defaults,
+            [
+                Some(Json::from("64k")),
+                Some(Json::from("small")),
+                Some(Json::from(2))
+            ]
+        );
+        let e = err(&format!(
+            "{HEAD}[variables.bs]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"4k\"]\ndefault = \"8k\"\n"
+        ));
+        assert!(
+            e.contains("variables.bs.default") && e.contains("\"8k\" is not one of"),
+            "{e}"
+        );
     }
 }
