@@ -5,7 +5,7 @@
 //! host mid-run restored by its guardian, and with the guardian killed too
 //! by the next `kernmlops` start; a refused value, a path outside the
 //! kernel's trees and a missing block device refused in one line each with
-//! nothing set.
+//! nothing set; a run without a benchmark sets and restores them too.
 
 use std::{
     path::{Path, PathBuf},
@@ -489,6 +489,55 @@ fn root_bad_knobs_are_one_error_line_each_and_set_nothing() {
         assert!(made.is_empty(), "{name}: left {made:?}");
         assert_eq!(originals.changed(), Vec::<String>::new(), "{name}: set");
     }
+    drop(originals);
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&plugins);
+}
+
+#[test]
+fn root_knobs_apply_to_a_run_without_a_benchmark_too() {
+    let test = "root_knobs_apply_to_a_run_without_a_benchmark_too";
+    if !require_root(test) {
+        return;
+    }
+    let _serial = serial();
+    let plugins = plugin_dir("knobs-plain", &[("memory_usage", "memory_usage")]);
+    let work = temp_dir("knobs-plain");
+    let originals = Originals::of(&[SYSCTL]);
+    let (c, _) = two_others(originals.value(SYSCTL), 1800, 2800);
+    let cfg = work.join("knobs.toml");
+    std::fs::write(
+        &cfg,
+        format!("[machine.sysctl]\nvm.dirty_expire_centisecs = {c}\n"),
+    )
+    .expect("config");
+    let output = work.join("out");
+    let collector = Collector::start(&[
+        "--config",
+        s(&cfg),
+        "--plugin-dir",
+        s(&plugins),
+        "--plugins",
+        "memory_usage",
+        "--duration",
+        "2s",
+        "--output",
+        s(&output),
+    ]);
+    assert_eq!(read(SYSCTL), c.to_string(), "set while collecting");
+    let done = collector.wait();
+    assert!(done.status.success(), "{}", done.stderr);
+    assert_eq!(
+        originals.changed(),
+        Vec::<String>::new(),
+        "restored at the end"
+    );
+    let m = manifest(&only_collection(&output));
+    assert_eq!(m["machine"][0]["value"], c.to_string(), "{}", m["machine"]);
+    assert_eq!(
+        m["machine"][0]["previous"].as_str(),
+        Some(originals.value(SYSCTL))
+    );
     drop(originals);
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&plugins);
