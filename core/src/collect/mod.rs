@@ -288,6 +288,10 @@ pub fn run(
         if let Some(b) = bench.take() {
             b.finish(&mut record, None, &collection_id);
         }
+        for line in crate::machine::restore(&knobs) {
+            eprintln!("error: {line}");
+            record.error(line);
+        }
         record.fail_early()?;
         return Err(RunError::NoProbe {
             manifest: record.manifest_path(),
