@@ -250,6 +250,7 @@ fn run_options(
         state_dir: None,
         power: settings.power,
         plugin_timeout: flags.plugin_timeout,
+        knobs: cfg.knobs()?,
     })
 }
 

@@ -30,6 +30,11 @@ pub struct Config {
     /// Power sources, slots and attribution (`[power]`).
     #[serde(default)]
     pub power: crate::power::PowerConfig,
+    /// Kernel knobs the run sets and restores (`[machine]`: `sysctl`,
+    /// `sysfs`, `block.<disk>`), resolved and checked by
+    /// [`Config::knobs`] when the configuration is loaded.
+    #[serde(default, skip_serializing_if = "toml::Table::is_empty")]
+    pub machine: toml::Table,
     /// Where the user's settings came from, for error messages.
     #[serde(skip)]
     pub source: String,
@@ -84,6 +89,7 @@ impl Default for Config {
             probes: Default::default(),
             benchmarks: Default::default(),
             power: Default::default(),
+            machine: Default::default(),
             source: BUILT_IN.into(),
         }
     }
@@ -276,7 +282,22 @@ impl Config {
             message,
         })?;
         cfg.source = source;
+        cfg.knobs()?;
         Ok(cfg)
+    }
+
+    /// The kernel knobs of `[machine]`, each resolved to its file under
+    /// `/proc/sys` or `/sys` and checked (it exists, is writable, the value
+    /// is one the file offers where it lists them); nothing is written. An
+    /// error names the file, the knob and why.
+    pub fn knobs(&self) -> Result<Vec<crate::machine::Knob>, ConfigError> {
+        if self.machine.is_empty() {
+            return Ok(Vec::new());
+        }
+        crate::machine::knobs(&self.machine).map_err(|e| ConfigError::Invalid {
+            file: self.source.clone(),
+            message: e.to_string(),
+        })
     }
 
     /// Each probe's settings: the defaults it declares (`probes` gives
@@ -707,6 +728,18 @@ mod tests {
             ),
             ("[collect]\nring_size = \"3MiB\"\n", "collect.ring_size"),
             ("[nope]\n", "nope: unknown key"),
+            (
+                "[machine]\ncpus = \"2-3\"\n",
+                "machine.cpus: unknown key (known: block, sysctl, sysfs)",
+            ),
+            (
+                "machine = 3\n",
+                "machine: expected a table, found an integer",
+            ),
+            (
+                "[machine.sysctl]\nvm.no_such_knob = 1\n",
+                "machine.sysctl.vm.no_such_knob: /proc/sys/vm/no_such_knob does not exist",
+            ),
         ] {
             let bad = dir.join("bad.toml");
             std::fs::write(&bad, body).expect("write");

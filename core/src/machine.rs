@@ -62,7 +62,7 @@ pub enum KnobError {
 }
 
 /// One knob: its name in the configuration (`sysctl.vm.swappiness`,
-/// `sysfs.kernel/mm/...`, `block.vda.read_ahead_kb`), the file it resolved
+/// `sysfs.kernel/mm/...` with the path's slashes, `block.vda.read_ahead_kb`), the file it resolved
 /// to, and the value to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Knob {
@@ -150,6 +150,54 @@ fn inside(name: &str, candidate: &Path) -> Result<PathBuf, KnobError> {
     Ok(real)
 }
 
+/// The keys of a `sysctl` or `sysfs` table with their values, sorted: a
+/// nested table (`vm.swappiness = 10` unquoted, or an experiment variable's
+/// `machine.sysctl.vm.swappiness`) joins its keys with `sep`, so
+/// `"vm.swappiness"` and `vm.swappiness` name the same sysctl.
+fn flatten(t: &toml::Table, sep: char) -> Vec<(String, &toml::Value)> {
+    fn walk<'a>(
+        prefix: &str,
+        t: &'a toml::Table,
+        sep: char,
+        depth: usize,
+        out: &mut Vec<(String, &'a toml::Value)>,
+    ) {
+        for (k, v) in t {
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}{sep}{k}")
+            };
+            match v {
+                // Deeper than any kernel path: left to be refused as a value.
+                toml::Value::Table(inner) if depth < 32 => walk(&key, inner, sep, depth + 1, out),
+                _ => out.push((key, v)),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk("", t, sep, 0, &mut out);
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// The sections `[machine]` may hold.
+pub const SECTIONS: &[&str] = &["block", "sysctl", "sysfs"];
+
+/// The knobs of a configuration's `[machine]` table, resolved and checked
+/// ([`resolve`], then [`check`]); any other key is an error.
+pub fn knobs(machine: &toml::Table) -> Result<Vec<Knob>, KnobError> {
+    if let Some(key) = machine.keys().find(|k| !SECTIONS.contains(&k.as_str())) {
+        return Err(KnobError::Invalid {
+            name: key.clone(),
+            why: format!("unknown key (known: {})", SECTIONS.join(", ")),
+        });
+    }
+    let knobs = resolve(machine)?;
+    check(&knobs)?;
+    Ok(knobs)
+}
+
 /// The knobs of a `[machine]` table, in a stable order (sysctl, sysfs,
 /// block; keys sorted within each), resolved to files but not yet checked.
 /// Keys other than `sysctl`, `sysfs` and `block` are left to the caller.
@@ -166,9 +214,7 @@ pub fn resolve(machine: &toml::Table) -> Result<Vec<Knob>, KnobError> {
         }
     };
     if let Some(t) = table("sysctl")? {
-        let mut keys: Vec<_> = t.iter().collect();
-        keys.sort_by(|a, b| a.0.cmp(b.0));
-        for (key, v) in keys {
+        for (key, v) in flatten(t, '.') {
             let name = format!("sysctl.{key}");
             let ok = !key.is_empty()
                 && key
@@ -191,11 +237,9 @@ pub fn resolve(machine: &toml::Table) -> Result<Vec<Knob>, KnobError> {
         }
     }
     if let Some(t) = table("sysfs")? {
-        let mut keys: Vec<_> = t.iter().collect();
-        keys.sort_by(|a, b| a.0.cmp(b.0));
-        for (key, v) in keys {
-            let name = format!("sysfs.\"{key}\"");
-            let rel = plain(&name, key)?;
+        for (key, v) in flatten(t, '/') {
+            let name = format!("sysfs.{key}");
+            let rel = plain(&name, &key)?;
             let path = inside(&name, &Path::new("/sys").join(rel))?;
             out.push(Knob {
                 value: text(&name, v)?,
@@ -251,6 +295,18 @@ pub fn resolve(machine: &toml::Table) -> Result<Vec<Knob>, KnobError> {
                     path,
                 });
             }
+        }
+    }
+    for (i, k) in out.iter().enumerate() {
+        if let Some(first) = out[..i].iter().find(|o| o.path == k.path) {
+            return Err(KnobError::Invalid {
+                name: k.name.clone(),
+                why: format!(
+                    "{} is set twice (also as machine.{})",
+                    k.path.display(),
+                    first.name
+                ),
+            });
         }
     }
     if out.len() > MAX_KNOBS {
@@ -463,6 +519,35 @@ mod tests {
         );
         let e = resolve(&table("[sysctl]\n\"vm.swappiness\" = [1]\n")).unwrap_err();
         assert!(e.to_string().contains("not array"), "{e}");
+    }
+
+    #[test]
+    fn nested_keys_name_the_same_files_as_quoted_ones() {
+        let nested = resolve(&table(
+            "[sysctl]\nvm.swappiness = 10\n[sysfs.kernel.mm.transparent_hugepage]\nenabled = \"madvise\"\n",
+        ))
+        .unwrap();
+        let quoted = resolve(&table(
+            "[sysctl]\n\"vm.swappiness\" = 10\n[sysfs]\n\"kernel/mm/transparent_hugepage/enabled\" = \"madvise\"\n",
+        ))
+        .unwrap();
+        assert_eq!(nested, quoted);
+        assert_eq!(nested[0].name, "sysctl.vm.swappiness");
+        assert_eq!(
+            nested[1].name,
+            "sysfs.kernel/mm/transparent_hugepage/enabled"
+        );
+        // Both spellings at once: one file set twice.
+        let e = resolve(&table(
+            "[sysctl]\n\"vm.swappiness\" = 10\nvm.swappiness = 11\n",
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("is set twice"), "{e}");
+        let e = knobs(&table("cpus = \"2-3\"\n")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "machine.cpus: unknown key (known: block, sysctl, sysfs)"
+        );
     }
 
     #[test]

@@ -199,6 +199,12 @@ pub struct Manifest {
     /// when it ran inside one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmEntry>,
+    /// The kernel knobs the run set (`[machine]`), in the order set: each
+    /// one's name, file, the value asked for, the value before, and the
+    /// value read back after writing (what the kernel kept). All were
+    /// restored when the run ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machine: Vec<crate::machine::Applied>,
 }
 
 /// Where Slurm placed a run, from the environment Slurm gives the job's

@@ -3,7 +3,8 @@
 //! the host dies, or else by the next `kernmlops` start or `kernmlops
 //! repair`, which say what they did.
 //!
-//! A run with a benchmark gets a [`RunGuard`]:
+//! A run with a benchmark, or with kernel knobs to set (`[machine]`), gets
+//! a [`RunGuard`]:
 //! - a state folder `/run/kernmlops/<collection_id>/` (root's only,
 //!   emptied by a reboot like the changes it lists), locked by the host as
 //!   long as it lives, and given to the benchmark as `StartArgs::state_dir`.
@@ -228,6 +229,20 @@ impl RunGuard {
     /// The state folder, for `StartArgs::state_dir`.
     pub fn state_dir(&self) -> &Path {
         &self.state
+    }
+
+    /// Records in the undo log, on disk before it returns, that the kernel
+    /// setting `path` is to be written back to `value`: the run's guardian
+    /// or the next `kernmlops` start restores it if the run cannot (the
+    /// kernel knobs of `[machine]` are journalled so before each is set).
+    pub fn journal_restore(&self, path: &Path, value: &str) -> io::Result<()> {
+        record(
+            &self.state,
+            &Action::Restore {
+                path: path.to_owned(),
+                value: value.to_owned(),
+            },
+        )
     }
 
     fn make_cgroup(&self, id: &str) -> io::Result<Cgroup> {

@@ -13,8 +13,9 @@
 //! `ru_*` rusage figures; `rows_<table>` and `lost_<table>` per table;
 //! `energy_<source>_<zone>_j` per power zone when runs recorded power
 //! (metadata: `kernmlops.kind` measured or modelled, `kernmlops.scope`,
-//! `unit`); and `error`. Each field's metadata has `kernmlops.role`
-//! (variable, run, result, parameter, rusage, table, energy); variables also carry
+//! `unit`); `machine.<knob>` per kernel knob the runs set (the value read
+//! back); and `error`. Each field's metadata has `kernmlops.role`
+//! (variable, run, result, parameter, rusage, table, energy, machine); variables also carry
 //! `kernmlops.key` and `kernmlops.levels` (their values in declared order).
 
 use std::{collections::HashMap, sync::Arc};
@@ -63,6 +64,7 @@ pub enum Role {
     Rusage,
     Table,
     Energy,
+    Machine,
 }
 
 impl Role {
@@ -75,6 +77,7 @@ impl Role {
             Self::Rusage => "rusage",
             Self::Table => "table",
             Self::Energy => "energy",
+            Self::Machine => "machine",
         }
     }
 }
@@ -114,6 +117,58 @@ fn snake(name: &str) -> String {
 
 fn read_json(path: &std::path::Path) -> Option<Json> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// The kernel knobs the runs set (`[machine]`, the manifest's `machine`
+/// section), one `machine.<knob>` column each (`machine.sysctl.vm.swappiness`,
+/// `machine.block.loop0.read_ahead_kb`) holding the value read back after
+/// writing, in the order the knobs were first set: integers when every
+/// value is one, else strings; null in runs that did not set it.
+fn machine_columns(manifests: &[&Json]) -> Vec<(String, ColumnType, Vec<Json>)> {
+    let set = |m: &Json| -> Vec<(String, String)> {
+        m["machine"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|k| {
+                Some((
+                    k["name"].as_str()?.to_owned(),
+                    k["value"].as_str()?.to_owned(),
+                ))
+            })
+            .collect()
+    };
+    let per_run: Vec<Vec<(String, String)>> = manifests.iter().map(|m| set(m)).collect();
+    let mut names: Vec<&str> = Vec::new();
+    for (name, _) in per_run.iter().flatten() {
+        if !names.contains(&name.as_str()) {
+            names.push(name);
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let texts: Vec<Option<&str>> = per_run
+                .iter()
+                .map(|run| run.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str()))
+                .collect();
+            let ints = texts.iter().flatten().all(|v| v.parse::<i64>().is_ok());
+            let values = texts
+                .iter()
+                .map(|v| match v {
+                    None => Json::Null,
+                    Some(v) if ints => v.parse::<i64>().map_or(Json::Null, Json::from),
+                    Some(v) => Json::from(*v),
+                })
+                .collect();
+            let kind = if ints {
+                ColumnType::Int
+            } else {
+                ColumnType::String
+            };
+            (format!("machine.{name}"), kind, values)
+        })
+        .collect()
 }
 
 impl Results {
@@ -348,6 +403,10 @@ impl Results {
                         .map_or(Json::Null, |uj| Json::from(uj as f64 / 1e6))
                 }),
             );
+        }
+        let manifests: Vec<&Json> = rows.iter().map(|(_, m, _)| m).collect();
+        for (name, kind, values) in machine_columns(&manifests) {
+            push(name, Role::Machine, Some(kind), values);
         }
         push(
             "error".into(),
@@ -879,5 +938,28 @@ mod tests {
         assert_eq!(number(35098482.0), "35098482");
         assert_eq!(number(2.5e10), "2.5000e10");
         assert_eq!(number(0.0), "0");
+    }
+
+    #[test]
+    fn knobs_read_back_become_machine_columns() {
+        let run = |knobs: &[(&str, &str)]| {
+            serde_json::json!({"machine": knobs.iter().map(|(n, v)| serde_json::json!({
+                "name": n, "path": "/x", "requested": "1", "previous": "0", "value": v,
+            })).collect::<Vec<_>>()})
+        };
+        let a = run(&[
+            ("sysctl.vm.swappiness", "10"),
+            ("block.loop0.scheduler", "none"),
+        ]);
+        let b = run(&[("sysctl.vm.swappiness", "20")]);
+        let c = serde_json::json!({});
+        let cols = machine_columns(&[&a, &b, &c]);
+        assert_eq!(cols.len(), 2);
+        assert_eq!(cols[0].0, "machine.sysctl.vm.swappiness");
+        assert_eq!(cols[0].1, ColumnType::Int);
+        assert_eq!(cols[0].2, vec![Json::from(10), Json::from(20), Json::Null]);
+        assert_eq!(cols[1].0, "machine.block.loop0.scheduler");
+        assert_eq!(cols[1].1, ColumnType::String);
+        assert_eq!(cols[1].2, vec![Json::from("none"), Json::Null, Json::Null]);
     }
 }

@@ -93,6 +93,11 @@ pub struct RunOptions {
     /// before the probe is given up (`collect.plugin_timeout`); zero means
     /// [`DEFAULT_PLUGIN_TIMEOUT`].
     pub plugin_timeout: Duration,
+    /// Kernel knobs to set for the run (`[machine]`, resolved and checked
+    /// by `Config::knobs`): each old value journalled in the run's undo
+    /// log, then written and read back before anything is collected, and
+    /// restored when the run ends.
+    pub knobs: Vec<crate::machine::Knob>,
 }
 
 /// The plugin timeout when none is configured: far above any probe's
@@ -217,14 +222,14 @@ pub fn run(
         .collection_dir
         .clone()
         .unwrap_or_else(|| opts.output.join(&collection_id));
-    // What the benchmark changes is recorded first, and undone even if this
-    // process dies.
-    let mut guard = opts
-        .benchmark
-        .as_ref()
-        .and_then(|_| tie_to_host(&collection_id, &planned_dir));
+    // What the benchmark changes, and the knobs the run sets, are recorded
+    // first, and undone even if this process dies.
+    let mut guard = guard_for(opts, &collection_id, &planned_dir)?;
     let opts = &RunOptions {
-        state_dir: guard.as_ref().map(|g| g.state_dir().to_owned()),
+        state_dir: guard
+            .as_ref()
+            .filter(|_| opts.benchmark.is_some())
+            .map(|g| g.state_dir().to_owned()),
         ..opts.clone()
     };
     // A benchmark that cannot run is refused before anything is collected.
@@ -232,6 +237,8 @@ pub fn run(
     // So are power sources that cannot be read as asked.
     let power = crate::power::prepare(registry, &opts.power)
         .map_err(|e| RunError::Selection(e.to_string()))?;
+    // And a knob the kernel refuses: the ones already set are put back.
+    let knobs = set_knobs(guard.as_ref(), &opts.knobs)?;
     let created = record::create_dir(opts, &collection_id)?;
     if created.id != collection_id {
         // Another run took that id first: the benchmark gets the new folder.
@@ -249,6 +256,7 @@ pub fn run(
         &sys,
         bench.as_ref().map(|b| (b.name.as_str(), b.plugin.as_str())),
     );
+    record.man.machine = knobs.clone();
     // Held until the process ends: `kernmlops repair` refuses the folder
     // while this run writes it.
     record.lock = Some(created.lock);
@@ -282,6 +290,10 @@ pub fn run(
             let cgroup = guard.as_ref().and_then(RunGuard::workload_cgroup);
             b.finish(&mut record, None, &collection_id, cgroup);
         }
+        for line in crate::machine::restore(&knobs) {
+            eprintln!("error: {line}");
+            record.error(line);
+        }
         record.fail_early()?;
         return Err(RunError::NoProbe {
             manifest: record.manifest_path(),
@@ -310,6 +322,10 @@ pub fn run(
     let figures = bench
         .take()
         .and_then(|b| b.finish(&mut record, stopped_by, &collection_id, cgroup));
+    for line in crate::machine::restore(&knobs) {
+        eprintln!("error: {line}");
+        record.error(line);
+    }
     for left in guard.take().map(RunGuard::finish).unwrap_or_default() {
         eprintln!("warning: the benchmark left a change behind: {left}");
     }
@@ -378,6 +394,55 @@ pub fn run(
         power: record.man.power.clone(),
         benchmark: figures,
     })
+}
+
+/// The run's guard: with a benchmark, its ties to this process (a warning
+/// when they cannot be made); with kernel knobs, required, since their old
+/// values must be on disk before any is set.
+fn guard_for(
+    opts: &RunOptions,
+    collection_id: &str,
+    collection: &std::path::Path,
+) -> Result<Option<RunGuard>, RunError> {
+    if opts.knobs.is_empty() {
+        return Ok(opts
+            .benchmark
+            .as_ref()
+            .and_then(|_| tie_to_host(collection_id, collection)));
+    }
+    let g = RunGuard::start(collection_id, collection).map_err(|e| {
+        RunError::Host(format!(
+            "machine: the kernel knobs' old values cannot be recorded ({e}); nothing was set"
+        ))
+    })?;
+    for w in &g.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(Some(g))
+}
+
+/// Sets the kernel knobs, each one's old value journalled in the run's
+/// undo log first; a knob the kernel keeps at another value than asked is
+/// said in a warning (the value kept is what is recorded).
+fn set_knobs(
+    guard: Option<&RunGuard>,
+    knobs: &[crate::machine::Knob],
+) -> Result<Vec<crate::machine::Applied>, RunError> {
+    let Some(guard) = guard.filter(|_| !knobs.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let applied = crate::machine::apply(knobs, |path, old| guard.journal_restore(path, old))
+        .map_err(|e| RunError::Selection(e.to_string()))?;
+    for a in applied.iter().filter(|a| a.value != a.requested.trim()) {
+        eprintln!(
+            "warning: machine.{}: the kernel kept {:?} for {} (asked {:?})",
+            a.name,
+            a.value,
+            a.path.display(),
+            a.requested
+        );
+    }
+    Ok(applied)
 }
 
 /// The run's ties to this process (state folder, workload cgroup,

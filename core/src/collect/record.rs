@@ -86,6 +86,7 @@ impl RunRecord {
             pid: Some(std::process::id()),
             power: None,
             slurm: manifest::SlurmEntry::from_env(),
+            machine: Vec::new(),
         };
         Self {
             dir,

@@ -261,6 +261,7 @@ mod tests {
             pid: Some(1),
             power: None,
             slurm: None,
+            machine: Vec::new(),
         }
     }
 
