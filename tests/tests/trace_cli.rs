@@ -195,6 +195,7 @@ fn root_bad_trace_flags_are_one_line_before_any_folder() {
     }
     let work = temp_dir("trace-cli-bad");
     let plugins = plugin_dir("trace-cli-bad", &[("trace", "trace")]);
+    let long = format!("sched:{}", "x".repeat(5000));
     // (flag, value, what the line must say)
     let cases: &[(&str, &str, &[&str])] = &[
         (
@@ -233,6 +234,21 @@ fn root_bad_trace_flags_are_one_line_before_any_folder() {
             "schde",
             &["--trace-preset", "schde", "sched, block"],
         ),
+        // Malformed: still one line each.
+        ("--trace", "", &["--trace"]),
+        ("--trace", "(((", &["--trace"]),
+        ("--trace", "sched:sched_switch(", &["--trace"]),
+        (
+            "--trace",
+            "tp_btf:sched_switch(prev->a->b->c->d->e->f->g->h->i)",
+            &["--trace"],
+        ),
+        (
+            "--trace",
+            "tp_btf:sched_switch(prev->\u{1b}[31m)",
+            &["--trace"],
+        ),
+        ("--trace", &long, &["--trace"]),
     ];
     for (i, (flag, value, needles)) in cases.iter().enumerate() {
         let output = work.join(format!("data-{i}"));
@@ -254,6 +270,11 @@ fn root_bad_trace_flags_are_one_line_before_any_folder() {
         let lines = error_lines(&stderr);
         assert_eq!(lines.len(), 1, "{flag} {value}: {stderr}");
         assert!(lines[0].starts_with("error: "), "{stderr}");
+        assert!(
+            !lines[0].contains(['\u{1b}', '\u{7f}']),
+            "a control character reached the terminal: {stderr:?}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
         for n in *needles {
             assert!(
                 lines[0].contains(n),
