@@ -50,8 +50,8 @@ fn append(section: &mut toml::Table, key: &str, values: &[String]) {
 /// Runs the `trace` probe's rules (the planning its start does: the
 /// tracepoint, each field, the kind's attach path on this kernel) on the
 /// flags' events alone, then on their presets alone, over the
-/// configuration's other trace settings, so a refusal is one line naming
-/// the flag and the event.
+/// configuration's other trace settings, then on everything together, so
+/// a refusal is one line naming the flag and the event.
 pub(crate) fn check(cfg: &Config, registry: &Registry, args: &RunArgs) -> Result<()> {
     if !given(args) {
         return Ok(());
@@ -60,6 +60,20 @@ pub(crate) fn check(cfg: &Config, registry: &Registry, args: &RunArgs) -> Result
         bail!(
             "--trace and --trace-preset need the trace probe, which no plugin in the plugin folder offers (build it with `cargo xtask build-plugins`)"
         );
+    };
+    // The trace probe's rules on these settings: the message without its
+    // section.
+    let rules = |settings: &toml::Table| -> Result<(), String> {
+        let json = serde_json::to_value(settings)
+            .map_err(|e| e.to_string())?
+            .to_string();
+        plugin.check_config(TRACE_PROBE, &json).map_err(|e| {
+            let message = e.message.as_str();
+            message
+                .strip_prefix("[probes.trace]: ")
+                .unwrap_or(message)
+                .to_owned()
+        })
     };
     let merged = cfg.probe_settings(registry.config_defaults())?;
     let base = merged.get(TRACE_PROBE).cloned().unwrap_or_default();
@@ -78,11 +92,21 @@ pub(crate) fn check(cfg: &Config, registry: &Registry, args: &RunArgs) -> Result
         settings.insert("events".into(), strings(events));
         settings.insert("presets".into(), strings(presets));
         settings.insert("event".into(), toml::Value::Array(Vec::new()));
-        let json = serde_json::to_value(&settings)?.to_string();
-        if let Err(e) = plugin.check_config(TRACE_PROBE, &json) {
-            let message = e.message.as_str();
-            let message = message.strip_prefix("[probes.trace]: ").unwrap_or(message);
+        if let Err(message) = rules(&settings) {
             bail!("{flag}: {message}");
+        }
+    }
+    // Then together with the configuration's own events (two with one
+    // table name): the configuration's own mistakes are left for the
+    // settings check, which names its file.
+    let applied = apply(cfg, args).probe_settings(registry.config_defaults())?;
+    let together = applied.get(TRACE_PROBE).cloned().unwrap_or_default();
+    if let Err(message) = rules(&together) {
+        if rules(&base).is_ok() {
+            bail!(
+                "--trace/--trace-preset with [probes.trace] of {}: {message}",
+                cfg.source
+            );
         }
     }
     Ok(())

@@ -287,4 +287,36 @@ fn root_bad_trace_flags_are_one_line_before_any_folder() {
             output.display()
         );
     }
+    // A flag's event whose table a configuration file's event has: the
+    // line names both, and the file.
+    let cfg = work.join("kernmlops.toml");
+    std::fs::write(&cfg, "[probes.trace]\nevents = [\"sched:sched_switch\"]\n")
+        .expect("writing the config");
+    let output = work.join("data-both");
+    let out = kernmlops(&[
+        "--config",
+        utf8(&cfg),
+        "run",
+        "--plugin-dir",
+        utf8(&plugins),
+        "--plugins",
+        "trace",
+        "--trace",
+        "tp_btf:sched_switch(prev->pid)",
+        "--output",
+        utf8(&output),
+    ]);
+    let stderr = text(&out.stderr);
+    let lines = error_lines(&stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert_eq!(lines.len(), 1, "{stderr}");
+    for n in [
+        "--trace",
+        utf8(&cfg),
+        "tp_btf:sched_switch(prev->pid)",
+        "\"sched:sched_switch\"",
+    ] {
+        assert!(lines[0].contains(n), "{n:?} not in {stderr}");
+    }
+    assert!(!output.exists());
 }
