@@ -46,6 +46,21 @@ fn root_trace_list_shows_fields_json_and_refuses_a_bad_pattern() {
     assert_eq!(f["column"], "char[16]");
     assert!(v["kinds"].as_array().is_some_and(|k| !k.is_empty()), "{v}");
 
+    // An unprivileged user is told why no tracepoint is listed.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(kernmlops_bin())
+        .args(["--plugin-dir", "/", "trace-list", "sched:sched_switch"])
+        .current_dir("/")
+        .output()
+        .expect("setpriv");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("note: tracefs is not readable by this user (run as root)"),
+        "{stdout}"
+    );
+
     for bad in ["a/b", "sched:sched_switch;rm", ""] {
         let out = kernmlops(&["trace-list", bad]);
         let stderr = text(&out.stderr);
