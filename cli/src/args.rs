@@ -40,6 +40,8 @@ pub(crate) enum Command {
   kernmlops run --plugins quanta_runtime --ring-size 64MiB --strict
   kernmlops run --plugins quanta_runtime,process_trace --power auto --benchmark stress_ng
   kernmlops run --duration 1m --power rapl,estimate --power-interval 500ms
+  kernmlops run --trace sched:sched_process_exec --trace 'block:block_rq_issue(dev, sector, nr_sector)'
+  kernmlops run --trace-preset sched,block --duration 10s
 
 Each run writes <output>/<collection_id>/<table>.arrow, system_info.arrow and
 manifest.json, and prints each table's rows and lost events. If the process is
@@ -80,6 +82,29 @@ Reading a source here starts it with your [power.settings.<name>] and reads
 every zone once; `kernmlops run --power` records the ones that work.")]
     PowerList {
         /// Print JSON (a `sources` array, `refused` and `attribution`).
+        #[arg(long)]
+        json: bool,
+    },
+    /// List what the `trace` probe can trace here: tracepoints with their
+    /// fields and the column type each becomes, kernel functions with their
+    /// BTF prototypes, and for each kind of hook whether this kernel lets it
+    /// attach, and why not.
+    #[command(after_help = "Examples:
+  kernmlops trace-list                     # the hook kinds, every tracepoint by name
+  kernmlops trace-list sched:sched_switch  # its fields and column types
+  kernmlops trace-list 'block:*'           # * any run, ? one character
+  kernmlops trace-list do_madvise --json   # the kernel function's prototype, as JSON
+
+A PATTERN without * or ? matches anywhere in a name. Fields and prototypes
+are shown when at most 50 names match. Trace what you found with
+  kernmlops run --trace sched:sched_switch --duration 10s
+or [probes.trace] events = [\"sched:sched_switch\"] in a configuration file.
+Reading tracepoints' formats needs root.")]
+    TraceList {
+        /// Names to list: a substring, or a glob with * and ?.
+        pattern: Option<String>,
+        /// Print JSON (`kinds`, `tracepoints` with `fields`, `functions`
+        /// with `prototype`, `notes`) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -241,4 +266,19 @@ pub(crate) struct RunArgs {
     /// Length of a power slot, e.g. 1s, 500ms [default: power.interval].
     #[arg(long, value_name = "DURATION")]
     pub(crate) power_interval: Option<String>,
+    /// Trace this event into its own table (repeatable): adds the `trace`
+    /// probe and appends EVENT to [probes.trace] events, e.g.
+    /// sched:sched_switch or 'tp_btf:block_rq_insert(rq->__sector)'.
+    /// `kernmlops trace-list` shows what exists here.
+    #[arg(long, value_name = "EVENT", conflicts_with = "baseline")]
+    pub(crate) trace: Vec<String>,
+    /// Trace a shipped set of events (repeatable or comma-separated): sched,
+    /// block, syscalls-open, mm; added to [probes.trace] presets.
+    #[arg(
+        long,
+        value_name = "NAME",
+        value_delimiter = ',',
+        conflicts_with = "baseline"
+    )]
+    pub(crate) trace_preset: Vec<String>,
 }

@@ -1,5 +1,5 @@
 //! The commands that inspect without collecting: `plugins`, `check`,
-//! `config`, `perf-list` and `power-list`.
+//! `config`, `perf-list`, `power-list` and `trace-list`.
 
 use std::{path::Path, process::ExitCode};
 
@@ -251,6 +251,17 @@ pub(crate) fn perf_list(json: bool, resolve: Option<&str>) -> Result<ExitCode> {
         kernmlops::outln!("{}", serde_json::to_string_pretty(&listing)?);
     } else {
         kernmlops::out!("{}", kernmlops::perf_list::render(&listing));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `kernmlops trace-list`.
+pub(crate) fn trace_list(pattern: Option<&str>, json: bool) -> Result<ExitCode> {
+    let listing = kernmlops::trace_list::list(pattern)?;
+    if json {
+        kernmlops::outln!("{}", serde_json::to_string_pretty(&listing)?);
+    } else {
+        kernmlops::out!("{}", kernmlops::trace_list::render(&listing));
     }
     Ok(ExitCode::SUCCESS)
 }

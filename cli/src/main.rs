@@ -10,6 +10,7 @@ mod data;
 mod experiment;
 mod inspect;
 mod run;
+mod trace_flags;
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -70,6 +71,7 @@ fn report_only(command: &Command) -> bool {
             | Command::Config { .. }
             | Command::PerfList { .. }
             | Command::PowerList { .. }
+            | Command::TraceList { .. }
             | Command::Dump { .. }
     )
 }
@@ -101,6 +103,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Config { what } => inspect::config(&ctx, what),
         Command::PerfList { json, resolve } => inspect::perf_list(json, resolve.as_deref()),
         Command::PowerList { json } => inspect::power_list(&ctx, json),
+        Command::TraceList { pattern, json } => inspect::trace_list(pattern.as_deref(), json),
         Command::Repair { collection } => data::repair(&collection),
         Command::Export {
             parquet: _,

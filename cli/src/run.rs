@@ -24,13 +24,16 @@ use kernmlops::{
 use crate::{
     args::RunArgs,
     context::{report_refused, Context},
+    trace_flags,
 };
 
 /// `kernmlops run`.
 pub(crate) fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
     let flags = Flags::resolve(&ctx.cfg, &args)?;
     let registry = ctx.registry()?;
-    let settings = Settings::check(ctx, &registry, &flags.probes, &args)?;
+    trace_flags::check(&ctx.cfg, &registry, &args)?;
+    let cfg = trace_flags::apply(&ctx.cfg, &args);
+    let settings = Settings::check(&cfg, &registry, &flags.probes, &args)?;
     report_refused(&registry);
     preflight::require_bpf_privileges("run").map_err(anyhow::Error::msg)?;
     preflight::require_btf().map_err(anyhow::Error::msg)?;
@@ -38,7 +41,7 @@ pub(crate) fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
         eprintln!("warning: {e}");
     }
     let stop = install_signals()?;
-    let opts = run_options(&ctx.cfg, &args, flags, settings)?;
+    let opts = run_options(&cfg, &args, flags, settings)?;
     let summary = collect::run(&registry, &opts, stop)?;
     print_summary(&summary);
     if args.graphs {
@@ -111,13 +114,16 @@ impl Flags {
         if let Some(pid) = args.pid {
             preflight::check_task("--pid", pid, true)?;
         }
-        let probes = if args.baseline {
+        let mut probes = if args.baseline {
             Vec::new()
         } else if args.plugins.is_empty() {
             c.plugins.clone()
         } else {
             args.plugins.clone()
         };
+        if trace_flags::given(args) && !probes.iter().any(|p| p == trace_flags::TRACE_PROBE) {
+            probes.push(trace_flags::TRACE_PROBE.to_owned());
+        }
         Ok(Self {
             duration_text,
             duration,
@@ -143,20 +149,14 @@ struct Settings {
 }
 
 impl Settings {
-    fn check(
-        ctx: &Context,
-        registry: &Registry,
-        probes: &[String],
-        args: &RunArgs,
-    ) -> Result<Self> {
-        let cfg = &ctx.cfg;
+    fn check(cfg: &Config, registry: &Registry, probes: &[String], args: &RunArgs) -> Result<Self> {
         registry.resolve(probes).map_err(anyhow::Error::msg)?;
         let settings = cfg.probe_settings(registry.config_defaults())?;
         let bench_settings = cfg.benchmark_settings(registry.benchmark_defaults())?;
         if let Some(b) = &args.benchmark {
             registry.find_benchmark(b).map_err(anyhow::Error::msg)?;
         }
-        ctx.check_component_rules(registry, probes, args.benchmark.as_slice())?;
+        cfg.check_component_rules(registry, probes, args.benchmark.as_slice())?;
         let (power, power_settings) = power_options(cfg, registry, args)?;
         Ok(Self {
             probes: Config::settings_json(&settings),

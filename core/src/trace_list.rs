@@ -101,13 +101,23 @@ pub fn matches(pattern: &str, name: &str) -> bool {
     p[pi..].iter().all(|&c| c == '*')
 }
 
+/// Why tracefs cannot be read: not mounted, or mounted where this user
+/// cannot look (it is root's: `tracefs_root` cannot see into it).
+fn tracefs_missing() -> String {
+    let mounted = tracefs::TRACEFS_PATHS
+        .iter()
+        .any(|p| std::fs::read_dir(p).is_err() && Path::new(p).exists());
+    if mounted {
+        "tracefs is not readable by this user (run as root)".to_owned()
+    } else {
+        "tracefs is not mounted (kernmlops mounts it when it runs)".to_owned()
+    }
+}
+
 fn kinds() -> Vec<HookKind> {
     let tp = match tracefs::tracefs_root() {
         Some(_) => (true, None),
-        None => (
-            false,
-            Some("tracefs is not mounted (kernmlops mounts it when it runs)".to_owned()),
-        ),
+        None => (false, Some(tracefs_missing())),
     };
     let from = |f: features::Feature| {
         let reason = (!f.detail.is_empty()).then_some(f.detail);
@@ -250,7 +260,7 @@ pub fn list(pattern: Option<&str>) -> Result<TraceListing, TraceListError> {
     let mut tracepoints = Vec::new();
     let mut tracepoints_matched = 0;
     match tracefs::tracefs_root() {
-        None => notes.push("tracefs is not mounted: no tracepoints listed (`mount -t tracefs nodev /sys/kernel/tracing`)".to_owned()),
+        None => notes.push(format!("{}: no tracepoints listed", tracefs_missing())),
         Some(root) => match tracepoint_names(&root) {
             Err(e) => notes.push(e),
             Ok(names) => {
@@ -271,7 +281,11 @@ pub fn list(pattern: Option<&str>) -> Result<TraceListing, TraceListError> {
                         } else {
                             (None, None)
                         };
-                        Tracepoint { name, fields, error }
+                        Tracepoint {
+                            name,
+                            fields,
+                            error,
+                        }
                     })
                     .collect();
             }

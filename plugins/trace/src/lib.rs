@@ -4,10 +4,12 @@
 //! the tracepoint's format file or from BTF (`plan`), laid out as records
 //! and tables (`layout`), and handed to the programs through a map.
 
+pub mod check;
 pub mod layout;
 /// Tracepoint format files, shared with the host's `trace-list`.
 pub use kernmlops_sys::trace_format as format;
 pub mod plan;
+pub mod presets;
 pub mod spec;
 
 use std::{
@@ -32,7 +34,7 @@ use kernmlops_plugin_sdk::{
 use crate::{
     layout::{lay_out, Laid, MAX_SLOTS, SLOT_OFFSET},
     plan::{plan_event, EventPlan, Options, Sources},
-    spec::{parse_all, EventSpec, Kind, LongEvent, Target},
+    spec::{EventSpec, Kind, LongEvent, Target},
 };
 
 /// The probe's libbpf-cargo skeleton, generated into `OUT_DIR`.
@@ -48,9 +50,9 @@ pub mod skel {
     include!(concat!(env!("OUT_DIR"), "/kml_skel.rs"));
 }
 
-/// What the probe traces when the settings name nothing: a quiet event
-/// every machine has, so `kernmlops check` and a bare `--plugins trace`
-/// show the plugin working.
+/// What the probe traces when the settings name no event and no preset: a
+/// quiet event every machine has, so `kernmlops check` and a bare
+/// `--plugins trace` show the plugin working.
 pub const DEFAULT_EVENTS: &[&str] = &["sched:sched_process_exec"];
 
 settings! {
@@ -59,8 +61,12 @@ settings! {
         /// Events to trace, one table each: "sys:event" (a tracepoint, every field),
         /// "tp_btf:block_rq_insert(rq->__sector, rq->__data_len)" (BTF paths),
         /// "uprobe:/path/bin:symbol(arg0, str(arg1)) latency" (a user function). See the
-        /// trace plugin's README for the whole language.
-        pub events: Vec<String> = DEFAULT_EVENTS.iter().map(|s| (*s).to_owned()).collect(),
+        /// trace plugin's README for the whole language. With no events, no presets and
+        /// no [[probes.trace.event]]: "sched:sched_process_exec".
+        pub events: Vec<String> = Vec::new(),
+        /// Shipped sets of events to add: "sched", "block", "syscalls-open", "mm" (an
+        /// event this kernel lacks is left out with a note).
+        pub presets: Vec<String> = Vec::new(),
         /// The long form, one [[probes.trace.event]] per event: event = "...", and
         /// optionally table = "name", fields = ["a->b", "n=str(arg1)"], ret, latency.
         pub event: Vec<LongEvent> = Vec::new(),
@@ -74,17 +80,29 @@ settings! {
         if !(8..=256).contains(&c.string_bytes) {
             return Err(format!("string_bytes must be 8 to 256, not {}", c.string_bytes));
         }
-        let specs = parse_all(&c.events, &c.event).map_err(|e| e.to_string())?;
-        if specs.len() > MAX_SLOTS {
-            return Err(format!("{} events: at most {MAX_SLOTS}", specs.len()));
+        match check::readable_tracefs() {
+            // Where tracefs can be read (as root: every run), each event is
+            // planned as `start` would, so a bad one is refused before a
+            // collection is created.
+            Some(_) => plan_all(c)
+                .and_then(|(plans, _)| lay_out_all(&plans, c.comm))
+                .map(drop)
+                .map_err(|e| e.message),
+            // Otherwise only the syntax, presets and count.
+            None => {
+                let (specs, _) = check::event_specs(c, &|_, _| true)?;
+                check_count(specs.len())
+            }
         }
-        Ok(())
     }
 }
 
-/// Kinds this probe attaches, for refusals.
-const WORKING_KINDS: &str =
-    "tracepoints (sys:event, tp:), raw_tp:, tp_btf:, uprobe: and uretprobe:";
+fn check_count(events: usize) -> std::result::Result<(), String> {
+    if events > MAX_SLOTS {
+        return Err(format!("{events} events: at most {MAX_SLOTS}"));
+    }
+    Ok(())
+}
 
 /// Refuses a kernel-function event before anything loads: fentry and
 /// kprobes are what it would need, and why each is missing here.
@@ -100,17 +118,26 @@ fn refuse_kernel_function(spec: &EventSpec) -> Error {
         _ => "kernel functions are not attached by this version of the trace plugin yet".to_owned(),
     };
     Error::unsupported(format!(
-        "trace event {:?}: {why}; what works here: {WORKING_KINDS}",
-        spec.text
+        "trace event {:?}: {why}; what works here: {}",
+        spec.text,
+        check::WORKING_KINDS
     ))
 }
 
 use kernmlops_plugin_sdk::sys::features as kernmlops_sys_features;
 
-/// Plans every event of the settings.
+/// Plans every event of the settings (their own, their presets', or the
+/// default), refusing one whose kind this kernel cannot attach; returns
+/// the plans and notes (fields and preset events left out).
 pub fn plan_all(config: &Config) -> Result<(Vec<EventPlan>, Vec<String>)> {
-    let specs =
-        parse_all(&config.events, &config.event).map_err(|e| Error::config(e.to_string()))?;
+    let tracefs = kernmlops_plugin_sdk::sys::tracefs::tracefs_root();
+    let exists = |system: &str, event: &str| {
+        tracefs
+            .as_deref()
+            .is_some_and(|root| check::tracepoint_exists(root, system, event))
+    };
+    let (specs, mut notes) = check::event_specs(config, &exists).map_err(Error::config)?;
+    check_count(specs.len()).map_err(Error::config)?;
     let needs_btf = specs.iter().any(|s| {
         matches!(
             s.kind,
@@ -122,15 +149,15 @@ pub fn plan_all(config: &Config) -> Result<(Vec<EventPlan>, Vec<String>)> {
     } else {
         None
     };
-    let tracefs = kernmlops_plugin_sdk::sys::tracefs::tracefs_root();
     let format = |system: &str, event: &str| {
         let root = tracefs.clone().ok_or_else(|| {
             "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)".to_owned()
         })?;
-        if !root.join("events").join(system).join(event).is_dir() {
+        if !check::tracepoint_exists(&root, system, event) {
             let names = std::fs::read_dir(root.join("events").join(system))
                 .map(|d| {
                     d.flatten()
+                        .filter(|e| e.path().is_dir())
                         .filter_map(|e| e.file_name().into_string().ok())
                         .collect::<Vec<_>>()
                 })
@@ -139,6 +166,7 @@ pub fn plan_all(config: &Config) -> Result<(Vec<EventPlan>, Vec<String>)> {
                 let systems = std::fs::read_dir(root.join("events"))
                     .map(|d| {
                         d.flatten()
+                            .filter(|e| e.path().is_dir())
                             .filter_map(|e| e.file_name().into_string().ok())
                             .collect::<Vec<_>>()
                     })
@@ -164,16 +192,29 @@ pub fn plan_all(config: &Config) -> Result<(Vec<EventPlan>, Vec<String>)> {
         string_bytes: config.string_bytes,
     };
     let mut plans = Vec::new();
-    let mut notes = Vec::new();
     for spec in &specs {
         if spec.kind.is_kernel_function() {
             return Err(refuse_kernel_function(spec));
+        }
+        if let Some(why) = check::kind_refusal(spec) {
+            return Err(Error::unsupported(why));
         }
         let p = plan_event(spec, &src, opts).map_err(|e| Error::config(e.to_string()))?;
         notes.extend(p.skipped.iter().cloned());
         plans.push(p);
     }
     Ok((plans, notes))
+}
+
+/// Lays every planned event out as its record and table.
+pub fn lay_out_all(plans: &[EventPlan], comm: bool) -> Result<Vec<Laid>> {
+    plans
+        .iter()
+        .map(|p| {
+            lay_out(p, comm)
+                .map_err(|e| Error::config(format!("trace event {:?}: {e}", p.spec.text)))
+        })
+        .collect()
 }
 
 /// libbpf's messages during a load, for a verifier's refusal.
@@ -462,13 +503,7 @@ impl ProbeImpl for Trace {
 
     fn start(args: &StartArgs, config: Config) -> Result<Self> {
         let (plans, notes) = plan_all(&config)?;
-        let laid: Vec<Laid> = plans
-            .iter()
-            .map(|p| {
-                lay_out(p, config.comm)
-                    .map_err(|e| Error::config(format!("trace event {:?}: {e}", p.spec.text)))
-            })
-            .collect::<Result<_>>()?;
+        let laid = lay_out_all(&plans, config.comm)?;
         let tables: Vec<TableDecl> = laid.iter().map(|l| l.table.clone()).collect();
         let pending = Pending {
             data: tables.iter().map(|_| Vec::new()).collect(),
