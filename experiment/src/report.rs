@@ -104,17 +104,7 @@ pub(crate) fn report_collected(
 ) -> Result<ExitCode> {
     results.write(dir)?;
     let counts = state::counts(observed);
-    let count_text: Vec<String> = counts
-        .iter()
-        .map(|(s, n)| format!("{n} {}", s.as_str()))
-        .collect();
-    kernmlops::outln!(
-        "experiment {} in {}: {} runs: {}",
-        record.name,
-        dir.root.display(),
-        record.runs.len(),
-        count_text.join(", ")
-    );
+    print_header(record, dir, &counts);
     kernmlops::outln!(
         "results: {} ({} row{}), {}",
         dir.results_parquet().display(),
@@ -233,17 +223,7 @@ pub(crate) fn status(dir: &ExpDir, json: bool) -> Result<ExitCode> {
         kernmlops::outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         return Ok(ExitCode::SUCCESS);
     }
-    let count_text: Vec<String> = counts
-        .iter()
-        .map(|(s, n)| format!("{n} {}", s.as_str()))
-        .collect();
-    kernmlops::outln!(
-        "experiment {} in {}: {} runs: {}",
-        record.name,
-        dir.root.display(),
-        record.runs.len(),
-        count_text.join(", ")
-    );
+    print_header(&record, dir, &counts);
     if let Some(v) = &view {
         match &v.unavailable {
             Some(why) => {
@@ -290,4 +270,20 @@ pub(crate) fn status(dir: &ExpDir, json: bool) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The first line of a report: the experiment, its folder, and its runs by
+/// state (`experiment sweep in DIR: 12 runs: 10 done, 2 failed`).
+fn print_header(record: &Record, dir: &ExpDir, counts: &[(state::RunState, usize)]) {
+    let count_text: Vec<String> = counts
+        .iter()
+        .map(|(s, n)| format!("{n} {}", s.as_str()))
+        .collect();
+    kernmlops::outln!(
+        "experiment {} in {}: {} runs: {}",
+        record.name,
+        dir.root.display(),
+        record.runs.len(),
+        count_text.join(", ")
+    );
 }
