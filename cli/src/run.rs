@@ -244,13 +244,14 @@ fn run_options(
         include_self: args.include_self,
         probe_config: settings.probes,
         benchmark: args.benchmark.clone(),
-        benchmark_config: settings.benchmarks,
+        // The host sets the THP mode (a knob); the benchmark leaves it be.
+        benchmark_config: config::strip_host_settings(settings.benchmarks),
         config,
         command: std::env::args().collect(),
         state_dir: None,
         power: settings.power,
         plugin_timeout: flags.plugin_timeout,
-        knobs: cfg.knobs()?,
+        knobs: cfg.knobs_for(args.benchmark.as_deref())?,
     })
 }
 

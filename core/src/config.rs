@@ -12,6 +12,23 @@ use serde::{Deserialize, Serialize};
 
 use crate::plugin::{Plugin, Registry};
 
+/// The benchmark setting the host turns into the `machine.thp_mode` knob.
+pub const THP_MODE: &str = "thp_mode";
+
+/// The benchmarks' settings as a benchmark is given them: without the
+/// settings the host applies itself (`thp_mode`, a kernel knob of the run:
+/// [`Config::knobs_for`]).
+pub fn strip_host_settings(
+    mut benchmarks: BTreeMap<String, serde_json::Value>,
+) -> BTreeMap<String, serde_json::Value> {
+    for v in benchmarks.values_mut() {
+        if let Some(o) = v.as_object_mut() {
+            o.remove(THP_MODE);
+        }
+    }
+    benchmarks
+}
+
 /// The default configuration file, every key with its default.
 pub const DEFAULTS_TOML: &str = include_str!("../../kernmlops.toml");
 
@@ -291,13 +308,41 @@ impl Config {
     /// is one the file offers where it lists them); nothing is written. An
     /// error names the file, the knob and why.
     pub fn knobs(&self) -> Result<Vec<crate::machine::Knob>, ConfigError> {
-        if self.machine.is_empty() {
+        self.knobs_for(None)
+    }
+
+    /// The kernel knobs of a run of `benchmark`: [`Config::knobs`], with the
+    /// benchmark's `thp_mode` setting (`[benchmarks.<name>] thp_mode`) as
+    /// the `machine.thp_mode` knob, so the host sets, reads back, records
+    /// and restores it like every knob (the benchmark gets its settings
+    /// without it: [`strip_host_settings`]).
+    pub fn knobs_for(
+        &self,
+        benchmark: Option<&str>,
+    ) -> Result<Vec<crate::machine::Knob>, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            file: self.source.clone(),
+            message,
+        };
+        let mut machine = self.machine.clone();
+        if let Some((name, mode)) = benchmark.and_then(|b| Some((b, self.benchmark_thp_mode(b)?))) {
+            if machine.contains_key(THP_MODE) {
+                return Err(invalid(format!(
+                    "benchmarks.{name}.thp_mode and machine.thp_mode both set the THP mode; keep one"
+                )));
+            }
+            machine.insert(THP_MODE.into(), toml::Value::String(mode));
+        }
+        if machine.is_empty() {
             return Ok(Vec::new());
         }
-        crate::machine::knobs(&self.machine).map_err(|e| ConfigError::Invalid {
-            file: self.source.clone(),
-            message: e.to_string(),
-        })
+        crate::machine::knobs(&machine).map_err(|e| invalid(e.to_string()))
+    }
+
+    /// A benchmark's `thp_mode` setting, when it asks for one.
+    fn benchmark_thp_mode(&self, benchmark: &str) -> Option<String> {
+        let mode = self.benchmarks.get(benchmark)?.get(THP_MODE)?.as_str()?;
+        (!mode.is_empty()).then(|| mode.to_owned())
     }
 
     /// Each probe's settings: the defaults it declares (`probes` gives
@@ -363,9 +408,24 @@ impl Config {
                     ),
                 ));
             };
-            check_keys(&format!("{section}.{name}"), defaults, user)
+            let mut user = user.clone();
+            if section == "benchmarks" && !defaults.contains_key(THP_MODE) {
+                // A host setting (the `machine.thp_mode` knob) even for a
+                // benchmark that does not declare it.
+                if let Some(v) = user.remove(THP_MODE) {
+                    if !matches!(v.as_str(), Some("" | "always" | "madvise" | "never")) {
+                        return Err(invalid(
+                            &self.source,
+                            format!(
+                                "{section}.{name}.{THP_MODE} = {v}: use \"\" (leave as is), \"always\", \"madvise\" or \"never\""
+                            ),
+                        ));
+                    }
+                }
+            }
+            check_keys(&format!("{section}.{name}"), defaults, &user)
                 .map_err(|m| invalid(&self.source, m))?;
-            merge(defaults, user.clone());
+            merge(defaults, user);
         }
         Ok(settings)
     }

@@ -69,6 +69,51 @@ pub struct Knob {
     pub name: String,
     pub path: PathBuf,
     pub value: String,
+    /// How the value takes effect.
+    pub how: How,
+}
+
+/// How a knob's value takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum How {
+    /// Written to its file, read back, and the old value written back at
+    /// the end.
+    #[default]
+    Write,
+    /// `cpus`: the CPU list of the benchmark's cpuset cgroup, made by the
+    /// run's guard and removed with it (`path` is the list of online CPUs
+    /// it was checked against).
+    Cpuset,
+}
+
+/// Where the kernel's trees are: `/sys` and `/proc/sys` on the machine, or
+/// a tree a test writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roots {
+    pub sys: PathBuf,
+    pub proc_sys: PathBuf,
+}
+
+impl Roots {
+    /// The machine's own `/sys` and `/proc/sys`.
+    pub fn host() -> Self {
+        Self {
+            sys: PathBuf::from("/sys"),
+            proc_sys: PathBuf::from("/proc/sys"),
+        }
+    }
+
+    /// `<dir>/sys` and `<dir>/proc/sys`.
+    pub fn under(dir: &Path) -> Self {
+        Self {
+            sys: dir.join("sys"),
+            proc_sys: dir.join("proc/sys"),
+        }
+    }
+
+    fn cpu(&self) -> PathBuf {
+        self.sys.join("devices/system/cpu")
+    }
 }
 
 /// A knob that was set: what was asked, what was there before, and what
@@ -125,8 +170,8 @@ fn plain(name: &str, rel: &str) -> Result<PathBuf, KnobError> {
 }
 
 /// Resolves `candidate` (symlinks followed, as sysfs needs) and requires it
-/// under `/proc/sys` or `/sys`.
-fn inside(name: &str, candidate: &Path) -> Result<PathBuf, KnobError> {
+/// under `/proc/sys` or `/sys` (the `roots`).
+fn inside(name: &str, candidate: &Path, roots: &Roots) -> Result<PathBuf, KnobError> {
     let real = std::fs::canonicalize(candidate).map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound {
             KnobError::Missing {
@@ -141,7 +186,10 @@ fn inside(name: &str, candidate: &Path) -> Result<PathBuf, KnobError> {
             }
         }
     })?;
-    if !(real.starts_with("/proc/sys/") || real.starts_with("/sys/")) {
+    let under = |root: &Path| {
+        std::fs::canonicalize(root).is_ok_and(|r| real.starts_with(&r) && real != r)
+    };
+    if !(under(&roots.proc_sys) || under(&roots.sys)) {
         return Err(KnobError::Outside {
             name: name.to_owned(),
             path: real,
@@ -181,27 +229,44 @@ fn flatten(t: &toml::Table, sep: char) -> Vec<(String, &toml::Value)> {
     out
 }
 
-/// The sections `[machine]` may hold.
-pub const SECTIONS: &[&str] = &["block", "sysctl", "sysfs"];
+/// The keys `[machine]` may hold.
+pub const SECTIONS: &[&str] = &[
+    "block", "cpufreq", "cpus", "smt", "sysctl", "sysfs", "thp_mode",
+];
+
+/// The settings `[machine.cpufreq]` may hold, for every CPU frequency
+/// policy.
+pub const CPUFREQ_KNOBS: &[&str] = &["boost", "governor", "max_freq_khz", "min_freq_khz"];
 
 /// The knobs of a configuration's `[machine]` table, resolved and checked
 /// ([`resolve`], then [`check`]); any other key is an error.
 pub fn knobs(machine: &toml::Table) -> Result<Vec<Knob>, KnobError> {
+    knobs_in(machine, &Roots::host())
+}
+
+/// [`knobs`] against the trees `roots`.
+pub fn knobs_in(machine: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
     if let Some(key) = machine.keys().find(|k| !SECTIONS.contains(&k.as_str())) {
         return Err(KnobError::Invalid {
             name: key.clone(),
             why: format!("unknown key (known: {})", SECTIONS.join(", ")),
         });
     }
-    let knobs = resolve(machine)?;
+    let knobs = resolve_in(machine, roots)?;
     check(&knobs)?;
     Ok(knobs)
 }
 
 /// The knobs of a `[machine]` table, in a stable order (sysctl, sysfs,
-/// block; keys sorted within each), resolved to files but not yet checked.
-/// Keys other than `sysctl`, `sysfs` and `block` are left to the caller.
+/// block; keys sorted within each; then cpufreq, smt, thp_mode, cpus),
+/// resolved to files but not yet checked. Other keys are left to the
+/// caller.
 pub fn resolve(machine: &toml::Table) -> Result<Vec<Knob>, KnobError> {
+    resolve_in(machine, &Roots::host())
+}
+
+/// [`resolve`] against the trees `roots`.
+pub fn resolve_in(machine: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
     let mut out = Vec::new();
     let table = |key: &str| -> Result<Option<&toml::Table>, KnobError> {
         match machine.get(key) {
@@ -228,11 +293,12 @@ pub fn resolve(machine: &toml::Table) -> Result<Vec<Knob>, KnobError> {
                 });
             }
             let rel = plain(&name, &key.replace('.', "/"))?;
-            let path = inside(&name, &Path::new("/proc/sys").join(rel))?;
+            let path = inside(&name, &roots.proc_sys.join(rel), roots)?;
             out.push(Knob {
                 value: text(&name, v)?,
                 name,
                 path,
+                how: How::Write,
             });
         }
     }
@@ -240,11 +306,12 @@ pub fn resolve(machine: &toml::Table) -> Result<Vec<Knob>, KnobError> {
         for (key, v) in flatten(t, '/') {
             let name = format!("sysfs.{key}");
             let rel = plain(&name, &key)?;
-            let path = inside(&name, &Path::new("/sys").join(rel))?;
+            let path = inside(&name, &roots.sys.join(rel), roots)?;
             out.push(Knob {
                 value: text(&name, v)?,
                 name,
                 path,
+                how: How::Write,
             });
         }
     }
@@ -271,7 +338,7 @@ pub fn resolve(machine: &toml::Table) -> Result<Vec<Knob>, KnobError> {
                     why: format!("expected a table of {}", BLOCK_KNOBS.join(", ")),
                 });
             };
-            let dev = Path::new("/sys/block").join(disk);
+            let dev = roots.sys.join("block").join(disk);
             if !dev.exists() {
                 return Err(KnobError::Missing {
                     name: format!("block.{disk}"),
@@ -288,14 +355,37 @@ pub fn resolve(machine: &toml::Table) -> Result<Vec<Knob>, KnobError> {
                         why: format!("not a block-device setting ({})", BLOCK_KNOBS.join(", ")),
                     });
                 }
-                let path = inside(&name, &dev.join("queue").join(key))?;
+                let path = inside(&name, &dev.join("queue").join(key), roots)?;
                 out.push(Knob {
                     value: text(&name, v)?,
                     name,
                     path,
+                    how: How::Write,
                 });
             }
         }
+    }
+    if let Some(t) = table("cpufreq")? {
+        out.extend(cpufreq(t, roots)?);
+    }
+    if let Some(v) = machine.get("smt") {
+        out.push(smt(v, roots)?);
+    }
+    if let Some(v) = machine.get("thp_mode") {
+        let mode = text("thp_mode", v)?;
+        if !mode.is_empty() {
+            let name = "thp_mode".to_owned();
+            let path = inside(&name, &roots.sys.join(THP_ENABLED), roots)?;
+            out.push(Knob {
+                name,
+                path,
+                value: mode,
+                how: How::Write,
+            });
+        }
+    }
+    if let Some(v) = machine.get("cpus") {
+        out.push(cpus(v, roots)?);
     }
     for (i, k) in out.iter().enumerate() {
         if let Some(first) = out[..i].iter().find(|o| o.path == k.path) {
@@ -313,6 +403,311 @@ pub fn resolve(machine: &toml::Table) -> Result<Vec<Knob>, KnobError> {
         return Err(KnobError::Invalid {
             name: "machine".into(),
             why: format!("{} knobs; at most {MAX_KNOBS}", out.len()),
+        });
+    }
+    Ok(out)
+}
+
+/// The THP mode's file under `/sys`.
+pub const THP_ENABLED: &str = "kernel/mm/transparent_hugepage/enabled";
+
+/// The most CPUs a `cpus` list may name (the kernel's `NR_CPUS` limit).
+const MAX_CPU: u32 = 8192;
+
+fn invalid(name: &str, why: impl Into<String>) -> KnobError {
+    KnobError::Invalid {
+        name: name.to_owned(),
+        why: why.into(),
+    }
+}
+
+/// A CPU list as the kernel writes them (`0`, `2-3`, `0,4-7`), bounded.
+pub fn parse_cpu_list(list: &str) -> Result<std::collections::BTreeSet<u32>, String> {
+    let mut out = std::collections::BTreeSet::new();
+    let list = list.trim();
+    if list.is_empty() || list.len() > 4096 {
+        return Err("a CPU list such as \"0\", \"2-3\" or \"0,4-7\"".into());
+    }
+    for part in list.split(',') {
+        let (a, b) = part.trim().split_once('-').unwrap_or((part.trim(), part.trim()));
+        let num = |t: &str| {
+            t.parse::<u32>()
+                .ok()
+                .filter(|&n| n < MAX_CPU && !t.starts_with('+'))
+                .ok_or_else(|| format!("{part:?} is not a CPU number or range (e.g. \"2-3\")"))
+        };
+        let (a, b) = (num(a)?, num(b)?);
+        if a > b {
+            return Err(format!("{part:?} is a range that ends before it starts"));
+        }
+        out.extend(a..=b);
+    }
+    Ok(out)
+}
+
+/// A set of CPUs as the kernel's shortest list (`0-3,6`).
+pub fn format_cpu_list(cpus: &std::collections::BTreeSet<u32>) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut it = cpus.iter().copied().peekable();
+    while let Some(start) = it.next() {
+        let mut end = start;
+        while it.peek() == Some(&(end + 1)) {
+            end += 1;
+            it.next();
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+    }
+    parts.join(",")
+}
+
+/// `cpus`: checked against the online CPUs before anything is set.
+fn cpus(v: &toml::Value, roots: &Roots) -> Result<Knob, KnobError> {
+    let name = "cpus";
+    let text = match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(i) => i.to_string(),
+        other => {
+            return Err(invalid(
+                name,
+                format!("expected a CPU list such as \"2-3\", not {}", other.type_str()),
+            ))
+        }
+    };
+    let wanted = parse_cpu_list(&text).map_err(|e| invalid(name, e))?;
+    let online_path = roots.cpu().join("online");
+    let online_text = std::fs::read_to_string(&online_path).map_err(|source| KnobError::Io {
+        name: name.to_owned(),
+        path: online_path.clone(),
+        source,
+    })?;
+    let online = parse_cpu_list(&online_text).map_err(|e| {
+        invalid(name, format!("{}: {e}", online_path.display()))
+    })?;
+    let missing: std::collections::BTreeSet<u32> = wanted.difference(&online).copied().collect();
+    if !missing.is_empty() {
+        let (s, are) = if missing.len() == 1 { ("", "is") } else { ("s", "are") };
+        return Err(invalid(
+            name,
+            format!(
+                "CPU{s} {} {are} not online on this machine (online: {})",
+                format_cpu_list(&missing),
+                online_text.trim()
+            ),
+        ));
+    }
+    Ok(Knob {
+        name: name.to_owned(),
+        path: online_path,
+        value: format_cpu_list(&wanted),
+        how: How::Cpuset,
+    })
+}
+
+/// `smt = true | false | "on" | "off"`: `smt/control`, where the kernel
+/// lets it be switched.
+fn smt(v: &toml::Value, roots: &Roots) -> Result<Knob, KnobError> {
+    let name = "smt";
+    let value = match v {
+        toml::Value::Boolean(b) => if *b { "on" } else { "off" }.to_owned(),
+        toml::Value::String(s) if s == "on" || s == "off" => s.clone(),
+        other => {
+            return Err(invalid(
+                name,
+                format!("expected true, false, \"on\" or \"off\", not {other}"),
+            ))
+        }
+    };
+    let control = roots.cpu().join("smt/control");
+    let path = inside(name, &control, roots).map_err(|e| match e {
+        KnobError::Missing { path, .. } => invalid(
+            name,
+            format!("this kernel has no SMT control ({} does not exist)", path.display()),
+        ),
+        e => e,
+    })?;
+    let knob = Knob {
+        name: name.to_owned(),
+        path,
+        value,
+        how: How::Write,
+    };
+    let now = read(&knob)?;
+    let now = now.trim();
+    if !matches!(now, "on" | "off") {
+        return Err(invalid(
+            name,
+            format!(
+                "the kernel does not allow switching SMT here ({} says {now:?})",
+                knob.path.display()
+            ),
+        ));
+    }
+    Ok(knob)
+}
+
+/// A cpufreq file's number (kHz).
+fn khz(name: &str, path: &Path) -> Result<u64, KnobError> {
+    let k = Knob {
+        name: name.to_owned(),
+        path: path.to_owned(),
+        value: String::new(),
+        how: How::Write,
+    };
+    let t = read(&k)?;
+    t.trim().parse().map_err(|_| {
+        invalid(
+            name,
+            format!("{} holds {:?}, not a frequency in kHz", path.display(), t.trim()),
+        )
+    })
+}
+
+/// `[machine.cpufreq]`: the same settings for every CPU frequency policy
+/// (`cpufreq/policy<N>`), each policy's own knob (`cpufreq.policy0.governor`),
+/// checked against what the policy offers: a governor it lists, a
+/// frequency within its hardware range. `boost` is the global switch
+/// (`cpufreq/boost`, or `intel_pstate/no_turbo` inverted, recorded as
+/// `cpufreq.no_turbo`).
+fn cpufreq(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
+    if let Some(key) = t.keys().find(|k| !CPUFREQ_KNOBS.contains(&k.as_str())) {
+        return Err(invalid(
+            &format!("cpufreq.{key}"),
+            format!("unknown key (known: {})", CPUFREQ_KNOBS.join(", ")),
+        ));
+    }
+    let dir = roots.cpu().join("cpufreq");
+    let mut policies: Vec<(u32, PathBuf)> = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    let n = e.file_name().to_str()?.strip_prefix("policy")?.parse().ok()?;
+                    Some((n, e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    policies.sort();
+    let mut out = Vec::new();
+    let keys: Vec<&String> = t.keys().filter(|k| *k != "boost").collect();
+    if let Some(first) = keys.first() {
+        if policies.is_empty() {
+            return Err(invalid(
+                &format!("cpufreq.{first}"),
+                format!(
+                    "this machine has no CPU frequency scaling (no cpufreq policy in {})",
+                    dir.display()
+                ),
+            ));
+        }
+    }
+    for (n, pdir) in &policies {
+        let mut per = Vec::new();
+        if let Some(v) = t.get("governor") {
+            let name = format!("cpufreq.policy{n}.governor");
+            let value = text(&name, v)?;
+            let offered_path = pdir.join("scaling_available_governors");
+            let offered: Vec<String> = std::fs::read_to_string(&offered_path)
+                .map_err(|source| KnobError::Io {
+                    name: name.clone(),
+                    path: offered_path.clone(),
+                    source,
+                })?
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            let path = inside(&name, &pdir.join("scaling_governor"), roots)?;
+            if !offered.iter().any(|o| *o == value) {
+                return Err(KnobError::NotOffered {
+                    name,
+                    path,
+                    value,
+                    offered,
+                });
+            }
+            per.push(Knob {
+                name,
+                path,
+                value,
+                how: How::Write,
+            });
+        }
+        let hw_min = || khz(&format!("cpufreq.policy{n}"), &pdir.join("cpuinfo_min_freq"));
+        let hw_max = || khz(&format!("cpufreq.policy{n}"), &pdir.join("cpuinfo_max_freq"));
+        let mut freqs = Vec::new();
+        for (key, file) in [("min_freq_khz", "scaling_min_freq"), ("max_freq_khz", "scaling_max_freq")] {
+            let Some(v) = t.get(key) else { continue };
+            let name = format!("cpufreq.policy{n}.{key}");
+            let toml::Value::Integer(f) = v else {
+                return Err(invalid(&name, format!("expected a frequency in kHz, not {}", v.type_str())));
+            };
+            let (lo, hi) = (hw_min()?, hw_max()?);
+            if *f < 0 || (*f as u64) < lo || (*f as u64) > hi {
+                return Err(invalid(
+                    &name,
+                    format!("{f} kHz is outside the CPU's range {lo}-{hi} kHz"),
+                ));
+            }
+            let path = inside(&name, &pdir.join(file), roots)?;
+            freqs.push((key, *f as u64, Knob {
+                name,
+                path,
+                value: f.to_string(),
+                how: How::Write,
+            }));
+        }
+        if let [(_, lo, _), (_, hi, _)] = freqs.as_slice() {
+            if lo > hi {
+                return Err(invalid(
+                    &format!("cpufreq.policy{n}.min_freq_khz"),
+                    format!("{lo} kHz is above max_freq_khz ({hi} kHz)"),
+                ));
+            }
+            // Raising the range past the current maximum: the maximum first,
+            // so the minimum is never above it in between.
+            let now_max = khz(&format!("cpufreq.policy{n}"), &pdir.join("scaling_max_freq"))?;
+            if *lo > now_max {
+                freqs.reverse();
+            }
+        }
+        per.extend(freqs.into_iter().map(|(_, _, k)| k));
+        out.extend(per);
+    }
+    if let Some(v) = t.get("boost") {
+        let on = match v {
+            toml::Value::Boolean(b) => *b,
+            other => {
+                return Err(invalid(
+                    "cpufreq.boost",
+                    format!("expected true or false, not {}", other.type_str()),
+                ))
+            }
+        };
+        let global = dir.join("boost");
+        let pstate = roots.cpu().join("intel_pstate/no_turbo");
+        let (name, path, value) = if global.exists() {
+            ("cpufreq.boost", global, if on { "1" } else { "0" })
+        } else if pstate.exists() {
+            ("cpufreq.no_turbo", pstate, if on { "0" } else { "1" })
+        } else {
+            return Err(invalid(
+                "cpufreq.boost",
+                format!(
+                    "this machine has no boost switch (neither {} nor {})",
+                    global.display(),
+                    pstate.display()
+                ),
+            ));
+        };
+        let path = inside(name, &path, roots)?;
+        out.push(Knob {
+            name: name.to_owned(),
+            path,
+            value: value.to_owned(),
+            how: How::Write,
         });
     }
     Ok(out)
@@ -375,7 +770,7 @@ fn read(knob: &Knob) -> Result<String, KnobError> {
 /// has a write bit) and the value is one it offers where it lists them.
 pub fn check(knobs: &[Knob]) -> Result<(), KnobError> {
     use std::os::unix::fs::PermissionsExt;
-    for k in knobs {
+    for k in knobs.iter().filter(|k| k.how == How::Write) {
         let meta = std::fs::metadata(&k.path).map_err(|source| KnobError::Io {
             name: k.name.clone(),
             path: k.path.clone(),
@@ -404,12 +799,14 @@ pub fn check(knobs: &[Knob]) -> Result<(), KnobError> {
 fn write(knob: &Knob, value: &str) -> io::Result<()> {
     let mut f = OpenOptions::new()
         .write(true)
+        .truncate(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&knob.path)?;
     f.write_all(value.as_bytes())
 }
 
-/// Sets the knobs in order: for each, `journal(path, previous)` first (the
+/// Sets the knobs written to files (not `cpus`, which the run's guard
+/// sets) in order: for each, `journal(path, previous)` first (the
 /// run's undo log, so the guardian or the next start writes it back), then
 /// the value, then a read-back. On an error the knobs already set are
 /// written back before it is returned.
@@ -418,7 +815,7 @@ pub fn apply(
     mut journal: impl FnMut(&Path, &str) -> io::Result<()>,
 ) -> Result<Vec<Applied>, KnobError> {
     let mut done: Vec<Applied> = Vec::with_capacity(knobs.len());
-    for k in knobs {
+    for k in knobs.iter().filter(|k| k.how == How::Write) {
         let step = (|| {
             let previous = current(&read(k)?);
             journal(&k.path, &previous).map_err(|source| KnobError::Io {
@@ -460,6 +857,7 @@ pub fn restore(applied: &[Applied]) -> Vec<String> {
             name: a.name.clone(),
             path: a.path.clone(),
             value: a.previous.clone(),
+            how: How::Write,
         };
         if let Err(e) = write(&k, &a.previous) {
             failed.push(format!(

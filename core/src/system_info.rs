@@ -5,8 +5,8 @@
 use std::{collections::BTreeSet, path::Path, sync::Arc};
 
 use arrow_array::{
-    ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array,
-    UInt64Array,
+    ArrayRef, BooleanArray, Float64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+    UInt32Array, UInt64Array,
 };
 use kernmlops_sys::clock;
 use serde::Serialize;
@@ -46,6 +46,158 @@ pub struct SystemInfo {
     pub is_vm: bool,
     pub boot_time_unix_us: i64,
     pub features: KernelFeatures,
+    /// The state that spoils measurements, with its warnings.
+    pub state: MachineState,
+}
+
+/// The machine state that makes measurements vary from run to run (as
+/// pyperf's system check reads it): each fact `None` where this machine
+/// does not expose it (no cpufreq in a VM, say), and then said nothing of.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MachineState {
+    /// The cpufreq governors of the CPU frequency policies, comma-separated.
+    pub cpufreq_governor: Option<String>,
+    /// Turbo boost on (`cpufreq/boost`, or `intel_pstate/no_turbo` = 0).
+    pub cpu_boost: Option<bool>,
+    /// `smt/control` (`on`, `off`, `forceoff`, `notsupported`, ...).
+    pub smt_control: Option<String>,
+    /// Sibling hardware threads are online (`smt/active`).
+    pub smt_active: Option<bool>,
+    /// The cpuidle driver in use.
+    pub cpuidle_driver: Option<String>,
+    /// The C-state limit on the kernel's command line or module parameter
+    /// (`intel_idle.max_cstate`, `processor.max_cstate`).
+    pub cpu_max_cstate: Option<u64>,
+    /// The wake-up latency of the deepest idle state enabled on CPU 0.
+    pub cpuidle_max_latency_us: Option<u64>,
+    /// `kernel.randomize_va_space` (2: full ASLR).
+    pub aslr: Option<u64>,
+    /// `mitigations=` on the kernel's command line (`auto` when absent).
+    pub cpu_mitigations: Option<String>,
+    /// The CPU vulnerabilities the kernel reports unmitigated
+    /// (`vulnerabilities/*` saying "Vulnerable"), comma-separated.
+    pub cpu_vulnerable: Option<String>,
+    /// The 1-minute load average at the start.
+    pub loadavg_1m: Option<f64>,
+    /// Tasks runnable at the start (`/proc/loadavg`, this one included).
+    pub runnable_tasks: Option<u64>,
+}
+
+/// A 1-minute load average at or above this much says other work is
+/// running on the machine.
+pub const BUSY_LOAD: f64 = 1.0;
+/// A deepest idle state slower than this to wake from makes wake-ups vary.
+pub const DEEP_IDLE_US: u64 = 20;
+
+impl MachineState {
+    /// The state of this machine.
+    pub fn read() -> Self {
+        Self::read_in(Path::new("/"))
+    }
+
+    /// The state as the trees under `root` (`root/sys`, `root/proc`) give it.
+    pub fn read_in(root: &Path) -> Self {
+        let cpu = root.join("sys/devices/system/cpu");
+        let mut governors: Vec<String> = std::fs::read_dir(cpu.join("cpufreq"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("policy"))
+                    .filter_map(|e| read_trim(e.path().join("scaling_governor")))
+                    .collect()
+            })
+            .unwrap_or_default();
+        governors.sort();
+        governors.dedup();
+        let cpu_boost = read_u64(cpu.join("cpufreq/boost"))
+            .map(|b| b != 0)
+            .or_else(|| read_u64(cpu.join("intel_pstate/no_turbo")).map(|n| n == 0));
+        let idle = cpu.join("cpu0/cpuidle");
+        let cpuidle_max_latency_us = std::fs::read_dir(&idle).ok().and_then(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("state"))
+                .filter(|e| read_u64(e.path().join("disable")) != Some(1))
+                .filter_map(|e| read_u64(e.path().join("latency")))
+                .max()
+        });
+        let cpu_max_cstate = ["intel_idle", "processor"]
+            .iter()
+            .find_map(|m| read_u64(root.join(format!("sys/module/{m}/parameters/max_cstate"))));
+        let cmdline = read_trim(root.join("proc/cmdline"));
+        let cpu_mitigations = cmdline.map(|c| {
+            c.split_whitespace()
+                .find_map(|w| w.strip_prefix("mitigations="))
+                .unwrap_or("auto")
+                .to_owned()
+        });
+        let cpu_vulnerable = std::fs::read_dir(cpu.join("vulnerabilities")).ok().map(|d| {
+            let mut v: Vec<String> = d
+                .flatten()
+                .filter(|e| {
+                    read_trim(e.path()).is_some_and(|s| s.starts_with("Vulnerable"))
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v.join(",")
+        });
+        let loadavg = read_trim(root.join("proc/loadavg")).unwrap_or_default();
+        let mut load = loadavg.split_whitespace();
+        let loadavg_1m = load.next().and_then(|l| l.parse().ok());
+        let runnable_tasks = load
+            .nth(2)
+            .and_then(|rt| rt.split_once('/'))
+            .and_then(|(r, _)| r.parse().ok());
+        Self {
+            cpufreq_governor: (!governors.is_empty()).then(|| governors.join(",")),
+            cpu_boost,
+            smt_control: read_trim(cpu.join("smt/control")),
+            smt_active: read_u64(cpu.join("smt/active")).map(|a| a != 0),
+            cpuidle_driver: read_trim(cpu.join("cpuidle/current_driver")),
+            cpu_max_cstate,
+            cpuidle_max_latency_us,
+            aslr: read_u64(root.join("proc/sys/kernel/randomize_va_space")),
+            cpu_mitigations,
+            cpu_vulnerable,
+            loadavg_1m,
+            runnable_tasks,
+        }
+    }
+
+    /// One line per fact set against reproducible measurements, with what
+    /// to do about it; nothing for a fact this machine does not expose.
+    pub fn warnings(&self, _logical_cores: u32) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(g) = &self.cpufreq_governor {
+            if g.split(',').any(|g| g != "performance") {
+                out.push(format!(
+                    "the CPU frequency governor is {g}, not performance: the CPUs' speed follows the load (machine.cpufreq.governor = \"performance\")"
+                ));
+            }
+        }
+        if self.cpu_boost == Some(true) {
+            out.push("turbo boost is on: the CPUs' speed depends on temperature and on the other cores' load (machine.cpufreq.boost = false)".into());
+        }
+        if self.smt_active == Some(true) {
+            out.push("SMT is on: a benchmark's hardware thread shares its core with whatever runs on its sibling (machine.smt = false, or machine.cpus on one thread per core)".into());
+        }
+        if let Some(us) = self.cpuidle_max_latency_us.filter(|&us| us > DEEP_IDLE_US) {
+            out.push(format!(
+                "deep C-states are enabled (the deepest takes {us} us to wake from): wake-up times vary (limit them with intel_idle.max_cstate=1 or processor.max_cstate=1)"
+            ));
+        }
+        if let Some(a) = self.aslr.filter(|&a| a != 2) {
+            out.push(format!(
+                "kernel.randomize_va_space is {a}, not 2 (full ASLR) as on most machines: memory layouts differ from a usual run"
+            ));
+        }
+        if let Some(load) = self.loadavg_1m.filter(|&l| l >= BUSY_LOAD) {
+            out.push(format!(
+                "the machine is busy (1-minute load average {load:.2}, {} tasks runnable): other work competes with the run",
+                self.runnable_tasks.map_or_else(|| "?".to_owned(), |r| r.to_string())
+            ));
+        }
+        out
+    }
 }
 
 fn read_trim(path: impl AsRef<Path>) -> Option<String> {
@@ -211,6 +363,7 @@ impl SystemInfo {
             is_vm: flags.split_whitespace().any(|f| f == "hypervisor"),
             boot_time_unix_us: clock::unix_us() - clock::uptime_us() as i64,
             features: KernelFeatures::detect(),
+            state: MachineState::read(),
         }
     }
 
@@ -346,6 +499,93 @@ impl SystemInfo {
                 HostColumn::new(name, unit, desc, Arc::new(UInt64Array::from(vec![v]))).nullable(),
             );
         }
+        let st = &self.state;
+        for (name, desc, v) in [
+            (
+                "cpufreq_governor",
+                "the CPU frequency governors, comma-separated (null without cpufreq)",
+                st.cpufreq_governor.as_deref(),
+            ),
+            (
+                "smt_control",
+                "smt/control: on, off, forceoff, notsupported (null without it)",
+                st.smt_control.as_deref(),
+            ),
+            (
+                "cpuidle_driver",
+                "the cpuidle driver (null without cpuidle)",
+                st.cpuidle_driver.as_deref(),
+            ),
+            (
+                "cpu_mitigations",
+                "mitigations= on the kernel command line (auto when absent)",
+                st.cpu_mitigations.as_deref(),
+            ),
+            (
+                "cpu_vulnerable",
+                "CPU vulnerabilities the kernel reports unmitigated, comma-separated",
+                st.cpu_vulnerable.as_deref(),
+            ),
+        ] {
+            cols.push(
+                HostColumn::new(name, "", desc, Arc::new(StringArray::from(vec![v]))).nullable(),
+            );
+        }
+        for (name, desc, v) in [
+            (
+                "cpu_boost",
+                "turbo boost on (null without a boost switch)",
+                st.cpu_boost,
+            ),
+            (
+                "smt_active",
+                "sibling hardware threads online (null without smt/active)",
+                st.smt_active,
+            ),
+        ] {
+            cols.push(
+                HostColumn::new(name, "", desc, Arc::new(BooleanArray::from(vec![v]))).nullable(),
+            );
+        }
+        for (name, unit, desc, v) in [
+            (
+                "cpu_max_cstate",
+                "",
+                "the C-state limit (intel_idle or processor max_cstate; null without one)",
+                st.cpu_max_cstate,
+            ),
+            (
+                "cpuidle_max_latency_us",
+                "us",
+                "wake-up latency of CPU 0's deepest enabled idle state",
+                st.cpuidle_max_latency_us,
+            ),
+            (
+                "aslr",
+                "",
+                "kernel.randomize_va_space (2: full ASLR)",
+                st.aslr,
+            ),
+            (
+                "runnable_tasks",
+                "count",
+                "tasks runnable at the start, this one included (/proc/loadavg)",
+                st.runnable_tasks,
+            ),
+        ] {
+            cols.push(
+                HostColumn::new(name, unit, desc, Arc::new(UInt64Array::from(vec![v]))).nullable(),
+            );
+        }
+        cols.push(
+            HostColumn::new(
+                "loadavg_1m",
+                "",
+                "the 1-minute load average at the start",
+                Arc::new(Float64Array::from(vec![st.loadavg_1m])),
+            )
+            .nullable(),
+        );
         for (name, desc, v) in [
             ("is_vm", "a virtual machine (hypervisor flag)", self.is_vm),
             ("has_btf", "the kernel has BTF", f.btf.available),

@@ -68,6 +68,9 @@ enum Action {
     Remove { path: PathBuf },
     /// Kill every process of a workload cgroup, then remove it.
     Cgroup { path: PathBuf },
+    /// Remove the run's private cgroup v1 cpuset group (`cpus`), stopping
+    /// any process left in it.
+    Cpuset { path: PathBuf },
 }
 
 impl Action {
@@ -78,6 +81,7 @@ impl Action {
             }
             Self::Remove { path } => serde_json::json!({"remove": path.to_string_lossy()}),
             Self::Cgroup { path } => serde_json::json!({"cgroup": path.to_string_lossy()}),
+            Self::Cpuset { path } => serde_json::json!({"cpuset": path.to_string_lossy()}),
         };
         format!("{v}\n")
     }
@@ -93,6 +97,9 @@ impl Action {
         }
         if let Some(path) = text("remove") {
             return Some(Self::Remove { path: path.into() });
+        }
+        if let Some(path) = text("cpuset") {
+            return Some(Self::Cpuset { path: path.into() });
         }
         text("cgroup").map(|path| Self::Cgroup { path: path.into() })
     }
@@ -169,6 +176,9 @@ pub struct RunGuard {
     state: PathBuf,
     _lock: File,
     cgroup: Option<Cgroup>,
+    /// The run's private cgroup v1 cpuset group (`cpus` where the workload
+    /// cgroup has no cpuset controller), and the one the host came from.
+    cpuset_v1: Option<Cgroup>,
     guardian: Option<(Child, ChildStdin)>,
     /// Why processes are not tied to a cgroup, said once.
     pub warnings: Vec<String>,
@@ -207,6 +217,7 @@ impl RunGuard {
             state,
             _lock: lock,
             cgroup: None,
+            cpuset_v1: None,
             guardian: None,
             warnings: Vec::new(),
             finished: false,
@@ -276,6 +287,78 @@ impl RunGuard {
         Ok((child, stdin))
     }
 
+    /// Confines the benchmark to the CPUs `cpus` (a list already checked
+    /// against the online CPUs): through the workload cgroup's cpuset where
+    /// it offers one (cgroup v2), else through a private cgroup v1 cpuset
+    /// group made for the run (journalled before it is made, removed at
+    /// the end, by the guardian, or by the next start). Returns the file
+    /// set, the CPUs its parent allows and the list read back.
+    pub fn set_cpus(&mut self, cpus: &str) -> Result<(PathBuf, String, String), String> {
+        let read = |p: &Path| {
+            std::fs::read_to_string(p)
+                .map(|s| s.trim().to_owned())
+                .map_err(|e| format!("{}: {e}", p.display()))
+        };
+        let write = |p: &Path, v: &str| {
+            std::fs::write(p, v).map_err(|e| {
+                format!(
+                    "{}: {}",
+                    p.display(),
+                    kernmlops_sys::private::strip_os_error(&e)
+                )
+            })
+        };
+        if let Some(cg) = &self.cgroup {
+            let parent = cg.path.parent().unwrap_or(&cg.path).to_owned();
+            let offered = std::fs::read_to_string(parent.join("cgroup.controllers"))
+                .unwrap_or_default();
+            if offered.split_whitespace().any(|c| c == "cpuset") {
+                let control = parent.join("cgroup.subtree_control");
+                if !read(&control)?.split_whitespace().any(|c| c == "cpuset") {
+                    write(&control, "+cpuset")?;
+                }
+                let file = cg.path.join("cpuset.cpus");
+                let before = read(&parent.join("cpuset.cpus.effective"))?;
+                write(&file, cpus)?;
+                let now = read(&cg.path.join("cpuset.cpus"))?;
+                return Ok((file, before, now));
+            }
+        }
+        let Some(mount) = cpuset_v1_mount() else {
+            return Err(format!(
+                "this machine has no cpuset controller to confine the benchmark with (not in the cgroup v2 hierarchy{}, and no cgroup v1 cpuset hierarchy)",
+                self.cgroup
+                    .as_ref()
+                    .and_then(|c| c.path.parent())
+                    .map(|p| format!(" at {}", p.display()))
+                    .unwrap_or_default()
+            ));
+        };
+        let home = cpuset_v1_home(&mount).unwrap_or_else(|| mount.clone());
+        let id = self
+            .state
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let path = mount.join(format!("{CPUSET_PREFIX}{id}"));
+        record(&self.state, &Action::Cpuset { path: path.clone() })
+            .map_err(|e| format!("{}: {e}", self.state.display()))?;
+        std::fs::create_dir(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        self.cpuset_v1 = Some(Cgroup {
+            path: path.clone(),
+            home,
+        });
+        let mems = read(&mount.join("cpuset.effective_mems"))
+            .or_else(|_| read(&mount.join("cpuset.mems")))?;
+        write(&path.join("cpuset.mems"), &mems)?;
+        let before = read(&mount.join("cpuset.effective_cpus"))
+            .or_else(|_| read(&mount.join("cpuset.cpus")))?;
+        let file = path.join("cpuset.cpus");
+        write(&file, cpus)?;
+        let now = read(&file)?;
+        Ok((file, before, now))
+    }
+
     /// The run's workload cgroup folder, when it has one.
     pub fn workload_cgroup(&self) -> Option<&Path> {
         self.cgroup.as_ref().map(|c| c.path.as_path())
@@ -284,6 +367,30 @@ impl RunGuard {
     /// Runs `f` with the host inside the workload cgroup, so every process
     /// `f` starts belongs to it; the host moves back before returning.
     pub fn in_workload_cgroup<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let pid = std::process::id().to_string();
+        if let Some(cs) = &self.cpuset_v1 {
+            // Every thread of the host, as for the v2 cgroup: the calls into
+            // the benchmark are made on threads of their own.
+            if let Err(e) = std::fs::write(cs.path.join("cgroup.procs"), &pid) {
+                self.warnings.push(format!(
+                    "the benchmark's processes could not join {} ({e}): they may run on any CPU",
+                    cs.path.display()
+                ));
+            }
+        }
+        let out = self.in_v2_cgroup(f);
+        if let Some(cs) = &self.cpuset_v1 {
+            if let Err(e) = std::fs::write(cs.home.join("cgroup.procs"), &pid) {
+                self.warnings.push(format!(
+                    "kernmlops could not move back to {} ({e})",
+                    cs.home.display()
+                ));
+            }
+        }
+        out
+    }
+
+    fn in_v2_cgroup<T>(&mut self, f: impl FnOnce() -> T) -> T {
         let Some(cg) = &self.cgroup else {
             return f();
         };
@@ -355,7 +462,10 @@ fn undo_state(state: &Path) -> Vec<String> {
         .iter()
         .rev()
         .partition(|a| matches!(a, Action::Cgroup { .. }));
-    for a in cgroups.into_iter().chain(rest) {
+    let (cpusets, rest): (Vec<&Action>, Vec<&Action>) = rest
+        .into_iter()
+        .partition(|a| matches!(a, Action::Cpuset { .. }));
+    for a in cgroups.into_iter().chain(cpusets).chain(rest) {
         match undo(a) {
             Ok(Some(m)) => done.push(m),
             Ok(None) => {}
@@ -372,7 +482,117 @@ fn undo(action: &Action) -> Result<Option<String>, String> {
         Action::Restore { path, value } => restore(path, value),
         Action::Remove { path } => remove(path),
         Action::Cgroup { path } => kill_cgroup(path),
+        Action::Cpuset { path } => remove_cpuset(path),
     }
+}
+
+/// The name of a run's private cgroup v1 cpuset group: `kernmlops-<id>`
+/// at the top of the cpuset hierarchy.
+const CPUSET_PREFIX: &str = "kernmlops-";
+
+/// Where a cgroup v1 hierarchy with the cpuset controller is mounted.
+fn cpuset_v1_mount() -> Option<PathBuf> {
+    cpuset_v1_mount_in(&std::fs::read_to_string("/proc/self/mountinfo").ok()?)
+}
+
+/// The cgroup v1 cpuset mount point in a mountinfo text (a mount of the
+/// hierarchy's root).
+fn cpuset_v1_mount_in(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mut r = right.split_whitespace();
+        if r.next()? != "cgroup" {
+            return None;
+        }
+        let supers = r.nth(1)?;
+        if !supers.split(',').any(|o| o == "cpuset") {
+            return None;
+        }
+        let mut fields = left.split_whitespace().skip(3);
+        let root = fields.next()?;
+        let mount_point = fields.next()?;
+        (root == "/").then(|| PathBuf::from(mount_point))
+    })
+}
+
+/// The host's own cgroup v1 cpuset group (`/proc/self/cgroup`).
+fn cpuset_v1_home(mount: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if !controllers.split(',').any(|c| c == "cpuset") {
+            return None;
+        }
+        let rel = path.trim_start_matches('/');
+        let dir = mount.join(rel);
+        let plain = Path::new(rel)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)));
+        (plain && dir.is_dir()).then_some(dir)
+    })
+}
+
+/// Removes a run's private cpuset group: its processes (the workload's;
+/// the host moves out) stopped first.
+fn remove_cpuset(path: &Path) -> Result<Option<String>, String> {
+    let mount = cpuset_v1_mount()
+        .ok_or_else(|| "no cgroup v1 cpuset hierarchy to find the run's cpuset in".to_owned())?;
+    let ours = path.parent() == Some(mount.as_path())
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(CPUSET_PREFIX) && n.len() > CPUSET_PREFIX.len())
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !ours {
+        return Err(format!("{}: not a kernmlops cpuset group", path.display()));
+    }
+    if !path.is_dir() {
+        return Ok(None);
+    }
+    let me = std::process::id() as i32;
+    let mut procs = cgroup_procs(path);
+    if procs.contains(&me) {
+        std::fs::write(mount.join("cgroup.procs"), me.to_string())
+            .map_err(|e| format!("leaving {}: {e}", path.display()))?;
+        procs.retain(|&p| p != me);
+    }
+    let count = procs.len();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = cgroup_procs(path);
+        if left.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{}: {} processes survived SIGKILL",
+                path.display(),
+                left.len()
+            ));
+        }
+        for pid in &left {
+            // SAFETY: SIGKILL to the processes of the run's own cpuset group.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match std::fs::remove_dir(path) {
+            Ok(()) => break,
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!("removing {}: {e}", path.display()))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    Ok((count > 0).then(|| {
+        let s = if count == 1 { "" } else { "es" };
+        format!("stopped {count} process{s} of the benchmark")
+    }))
 }
 
 fn restore(path: &Path, value: &str) -> Result<Option<String>, String> {

@@ -222,6 +222,14 @@ pub fn run(
         .collection_dir
         .clone()
         .unwrap_or_else(|| opts.output.join(&collection_id));
+    if opts.benchmark.is_none() {
+        if let Some(k) = opts.knobs.iter().find(|k| k.how == crate::machine::How::Cpuset) {
+            return Err(RunError::Selection(format!(
+                "machine.{}: the CPUs a benchmark may run on; this run has no benchmark (--benchmark)",
+                k.name
+            )));
+        }
+    }
     // What the benchmark changes, and the knobs the run sets, are recorded
     // first, and undone even if this process dies.
     let mut guard = guard_for(opts, &collection_id, &planned_dir)?;
@@ -237,7 +245,10 @@ pub fn run(
     // So are power sources that cannot be read as asked.
     let power = crate::power::prepare(registry, &opts.power)
         .map_err(|e| RunError::Selection(e.to_string()))?;
-    // And a knob the kernel refuses: the ones already set are put back.
+    // And CPUs the benchmark cannot be confined to (the guard removes its
+    // cpuset), or a knob the kernel refuses: the ones already set are put
+    // back.
+    let cpus = set_cpus(guard.as_mut(), &opts.knobs)?;
     let knobs = set_knobs(guard.as_ref(), &opts.knobs)?;
     let created = record::create_dir(opts, &collection_id)?;
     if created.id != collection_id {
@@ -247,6 +258,10 @@ pub fn run(
     }
     let dir = created.dir.clone();
     let sys = SystemInfo::gather();
+    // What spoils measurements, said once per run (never refused).
+    for w in sys.state.warnings(sys.logical_cores) {
+        eprintln!("warning: {w}");
+    }
     let mut record = RunRecord::new(
         dir.clone(),
         &collection_id,
@@ -256,7 +271,7 @@ pub fn run(
         &sys,
         bench.as_ref().map(|b| (b.name.as_str(), b.plugin.as_str())),
     );
-    record.man.machine = knobs.clone();
+    record.man.machine = knobs.iter().cloned().chain(cpus).collect();
     // Held until the process ends: `kernmlops repair` refuses the folder
     // while this run writes it.
     record.lock = Some(created.lock);
@@ -443,6 +458,33 @@ fn set_knobs(
         );
     }
     Ok(applied)
+}
+
+/// Confines the benchmark to the `cpus` knob's CPUs through the run's
+/// guard; the cpuset, and so the setting, goes with the guard.
+fn set_cpus(
+    guard: Option<&mut RunGuard>,
+    knobs: &[crate::machine::Knob],
+) -> Result<Option<crate::machine::Applied>, RunError> {
+    let Some(k) = knobs
+        .iter()
+        .find(|k| k.how == crate::machine::How::Cpuset)
+    else {
+        return Ok(None);
+    };
+    let Some(guard) = guard else {
+        return Ok(None);
+    };
+    let (path, previous, value) = guard
+        .set_cpus(&k.value)
+        .map_err(|e| RunError::Selection(format!("machine.{}: {e}", k.name)))?;
+    Ok(Some(crate::machine::Applied {
+        name: k.name.clone(),
+        path,
+        requested: k.value.clone(),
+        previous,
+        value,
+    }))
 }
 
 /// The run's ties to this process (state folder, workload cgroup,
