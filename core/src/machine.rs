@@ -941,10 +941,10 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.to_string().contains("is set twice"), "{e}");
-        let e = knobs(&table("cpus = \"2-3\"\n")).unwrap_err();
+        let e = knobs(&table("turbo = true\n")).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "machine.cpus: unknown key (known: block, sysctl, sysfs)"
+            "machine.turbo: unknown key (known: block, cpufreq, cpus, smt, sysctl, sysfs, thp_mode)"
         );
     }
 
@@ -956,6 +956,216 @@ mod tests {
         assert_eq!(current("[mq-deadline] none"), "mq-deadline");
         assert_eq!(current("60\n"), "60");
         assert_eq!(choices("4096\t8192"), None);
+    }
+
+    /// A crafted kernel tree under a fresh temporary folder, removed on drop.
+    struct Tree(PathBuf);
+    impl Tree {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!(
+                "kml-machine-{name}-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("proc/sys")).unwrap();
+            std::fs::create_dir_all(dir.join("sys/devices/system/cpu/cpufreq")).unwrap();
+            Self(dir)
+        }
+        fn file(&self, rel: &str, content: &str) -> &Self {
+            let p = self.0.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, content).unwrap();
+            self
+        }
+        fn read(&self, rel: &str) -> String {
+            std::fs::read_to_string(self.0.join(rel)).unwrap().trim().to_owned()
+        }
+        fn roots(&self) -> Roots {
+            Roots::under(&self.0)
+        }
+        /// Two cpufreq policies of 800-3000 MHz, under powersave.
+        fn cpufreq(&self) -> &Self {
+            for n in 0..2 {
+                let p = format!("sys/devices/system/cpu/cpufreq/policy{n}");
+                self.file(&format!("{p}/scaling_available_governors"), "performance powersave\n")
+                    .file(&format!("{p}/scaling_governor"), "powersave\n")
+                    .file(&format!("{p}/cpuinfo_min_freq"), "800000\n")
+                    .file(&format!("{p}/cpuinfo_max_freq"), "3000000\n")
+                    .file(&format!("{p}/scaling_min_freq"), "800000\n")
+                    .file(&format!("{p}/scaling_max_freq"), "1000000\n");
+            }
+            self
+        }
+    }
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn cpufreq_knobs_resolve_per_policy_against_what_it_offers() {
+        let t = Tree::new("cpufreq");
+        t.cpufreq().file("sys/devices/system/cpu/cpufreq/boost", "1\n");
+        let roots = t.roots();
+        let k = knobs_in(
+            &table("[cpufreq]\ngovernor = \"performance\"\nmin_freq_khz = 2000000\nmax_freq_khz = 3000000\nboost = false\n"),
+            &roots,
+        )
+        .unwrap();
+        let names: Vec<&str> = k.iter().map(|k| k.name.as_str()).collect();
+        // The maximum before the minimum: raising the minimum past the
+        // current maximum (1000000) first would be refused.
+        assert_eq!(
+            names,
+            [
+                "cpufreq.policy0.governor",
+                "cpufreq.policy0.max_freq_khz",
+                "cpufreq.policy0.min_freq_khz",
+                "cpufreq.policy1.governor",
+                "cpufreq.policy1.max_freq_khz",
+                "cpufreq.policy1.min_freq_khz",
+                "cpufreq.boost",
+            ]
+        );
+        assert_eq!(k[6].value, "0");
+        // Lowering: the minimum first.
+        let low = knobs_in(
+            &table("[cpufreq]\nmin_freq_khz = 800000\nmax_freq_khz = 900000\n"),
+            &roots,
+        )
+        .unwrap();
+        assert_eq!(low[0].name, "cpufreq.policy0.min_freq_khz");
+        // Set, read back and restored in the tree.
+        let applied = apply(&k, |_, _| Ok(())).unwrap();
+        assert_eq!(t.read("sys/devices/system/cpu/cpufreq/policy1/scaling_governor"), "performance");
+        assert_eq!(t.read("sys/devices/system/cpu/cpufreq/policy1/scaling_min_freq"), "2000000");
+        assert_eq!(applied[1].previous, "1000000");
+        assert_eq!(applied[1].value, "3000000");
+        assert!(restore(&applied).is_empty());
+        assert_eq!(t.read("sys/devices/system/cpu/cpufreq/policy1/scaling_governor"), "powersave");
+        assert_eq!(t.read("sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq"), "1000000");
+        assert_eq!(t.read("sys/devices/system/cpu/cpufreq/boost"), "1");
+
+        for (bad, want) in [
+            (
+                "governor = \"ondemand\"",
+                format!("machine.cpufreq.policy0.governor: \"ondemand\" is not one of {} offers: performance, powersave", t.0.join("sys/devices/system/cpu/cpufreq/policy0/scaling_governor").display()),
+            ),
+            (
+                "max_freq_khz = 4000000",
+                "machine.cpufreq.policy0.max_freq_khz: 4000000 kHz is outside the CPU's range 800000-3000000 kHz".to_owned(),
+            ),
+            (
+                "min_freq_khz = 2500000\nmax_freq_khz = 2000000",
+                "machine.cpufreq.policy0.min_freq_khz: 2500000 kHz is above max_freq_khz (2000000 kHz)".to_owned(),
+            ),
+            (
+                "turbo = true",
+                "machine.cpufreq.turbo: unknown key (known: boost, governor, max_freq_khz, min_freq_khz)".to_owned(),
+            ),
+            (
+                "max_freq_khz = \"fast\"",
+                "machine.cpufreq.policy0.max_freq_khz: expected a frequency in kHz, not string".to_owned(),
+            ),
+        ] {
+            let e = knobs_in(&table(&format!("[cpufreq]\n{bad}\n")), &roots).unwrap_err();
+            assert_eq!(e.to_string(), want, "{bad}");
+        }
+    }
+
+    #[test]
+    fn without_cpufreq_or_a_boost_switch_each_is_one_line_naming_what_is_missing() {
+        let t = Tree::new("nocpufreq");
+        let roots = t.roots();
+        let dir = t.0.join("sys/devices/system/cpu/cpufreq");
+        let e = knobs_in(&table("[cpufreq]\ngovernor = \"performance\"\n"), &roots).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "machine.cpufreq.governor: this machine has no CPU frequency scaling (no cpufreq policy in {})",
+                dir.display()
+            )
+        );
+        let e = knobs_in(&table("[cpufreq]\nboost = true\n"), &roots).unwrap_err();
+        assert!(
+            e.to_string().starts_with("machine.cpufreq.boost: this machine has no boost switch (neither "),
+            "{e}"
+        );
+        // intel_pstate's switch, inverted, under its own name.
+        t.file("sys/devices/system/cpu/intel_pstate/no_turbo", "0\n");
+        let k = knobs_in(&table("[cpufreq]\nboost = false\n"), &roots).unwrap();
+        assert_eq!((k[0].name.as_str(), k[0].value.as_str()), ("cpufreq.no_turbo", "1"));
+    }
+
+    #[test]
+    fn smt_is_switched_only_where_the_kernel_allows_it() {
+        let t = Tree::new("smt");
+        let roots = t.roots();
+        let control = t.0.join("sys/devices/system/cpu/smt/control");
+        let e = knobs_in(&table("smt = false\n"), &roots).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("machine.smt: this kernel has no SMT control ({} does not exist)", control.display())
+        );
+        t.file("sys/devices/system/cpu/smt/control", "notsupported\n");
+        let e = knobs_in(&table("smt = false\n"), &roots).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("machine.smt: the kernel does not allow switching SMT here ({} says \"notsupported\")", control.display())
+        );
+        t.file("sys/devices/system/cpu/smt/control", "on\n");
+        let k = knobs_in(&table("smt = false\n"), &roots).unwrap();
+        assert_eq!((k[0].name.as_str(), k[0].value.as_str()), ("smt", "off"));
+        let e = knobs_in(&table("smt = \"maybe\"\n"), &roots).unwrap_err();
+        assert!(e.to_string().starts_with("machine.smt: expected true, false"), "{e}");
+    }
+
+    #[test]
+    fn cpus_are_checked_against_the_online_cpus() {
+        let t = Tree::new("cpus");
+        t.file("sys/devices/system/cpu/online", "0-3\n");
+        let roots = t.roots();
+        let k = knobs_in(&table("cpus = \"3,2\"\n"), &roots).unwrap();
+        assert_eq!((k[0].value.as_str(), k[0].how), ("2-3", How::Cpuset));
+        let k = knobs_in(&table("cpus = 0\n"), &roots).unwrap();
+        assert_eq!(k[0].value, "0");
+        for (bad, want) in [
+            ("\"4\"", "machine.cpus: CPU 4 is not online on this machine (online: 0-3)"),
+            ("\"2-9\"", "machine.cpus: CPUs 4-9 are not online on this machine (online: 0-3)"),
+            ("\"3-1\"", "machine.cpus: \"3-1\" is a range that ends before it starts"),
+            ("\"two\"", "machine.cpus: \"two\" is not a CPU number or range (e.g. \"2-3\")"),
+            ("\"\"", "machine.cpus: a CPU list such as \"0\", \"2-3\" or \"0,4-7\""),
+            ("[1]", "machine.cpus: expected a CPU list such as \"2-3\", not array"),
+        ] {
+            let e = knobs_in(&table(&format!("cpus = {bad}\n")), &roots).unwrap_err();
+            assert_eq!(e.to_string(), want, "{bad}");
+        }
+        assert_eq!(format_cpu_list(&parse_cpu_list("0,2-4,6,7").unwrap()), "0,2-4,6-7");
+    }
+
+    #[test]
+    fn thp_mode_is_the_enabled_file_with_its_choices() {
+        let t = Tree::new("thp");
+        t.file("sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n");
+        let roots = t.roots();
+        let k = knobs_in(&table("thp_mode = \"never\"\n"), &roots).unwrap();
+        assert_eq!(k[0].name, "thp_mode");
+        assert!(k[0].path.ends_with(THP_ENABLED));
+        assert!(knobs_in(&table("thp_mode = \"\"\n"), &roots).unwrap().is_empty());
+        let e = knobs_in(&table("thp_mode = \"sometimes\"\n"), &roots).unwrap_err();
+        assert!(
+            e.to_string().starts_with("machine.thp_mode: \"sometimes\" is not one of ")
+                && e.to_string().ends_with("offers: always, madvise, never"),
+            "{e}"
+        );
+        let e = knobs_in(
+            &table("thp_mode = \"never\"\n[sysfs]\n\"kernel/mm/transparent_hugepage/enabled\" = \"always\"\n"),
+            &roots,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("is set twice"), "{e}");
     }
 
     fn root() -> bool {

@@ -657,6 +657,110 @@ mod tests {
         assert_eq!(meminfo(mem, "SwapTotal"), None);
     }
 
+    /// A crafted `/sys` and `/proc` under a fresh folder, removed on drop.
+    struct Tree(std::path::PathBuf);
+    impl Tree {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!(
+                "kml-sysinfo-{name}-{}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+        fn file(&self, rel: &str, content: &str) -> &Self {
+            let p = self.0.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, content).unwrap();
+            self
+        }
+    }
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn the_state_against_reproducibility_is_read_and_warned_of() {
+        let cpu = "sys/devices/system/cpu";
+        let t = Tree::new("spoiled");
+        t.file(&format!("{cpu}/cpufreq/policy0/scaling_governor"), "powersave\n")
+            .file(&format!("{cpu}/cpufreq/policy1/scaling_governor"), "performance\n")
+            .file(&format!("{cpu}/intel_pstate/no_turbo"), "0\n")
+            .file(&format!("{cpu}/smt/control"), "on\n")
+            .file(&format!("{cpu}/smt/active"), "1\n")
+            .file(&format!("{cpu}/cpuidle/current_driver"), "intel_idle\n")
+            .file(&format!("{cpu}/cpu0/cpuidle/state0/latency"), "0\n")
+            .file(&format!("{cpu}/cpu0/cpuidle/state1/latency"), "2\n")
+            .file(&format!("{cpu}/cpu0/cpuidle/state2/latency"), "170\n")
+            .file(&format!("{cpu}/cpu0/cpuidle/state3/latency"), "900\n")
+            .file(&format!("{cpu}/cpu0/cpuidle/state3/disable"), "1\n")
+            .file(&format!("{cpu}/vulnerabilities/meltdown"), "Not affected\n")
+            .file(&format!("{cpu}/vulnerabilities/spectre_v2"), "Vulnerable: no microcode\n")
+            .file(&format!("{cpu}/vulnerabilities/mds"), "Vulnerable\n")
+            .file("proc/sys/kernel/randomize_va_space", "0\n")
+            .file("proc/cmdline", "ro quiet mitigations=off\n")
+            .file("proc/loadavg", "3.50 2.00 1.00 5/300 4242\n");
+        let st = MachineState::read_in(&t.0);
+        assert_eq!(
+            st,
+            MachineState {
+                cpufreq_governor: Some("performance,powersave".into()),
+                cpu_boost: Some(true),
+                smt_control: Some("on".into()),
+                smt_active: Some(true),
+                cpuidle_driver: Some("intel_idle".into()),
+                cpu_max_cstate: None,
+                cpuidle_max_latency_us: Some(170),
+                aslr: Some(0),
+                cpu_mitigations: Some("off".into()),
+                cpu_vulnerable: Some("mds,spectre_v2".into()),
+                loadavg_1m: Some(3.5),
+                runnable_tasks: Some(5),
+            }
+        );
+        let w = st.warnings(4);
+        let starts = [
+            "the CPU frequency governor is performance,powersave, not performance",
+            "turbo boost is on",
+            "SMT is on",
+            "deep C-states are enabled (the deepest takes 170 us",
+            "kernel.randomize_va_space is 0, not 2",
+            "the machine is busy (1-minute load average 3.50, 5 tasks runnable)",
+        ];
+        assert_eq!(w.len(), starts.len(), "{w:#?}");
+        for (line, start) in w.iter().zip(starts) {
+            assert!(line.starts_with(start), "{line:?} should start with {start:?}");
+        }
+
+        // A tuned machine: nothing said.
+        let t = Tree::new("tuned");
+        t.file(&format!("{cpu}/cpufreq/policy0/scaling_governor"), "performance\n")
+            .file(&format!("{cpu}/cpufreq/boost"), "0\n")
+            .file(&format!("{cpu}/smt/control"), "off\n")
+            .file(&format!("{cpu}/smt/active"), "0\n")
+            .file(&format!("{cpu}/cpu0/cpuidle/state0/latency"), "0\n")
+            .file(&format!("{cpu}/cpu0/cpuidle/state1/latency"), "170\n")
+            .file(&format!("{cpu}/cpu0/cpuidle/state1/disable"), "1\n")
+            .file("sys/module/intel_idle/parameters/max_cstate", "1\n")
+            .file("proc/sys/kernel/randomize_va_space", "2\n")
+            .file("proc/loadavg", "0.10 0.05 0.01 1/300 4242\n");
+        let st = MachineState::read_in(&t.0);
+        assert_eq!(st.cpu_boost, Some(false));
+        assert_eq!(st.cpu_max_cstate, Some(1));
+        assert_eq!(st.cpuidle_max_latency_us, Some(0));
+        assert_eq!(st.warnings(4), Vec::<String>::new());
+
+        // Nothing exposed (a VM without cpufreq, a container): all null,
+        // nothing said.
+        let t = Tree::new("bare");
+        let st = MachineState::read_in(&t.0);
+        assert_eq!(st, MachineState::default());
+        assert!(st.warnings(4).is_empty());
+    }
+
     #[test]
     fn gathers_a_consistent_row() {
         let info = SystemInfo::gather();
@@ -673,6 +777,12 @@ mod tests {
             "thp_enabled",
             "has_btf",
             "boot_time",
+            "cpufreq_governor",
+            "cpu_boost",
+            "smt_active",
+            "aslr",
+            "cpu_vulnerable",
+            "loadavg_1m",
         ] {
             assert!(batch.column_by_name(col).is_some(), "missing {col}");
         }

@@ -823,6 +823,9 @@ mod tests {
             Action::Cgroup {
                 path: "/sys/fs/cgroup/kernmlops/x".into(),
             },
+            Action::Cpuset {
+                path: "/sys/fs/cgroup/cpuset/kernmlops-x".into(),
+            },
         ] {
             assert_eq!(Action::parse(a.to_line().trim_end()), Some(a));
         }
@@ -846,6 +849,31 @@ mod tests {
         }
         assert!(restore(Path::new("/etc/passwd"), "x").is_err());
         assert!(kill_cgroup(Path::new("/sys/fs/cgroup/user.slice")).is_err());
+        if let Some(mount) = cpuset_v1_mount() {
+            for bad in ["", "kernmlops-", "user.slice", "kernmlops-x/../y", "a/kernmlops-x"] {
+                assert!(remove_cpuset(&mount.join(bad)).is_err(), "{bad} accepted");
+            }
+        }
+    }
+
+    #[test]
+    fn the_cgroup_v1_cpuset_hierarchy_is_found_in_mountinfo() {
+        let info = "\
+35 25 0:30 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+36 25 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
+40 25 0:35 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+        assert_eq!(
+            cpuset_v1_mount_in(info),
+            Some(PathBuf::from("/sys/fs/cgroup/cpuset"))
+        );
+        // A bind mount of a folder inside it is not the hierarchy's root.
+        let bind = "36 25 0:31 /docker /mnt/cs rw - cgroup cgroup rw,cpuset\n";
+        assert_eq!(cpuset_v1_mount_in(bind), None);
+        assert_eq!(
+            cpuset_v1_mount_in("40 25 0:35 / /sys/fs/cgroup cgroup2 rw - cgroup2 cgroup2 rw\n"),
+            None
+        );
     }
 
     #[test]

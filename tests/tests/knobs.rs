@@ -542,3 +542,494 @@ fn root_knobs_apply_to_a_run_without_a_benchmark_too() {
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&plugins);
 }
+
+/// The run's private cgroup v1 cpuset groups now (`kernmlops-<id>`).
+fn cpuset_groups() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup/cpuset")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("kernmlops-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The last online CPU, as a list of one.
+fn last_online_cpu() -> String {
+    let online = read("/sys/devices/system/cpu/online");
+    let last = online.rsplit([',', '-']).next().expect("a CPU").to_owned();
+    last
+}
+
+#[test]
+fn root_cpus_confine_the_benchmark_and_are_undone_even_after_sigkill() {
+    let test = "root_cpus_confine_the_benchmark_and_are_undone_even_after_sigkill";
+    if !require_root(test) {
+        return;
+    }
+    let _serial = serial();
+    let plugins = plugin_dir("knobs-cpus", &[("workloads", "workloads")]);
+    let work = temp_dir("knobs-cpus");
+    let before = cpuset_groups();
+    let cpu = last_online_cpu();
+    let seen = work.join("seen-cpus");
+    let script = work.join("cpus.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ngrep Cpus_allowed_list /proc/self/status | cut -f2 > {seen}\n\"$@\"\n\
+             echo '{{\"name\": \"cpus\", \"component\": \"sh\", \"@result\": {{\"x\": 1}}}}'\n",
+            seen = s(&seen)
+        ),
+    )
+    .expect("script");
+    assert!(Command::new("chmod")
+        .arg("+x")
+        .arg(&script)
+        .status()
+        .is_ok_and(|st| st.success()));
+    let config = |name: &str, cpus: &str, args: &str| {
+        let cfg = work.join(format!("{name}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "[benchmarks.script]\ncommand = [{script:?}{args}]\ndrop_page_cache = false\n\
+                 [machine]\ncpus = {cpus:?}\n",
+                script = s(&script)
+            ),
+        )
+        .expect("config");
+        cfg
+    };
+
+    // The benchmark runs on the CPUs asked, and the manifest says so.
+    let cfg = config("one", &cpu, "");
+    let output = work.join("out-one");
+    let out = kernmlops(&[
+        "--config",
+        s(&cfg),
+        "--plugin-dir",
+        s(&plugins),
+        "run",
+        "--benchmark",
+        "script",
+        "--baseline",
+        "--output",
+        s(&output),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        read(s(&seen)),
+        cpu,
+        "the benchmark's Cpus_allowed_list is the knob's"
+    );
+    let m = manifest(&only_collection(&output));
+    let entry = m["machine"]
+        .as_array()
+        .and_then(|a| a.iter().find(|k| k["name"] == "cpus"))
+        .unwrap_or_else(|| panic!("no cpus knob in {}", m["machine"]));
+    assert_eq!(entry["requested"], cpu.as_str());
+    assert_eq!(entry["value"], cpu.as_str(), "the list read back");
+    assert_eq!(cpuset_groups(), before, "the run's cpuset was removed");
+
+    // A CPU that does not exist: one line, nothing made, nothing set.
+    let cfg = config("bad", "4095", "");
+    let output = work.join("out-bad");
+    let out = kernmlops(&[
+        "--config",
+        s(&cfg),
+        "--plugin-dir",
+        s(&plugins),
+        "run",
+        "--benchmark",
+        "script",
+        "--baseline",
+        "--output",
+        s(&output),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(
+        lines[0].starts_with(&format!("error: {}: machine.cpus: CPU 4095 is not online on this machine (online: ", s(&cfg))),
+        "{stderr}"
+    );
+    assert!(!output.exists(), "a folder was made");
+    assert_eq!(cpuset_groups(), before);
+
+    // SIGKILL of the host mid-run: the guardian removes the cpuset.
+    let cfg = config("kill", &cpu, ", \"sleep\", \"60\"");
+    let output = work.join("out-kill");
+    let collector = Collector::start(&[
+        "--config",
+        s(&cfg),
+        "--plugin-dir",
+        s(&plugins),
+        "--benchmark",
+        "script",
+        "--baseline",
+        "--duration",
+        "120s",
+        "--output",
+        s(&output),
+    ]);
+    let during = cpuset_groups();
+    assert_eq!(during.len(), before.len() + 1, "the run's cpuset: {during:?}");
+    let made = during
+        .iter()
+        .find(|p| !before.contains(p))
+        .expect("a new cpuset")
+        .clone();
+    assert_eq!(read(s(&made.join("cpuset.cpus"))), cpu);
+    assert!(
+        wait_for(Duration::from_secs(10), || !read(s(&made.join("cgroup.procs")))
+            .is_empty()),
+        "the benchmark never joined {}",
+        made.display()
+    );
+    let done = collector.signal_and_wait(libc::SIGKILL);
+    assert!(!done.status.success());
+    assert!(
+        wait_for(Duration::from_secs(15), || !made.exists()),
+        "the guardian left {}",
+        made.display()
+    );
+    let _ = kernmlops(&["repair", s(&only_collection(&output))]);
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&plugins);
+}
+
+#[test]
+fn root_cpufreq_and_smt_are_set_where_the_kernel_has_them_else_one_line_each() {
+    let test = "root_cpufreq_and_smt_are_set_where_the_kernel_has_them_else_one_line_each";
+    if !require_root(test) {
+        return;
+    }
+    let _serial = serial();
+    let plugins = plugin_dir("knobs-cpufreq", &[("workloads", "workloads")]);
+    let work = temp_dir("knobs-cpufreq");
+    let script = script(&work, SYSCTL, "");
+    let policy0 = Path::new("/sys/devices/system/cpu/cpufreq/policy0");
+    let governor = policy0
+        .join("scaling_governor")
+        .exists()
+        .then(|| read("/sys/devices/system/cpu/cpufreq/policy0/scaling_governor"));
+    let smt = std::fs::read_to_string("/sys/devices/system/cpu/smt/control")
+        .ok()
+        .map(|c| c.trim().to_owned());
+    let cases = [
+        (
+            "governor",
+            // The governor in force (nothing changes), or none here.
+            format!(
+                "[machine.cpufreq]\ngovernor = {:?}\n",
+                governor.clone().unwrap_or_else(|| "performance".into())
+            ),
+            governor.is_none().then(|| {
+                "machine.cpufreq.governor: this machine has no CPU frequency scaling (no cpufreq policy in /sys/devices/system/cpu/cpufreq)".to_owned()
+            }),
+        ),
+        (
+            "smt",
+            format!(
+                "[machine]\nsmt = {:?}\n",
+                smt.clone().filter(|c| c == "on" || c == "off").unwrap_or_else(|| "off".into())
+            ),
+            match smt.as_deref() {
+                Some("on" | "off") => None,
+                Some(other) => Some(format!(
+                    "machine.smt: the kernel does not allow switching SMT here (/sys/devices/system/cpu/smt/control says {other:?})"
+                )),
+                None => Some("machine.smt: this kernel has no SMT control".to_owned()),
+            },
+        ),
+    ];
+    for (name, machine, refused) in cases {
+        let cfg = work.join(format!("{name}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "[benchmarks.script]\ncommand = [{:?}]\ndrop_page_cache = false\n{machine}",
+                s(&script)
+            ),
+        )
+        .expect("config");
+        let output = work.join(format!("out-{name}"));
+        let out = kernmlops(&[
+            "--config",
+            s(&cfg),
+            "--plugin-dir",
+            s(&plugins),
+            "run",
+            "--benchmark",
+            "script",
+            "--baseline",
+            "--output",
+            s(&output),
+        ]);
+        let stderr = text(&out.stderr);
+        match refused {
+            Some(needle) => {
+                let lines: Vec<&str> = stderr.lines().collect();
+                assert!(!out.status.success(), "{name}: accepted");
+                assert_eq!(lines.len(), 1, "{name}: one line: {stderr}");
+                assert!(
+                    lines[0].starts_with(&format!("error: {}: {needle}", s(&cfg))),
+                    "{name}: {stderr}"
+                );
+                assert!(!output.exists(), "{name}: a folder was made");
+            }
+            None => {
+                assert!(out.status.success(), "{name}: {stderr}");
+                let m = manifest(&only_collection(&output));
+                assert!(
+                    !m["machine"].as_array().is_none_or(Vec::is_empty),
+                    "{name}: {}",
+                    m["machine"]
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&plugins);
+}
+
+/// The THP mode file's selected value.
+fn thp() -> String {
+    let t = read("/sys/kernel/mm/transparent_hugepage/enabled");
+    t.split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+        .expect("a selected mode")
+        .to_owned()
+}
+
+#[test]
+fn root_thp_mode_is_a_knob_from_machine_and_from_the_benchmark_key() {
+    let test = "root_thp_mode_is_a_knob_from_machine_and_from_the_benchmark_key";
+    if !require_root(test) {
+        return;
+    }
+    let _serial = serial();
+    let plugins = plugin_dir("knobs-thp", &[("workloads", "workloads")]);
+    let work = temp_dir("knobs-thp");
+    let originals = Originals::of(&[THP_FILE]);
+    let before = thp();
+    let other = if before == "never" { "always" } else { "never" };
+    let seen = work.join("seen-thp");
+    let script = work.join("thp.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncat {THP_FILE} > {seen}\n\
+             echo '{{\"name\": \"thp\", \"component\": \"sh\", \"@result\": {{\"x\": 1}}}}'\n",
+            seen = s(&seen)
+        ),
+    )
+    .expect("script");
+    assert!(Command::new("chmod")
+        .arg("+x")
+        .arg(&script)
+        .status()
+        .is_ok_and(|st| st.success()));
+    for (case, section) in [
+        ("machine", format!("[machine]\nthp_mode = \"{other}\"\n")),
+        ("benchmark", format!("thp_mode = \"{other}\"\n")),
+    ] {
+        // The benchmark key goes in [benchmarks.script], the knob after it.
+        let cfg = work.join(format!("{case}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "[benchmarks.script]\ncommand = [{:?}]\ndrop_page_cache = false\n{section}",
+                s(&script)
+            ),
+        )
+        .expect("config");
+        let output = work.join(format!("out-{case}"));
+        let out = kernmlops(&[
+            "--config",
+            s(&cfg),
+            "--plugin-dir",
+            s(&plugins),
+            "run",
+            "--benchmark",
+            "script",
+            "--baseline",
+            "--output",
+            s(&output),
+        ]);
+        assert!(out.status.success(), "{case}: {}", text(&out.stderr));
+        assert!(
+            read(s(&seen)).contains(&format!("[{other}]")),
+            "{case}: the benchmark ran under {}",
+            read(s(&seen))
+        );
+        assert_eq!(thp(), before, "{case}: restored");
+        let dir = only_collection(&output);
+        let m = manifest(&dir);
+        let knobs = m["machine"].as_array().expect("a machine section");
+        assert_eq!(knobs.len(), 1, "{case}: {}", m["machine"]);
+        assert_eq!(knobs[0]["name"], "thp_mode");
+        assert_eq!(knobs[0]["previous"], before.as_str());
+        assert_eq!(knobs[0]["value"], other, "{case}: read back");
+    }
+    // Both at once: one line.
+    let cfg = work.join("both.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[benchmarks.script]\ncommand = [{:?}]\nthp_mode = \"{other}\"\n[machine]\nthp_mode = \"{other}\"\n",
+            s(&script)
+        ),
+    )
+    .expect("config");
+    let out = kernmlops(&[
+        "--config",
+        s(&cfg),
+        "--plugin-dir",
+        s(&plugins),
+        "run",
+        "--benchmark",
+        "script",
+        "--baseline",
+        "--output",
+        s(&work.join("out-both")),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("both set the THP mode"), "{stderr}");
+    assert_eq!(originals.changed(), Vec::<String>::new());
+    drop(originals);
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&plugins);
+}
+
+const THP_FILE: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+
+#[test]
+fn root_system_info_records_the_state_that_spoils_measurements() {
+    let test = "root_system_info_records_the_state_that_spoils_measurements";
+    if !require_root(test) {
+        return;
+    }
+    let _serial = serial();
+    let plugins = plugin_dir("knobs-sysinfo", &[("workloads", "workloads")]);
+    let work = temp_dir("knobs-sysinfo");
+    let script = script(&work, SYSCTL, "");
+    let cfg = work.join("run.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[benchmarks.script]\ncommand = [{:?}]\ndrop_page_cache = false\n",
+            s(&script)
+        ),
+    )
+    .expect("config");
+    let output = work.join("out");
+    let out = kernmlops(&[
+        "--config",
+        s(&cfg),
+        "--plugin-dir",
+        s(&plugins),
+        "run",
+        "--benchmark",
+        "script",
+        "--baseline",
+        "--output",
+        s(&output),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let dir = only_collection(&output);
+    let reader = r#"
+import json, sys
+import pyarrow as pa
+path = sys.argv[1]
+try:
+    t = pa.ipc.open_file(path).read_all()
+except pa.ArrowInvalid:
+    t = pa.ipc.open_stream(path).read_all()
+row = {c: t.column(c)[0].as_py() for c in t.column_names}
+print(json.dumps({k: v for k, v in row.items() if not hasattr(v, "isoformat")}))
+"#;
+    let py = Command::new("python3")
+        .arg("-c")
+        .arg(reader)
+        .arg(dir.join("system_info.arrow"))
+        .output()
+        .expect("python3");
+    let pyerr = text(&py.stderr);
+    if !py.status.success() && pyerr.contains("ModuleNotFoundError") {
+        assert!(!in_ci(), "pyarrow missing in CI: {pyerr}");
+        eprintln!("SKIP read-back: {pyerr}");
+        return;
+    }
+    assert!(py.status.success(), "{pyerr}");
+    let row: serde_json::Value = serde_json::from_slice(&py.stdout).expect("JSON");
+    // What this machine says, read here the same way.
+    let opt = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned());
+    let aslr: u64 = read("/proc/sys/kernel/randomize_va_space").parse().expect("a number");
+    assert_eq!(row["aslr"], aslr);
+    assert_eq!(
+        row["smt_control"].as_str().map(str::to_owned),
+        opt("/sys/devices/system/cpu/smt/control")
+    );
+    assert_eq!(
+        row["smt_active"].as_bool(),
+        opt("/sys/devices/system/cpu/smt/active").map(|a| a != "0")
+    );
+    assert_eq!(
+        row["cpuidle_driver"].as_str().map(str::to_owned),
+        opt("/sys/devices/system/cpu/cpuidle/current_driver")
+    );
+    let has_policy = std::fs::read_dir("/sys/devices/system/cpu/cpufreq").is_ok_and(|d| {
+        d.flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("policy"))
+    });
+    assert_eq!(
+        row["cpufreq_governor"].is_null(),
+        !has_policy,
+        "the governor is null exactly without cpufreq: {row}"
+    );
+    if !has_policy {
+        assert!(
+            !stderr.contains("governor"),
+            "nothing said of a governor there is none of: {stderr}"
+        );
+    }
+    let vulnerable: Vec<String> = std::fs::read_dir("/sys/devices/system/cpu/vulnerabilities")
+        .map(|d| {
+            let mut v: Vec<String> = d
+                .flatten()
+                .filter(|e| {
+                    std::fs::read_to_string(e.path()).is_ok_and(|t| t.starts_with("Vulnerable"))
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        })
+        .unwrap_or_default();
+    assert_eq!(row["cpu_vulnerable"], vulnerable.join(","));
+    let load = row["loadavg_1m"].as_f64().expect("a load average");
+    assert!(load >= 0.0, "{row}");
+    assert!(row["runnable_tasks"].as_u64().is_some_and(|r| r >= 1), "{row}");
+    // A warning for each fact against reproducibility, and only for those.
+    let busy = stderr.contains("warning: the machine is busy (1-minute load average ");
+    assert_eq!(busy, load >= 1.0, "load {load}: {stderr}");
+    assert_eq!(
+        stderr.contains("warning: kernel.randomize_va_space is"),
+        aslr != 2,
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&plugins);
+}
