@@ -186,9 +186,8 @@ fn inside(name: &str, candidate: &Path, roots: &Roots) -> Result<PathBuf, KnobEr
             }
         }
     })?;
-    let under = |root: &Path| {
-        std::fs::canonicalize(root).is_ok_and(|r| real.starts_with(&r) && real != r)
-    };
+    let under =
+        |root: &Path| std::fs::canonicalize(root).is_ok_and(|r| real.starts_with(&r) && real != r);
     if !(under(&roots.proc_sys) || under(&roots.sys)) {
         return Err(KnobError::Outside {
             name: name.to_owned(),
@@ -429,7 +428,10 @@ pub fn parse_cpu_list(list: &str) -> Result<std::collections::BTreeSet<u32>, Str
         return Err("a CPU list such as \"0\", \"2-3\" or \"0,4-7\"".into());
     }
     for part in list.split(',') {
-        let (a, b) = part.trim().split_once('-').unwrap_or((part.trim(), part.trim()));
+        let (a, b) = part
+            .trim()
+            .split_once('-')
+            .unwrap_or((part.trim(), part.trim()));
         let num = |t: &str| {
             t.parse::<u32>()
                 .ok()
@@ -473,7 +475,10 @@ fn cpus(v: &toml::Value, roots: &Roots) -> Result<Knob, KnobError> {
         other => {
             return Err(invalid(
                 name,
-                format!("expected a CPU list such as \"2-3\", not {}", other.type_str()),
+                format!(
+                    "expected a CPU list such as \"2-3\", not {}",
+                    other.type_str()
+                ),
             ))
         }
     };
@@ -484,12 +489,15 @@ fn cpus(v: &toml::Value, roots: &Roots) -> Result<Knob, KnobError> {
         path: online_path.clone(),
         source,
     })?;
-    let online = parse_cpu_list(&online_text).map_err(|e| {
-        invalid(name, format!("{}: {e}", online_path.display()))
-    })?;
+    let online = parse_cpu_list(&online_text)
+        .map_err(|e| invalid(name, format!("{}: {e}", online_path.display())))?;
     let missing: std::collections::BTreeSet<u32> = wanted.difference(&online).copied().collect();
     if !missing.is_empty() {
-        let (s, are) = if missing.len() == 1 { ("", "is") } else { ("s", "are") };
+        let (s, are) = if missing.len() == 1 {
+            ("", "is")
+        } else {
+            ("s", "are")
+        };
         return Err(invalid(
             name,
             format!(
@@ -525,7 +533,10 @@ fn smt(v: &toml::Value, roots: &Roots) -> Result<Knob, KnobError> {
     let path = inside(name, &control, roots).map_err(|e| match e {
         KnobError::Missing { path, .. } => invalid(
             name,
-            format!("this kernel has no SMT control ({} does not exist)", path.display()),
+            format!(
+                "this kernel has no SMT control ({} does not exist)",
+                path.display()
+            ),
         ),
         e => e,
     })?;
@@ -561,7 +572,11 @@ fn khz(name: &str, path: &Path) -> Result<u64, KnobError> {
     t.trim().parse().map_err(|_| {
         invalid(
             name,
-            format!("{} holds {:?}, not a frequency in kHz", path.display(), t.trim()),
+            format!(
+                "{} holds {:?}, not a frequency in kHz",
+                path.display(),
+                t.trim()
+            ),
         )
     })
 }
@@ -584,7 +599,12 @@ fn cpufreq(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
         .map(|d| {
             d.flatten()
                 .filter_map(|e| {
-                    let n = e.file_name().to_str()?.strip_prefix("policy")?.parse().ok()?;
+                    let n = e
+                        .file_name()
+                        .to_str()?
+                        .strip_prefix("policy")?
+                        .parse()
+                        .ok()?;
                     Some((n, e.path()))
                 })
                 .collect()
@@ -635,14 +655,30 @@ fn cpufreq(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
                 how: How::Write,
             });
         }
-        let hw_min = || khz(&format!("cpufreq.policy{n}"), &pdir.join("cpuinfo_min_freq"));
-        let hw_max = || khz(&format!("cpufreq.policy{n}"), &pdir.join("cpuinfo_max_freq"));
+        let hw_min = || {
+            khz(
+                &format!("cpufreq.policy{n}"),
+                &pdir.join("cpuinfo_min_freq"),
+            )
+        };
+        let hw_max = || {
+            khz(
+                &format!("cpufreq.policy{n}"),
+                &pdir.join("cpuinfo_max_freq"),
+            )
+        };
         let mut freqs = Vec::new();
-        for (key, file) in [("min_freq_khz", "scaling_min_freq"), ("max_freq_khz", "scaling_max_freq")] {
+        for (key, file) in [
+            ("min_freq_khz", "scaling_min_freq"),
+            ("max_freq_khz", "scaling_max_freq"),
+        ] {
             let Some(v) = t.get(key) else { continue };
             let name = format!("cpufreq.policy{n}.{key}");
             let toml::Value::Integer(f) = v else {
-                return Err(invalid(&name, format!("expected a frequency in kHz, not {}", v.type_str())));
+                return Err(invalid(
+                    &name,
+                    format!("expected a frequency in kHz, not {}", v.type_str()),
+                ));
             };
             let (lo, hi) = (hw_min()?, hw_max()?);
             if *f < 0 || (*f as u64) < lo || (*f as u64) > hi {
@@ -652,12 +688,16 @@ fn cpufreq(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
                 ));
             }
             let path = inside(&name, &pdir.join(file), roots)?;
-            freqs.push((key, *f as u64, Knob {
-                name,
-                path,
-                value: f.to_string(),
-                how: How::Write,
-            }));
+            freqs.push((
+                key,
+                *f as u64,
+                Knob {
+                    name,
+                    path,
+                    value: f.to_string(),
+                    how: How::Write,
+                },
+            ));
         }
         if let [(_, lo, _), (_, hi, _)] = freqs.as_slice() {
             if lo > hi {
@@ -668,7 +708,10 @@ fn cpufreq(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
             }
             // Raising the range past the current maximum: the maximum first,
             // so the minimum is never above it in between.
-            let now_max = khz(&format!("cpufreq.policy{n}"), &pdir.join("scaling_max_freq"))?;
+            let now_max = khz(
+                &format!("cpufreq.policy{n}"),
+                &pdir.join("scaling_max_freq"),
+            )?;
             if *lo > now_max {
                 freqs.reverse();
             }
@@ -979,7 +1022,10 @@ mod tests {
             self
         }
         fn read(&self, rel: &str) -> String {
-            std::fs::read_to_string(self.0.join(rel)).unwrap().trim().to_owned()
+            std::fs::read_to_string(self.0.join(rel))
+                .unwrap()
+                .trim()
+                .to_owned()
         }
         fn roots(&self) -> Roots {
             Roots::under(&self.0)
@@ -988,12 +1034,15 @@ mod tests {
         fn cpufreq(&self) -> &Self {
             for n in 0..2 {
                 let p = format!("sys/devices/system/cpu/cpufreq/policy{n}");
-                self.file(&format!("{p}/scaling_available_governors"), "performance powersave\n")
-                    .file(&format!("{p}/scaling_governor"), "powersave\n")
-                    .file(&format!("{p}/cpuinfo_min_freq"), "800000\n")
-                    .file(&format!("{p}/cpuinfo_max_freq"), "3000000\n")
-                    .file(&format!("{p}/scaling_min_freq"), "800000\n")
-                    .file(&format!("{p}/scaling_max_freq"), "1000000\n");
+                self.file(
+                    &format!("{p}/scaling_available_governors"),
+                    "performance powersave\n",
+                )
+                .file(&format!("{p}/scaling_governor"), "powersave\n")
+                .file(&format!("{p}/cpuinfo_min_freq"), "800000\n")
+                .file(&format!("{p}/cpuinfo_max_freq"), "3000000\n")
+                .file(&format!("{p}/scaling_min_freq"), "800000\n")
+                .file(&format!("{p}/scaling_max_freq"), "1000000\n");
             }
             self
         }
@@ -1007,7 +1056,8 @@ mod tests {
     #[test]
     fn cpufreq_knobs_resolve_per_policy_against_what_it_offers() {
         let t = Tree::new("cpufreq");
-        t.cpufreq().file("sys/devices/system/cpu/cpufreq/boost", "1\n");
+        t.cpufreq()
+            .file("sys/devices/system/cpu/cpufreq/boost", "1\n");
         let roots = t.roots();
         let k = knobs_in(
             &table("[cpufreq]\ngovernor = \"performance\"\nmin_freq_khz = 2000000\nmax_freq_khz = 3000000\nboost = false\n"),
@@ -1039,13 +1089,25 @@ mod tests {
         assert_eq!(low[0].name, "cpufreq.policy0.min_freq_khz");
         // Set, read back and restored in the tree.
         let applied = apply(&k, |_, _| Ok(())).unwrap();
-        assert_eq!(t.read("sys/devices/system/cpu/cpufreq/policy1/scaling_governor"), "performance");
-        assert_eq!(t.read("sys/devices/system/cpu/cpufreq/policy1/scaling_min_freq"), "2000000");
+        assert_eq!(
+            t.read("sys/devices/system/cpu/cpufreq/policy1/scaling_governor"),
+            "performance"
+        );
+        assert_eq!(
+            t.read("sys/devices/system/cpu/cpufreq/policy1/scaling_min_freq"),
+            "2000000"
+        );
         assert_eq!(applied[1].previous, "1000000");
         assert_eq!(applied[1].value, "3000000");
         assert!(restore(&applied).is_empty());
-        assert_eq!(t.read("sys/devices/system/cpu/cpufreq/policy1/scaling_governor"), "powersave");
-        assert_eq!(t.read("sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq"), "1000000");
+        assert_eq!(
+            t.read("sys/devices/system/cpu/cpufreq/policy1/scaling_governor"),
+            "powersave"
+        );
+        assert_eq!(
+            t.read("sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq"),
+            "1000000"
+        );
         assert_eq!(t.read("sys/devices/system/cpu/cpufreq/boost"), "1");
 
         for (bad, want) in [
@@ -1090,13 +1152,17 @@ mod tests {
         );
         let e = knobs_in(&table("[cpufreq]\nboost = true\n"), &roots).unwrap_err();
         assert!(
-            e.to_string().starts_with("machine.cpufreq.boost: this machine has no boost switch (neither "),
+            e.to_string()
+                .starts_with("machine.cpufreq.boost: this machine has no boost switch (neither "),
             "{e}"
         );
         // intel_pstate's switch, inverted, under its own name.
         t.file("sys/devices/system/cpu/intel_pstate/no_turbo", "0\n");
         let k = knobs_in(&table("[cpufreq]\nboost = false\n"), &roots).unwrap();
-        assert_eq!((k[0].name.as_str(), k[0].value.as_str()), ("cpufreq.no_turbo", "1"));
+        assert_eq!(
+            (k[0].name.as_str(), k[0].value.as_str()),
+            ("cpufreq.no_turbo", "1")
+        );
     }
 
     #[test]
@@ -1107,7 +1173,10 @@ mod tests {
         let e = knobs_in(&table("smt = false\n"), &roots).unwrap_err();
         assert_eq!(
             e.to_string(),
-            format!("machine.smt: this kernel has no SMT control ({} does not exist)", control.display())
+            format!(
+                "machine.smt: this kernel has no SMT control ({} does not exist)",
+                control.display()
+            )
         );
         t.file("sys/devices/system/cpu/smt/control", "notsupported\n");
         let e = knobs_in(&table("smt = false\n"), &roots).unwrap_err();
@@ -1119,7 +1188,11 @@ mod tests {
         let k = knobs_in(&table("smt = false\n"), &roots).unwrap();
         assert_eq!((k[0].name.as_str(), k[0].value.as_str()), ("smt", "off"));
         let e = knobs_in(&table("smt = \"maybe\"\n"), &roots).unwrap_err();
-        assert!(e.to_string().starts_with("machine.smt: expected true, false"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("machine.smt: expected true, false"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1132,31 +1205,58 @@ mod tests {
         let k = knobs_in(&table("cpus = 0\n"), &roots).unwrap();
         assert_eq!(k[0].value, "0");
         for (bad, want) in [
-            ("\"4\"", "machine.cpus: CPU 4 is not online on this machine (online: 0-3)"),
-            ("\"2-9\"", "machine.cpus: CPUs 4-9 are not online on this machine (online: 0-3)"),
-            ("\"3-1\"", "machine.cpus: \"3-1\" is a range that ends before it starts"),
-            ("\"two\"", "machine.cpus: \"two\" is not a CPU number or range (e.g. \"2-3\")"),
-            ("\"\"", "machine.cpus: a CPU list such as \"0\", \"2-3\" or \"0,4-7\""),
-            ("[1]", "machine.cpus: expected a CPU list such as \"2-3\", not array"),
+            (
+                "\"4\"",
+                "machine.cpus: CPU 4 is not online on this machine (online: 0-3)",
+            ),
+            (
+                "\"2-9\"",
+                "machine.cpus: CPUs 4-9 are not online on this machine (online: 0-3)",
+            ),
+            (
+                "\"3-1\"",
+                "machine.cpus: \"3-1\" is a range that ends before it starts",
+            ),
+            (
+                "\"two\"",
+                "machine.cpus: \"two\" is not a CPU number or range (e.g. \"2-3\")",
+            ),
+            (
+                "\"\"",
+                "machine.cpus: a CPU list such as \"0\", \"2-3\" or \"0,4-7\"",
+            ),
+            (
+                "[1]",
+                "machine.cpus: expected a CPU list such as \"2-3\", not array",
+            ),
         ] {
             let e = knobs_in(&table(&format!("cpus = {bad}\n")), &roots).unwrap_err();
             assert_eq!(e.to_string(), want, "{bad}");
         }
-        assert_eq!(format_cpu_list(&parse_cpu_list("0,2-4,6,7").unwrap()), "0,2-4,6-7");
+        assert_eq!(
+            format_cpu_list(&parse_cpu_list("0,2-4,6,7").unwrap()),
+            "0,2-4,6-7"
+        );
     }
 
     #[test]
     fn thp_mode_is_the_enabled_file_with_its_choices() {
         let t = Tree::new("thp");
-        t.file("sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n");
+        t.file(
+            "sys/kernel/mm/transparent_hugepage/enabled",
+            "always [madvise] never\n",
+        );
         let roots = t.roots();
         let k = knobs_in(&table("thp_mode = \"never\"\n"), &roots).unwrap();
         assert_eq!(k[0].name, "thp_mode");
         assert!(k[0].path.ends_with(THP_ENABLED));
-        assert!(knobs_in(&table("thp_mode = \"\"\n"), &roots).unwrap().is_empty());
+        assert!(knobs_in(&table("thp_mode = \"\"\n"), &roots)
+            .unwrap()
+            .is_empty());
         let e = knobs_in(&table("thp_mode = \"sometimes\"\n"), &roots).unwrap_err();
         assert!(
-            e.to_string().starts_with("machine.thp_mode: \"sometimes\" is not one of ")
+            e.to_string()
+                .starts_with("machine.thp_mode: \"sometimes\" is not one of ")
                 && e.to_string().ends_with("offers: always, madvise, never"),
             "{e}"
         );

@@ -129,17 +129,17 @@ impl MachineState {
                 .unwrap_or("auto")
                 .to_owned()
         });
-        let cpu_vulnerable = std::fs::read_dir(cpu.join("vulnerabilities")).ok().map(|d| {
-            let mut v: Vec<String> = d
-                .flatten()
-                .filter(|e| {
-                    read_trim(e.path()).is_some_and(|s| s.starts_with("Vulnerable"))
-                })
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v.join(",")
-        });
+        let cpu_vulnerable = std::fs::read_dir(cpu.join("vulnerabilities"))
+            .ok()
+            .map(|d| {
+                let mut v: Vec<String> = d
+                    .flatten()
+                    .filter(|e| read_trim(e.path()).is_some_and(|s| s.starts_with("Vulnerable")))
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect();
+                v.sort();
+                v.join(",")
+            });
         let loadavg = read_trim(root.join("proc/loadavg")).unwrap_or_default();
         let mut load = loadavg.split_whitespace();
         let loadavg_1m = load.next().and_then(|l| l.parse().ok());
@@ -661,10 +661,8 @@ mod tests {
     struct Tree(std::path::PathBuf);
     impl Tree {
         fn new(name: &str) -> Self {
-            let dir = std::env::temp_dir().join(format!(
-                "kml-sysinfo-{name}-{}",
-                std::process::id()
-            ));
+            let dir =
+                std::env::temp_dir().join(format!("kml-sysinfo-{name}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).unwrap();
             Self(dir)
@@ -686,23 +684,32 @@ mod tests {
     fn the_state_against_reproducibility_is_read_and_warned_of() {
         let cpu = "sys/devices/system/cpu";
         let t = Tree::new("spoiled");
-        t.file(&format!("{cpu}/cpufreq/policy0/scaling_governor"), "powersave\n")
-            .file(&format!("{cpu}/cpufreq/policy1/scaling_governor"), "performance\n")
-            .file(&format!("{cpu}/intel_pstate/no_turbo"), "0\n")
-            .file(&format!("{cpu}/smt/control"), "on\n")
-            .file(&format!("{cpu}/smt/active"), "1\n")
-            .file(&format!("{cpu}/cpuidle/current_driver"), "intel_idle\n")
-            .file(&format!("{cpu}/cpu0/cpuidle/state0/latency"), "0\n")
-            .file(&format!("{cpu}/cpu0/cpuidle/state1/latency"), "2\n")
-            .file(&format!("{cpu}/cpu0/cpuidle/state2/latency"), "170\n")
-            .file(&format!("{cpu}/cpu0/cpuidle/state3/latency"), "900\n")
-            .file(&format!("{cpu}/cpu0/cpuidle/state3/disable"), "1\n")
-            .file(&format!("{cpu}/vulnerabilities/meltdown"), "Not affected\n")
-            .file(&format!("{cpu}/vulnerabilities/spectre_v2"), "Vulnerable: no microcode\n")
-            .file(&format!("{cpu}/vulnerabilities/mds"), "Vulnerable\n")
-            .file("proc/sys/kernel/randomize_va_space", "0\n")
-            .file("proc/cmdline", "ro quiet mitigations=off\n")
-            .file("proc/loadavg", "3.50 2.00 1.00 5/300 4242\n");
+        t.file(
+            &format!("{cpu}/cpufreq/policy0/scaling_governor"),
+            "powersave\n",
+        )
+        .file(
+            &format!("{cpu}/cpufreq/policy1/scaling_governor"),
+            "performance\n",
+        )
+        .file(&format!("{cpu}/intel_pstate/no_turbo"), "0\n")
+        .file(&format!("{cpu}/smt/control"), "on\n")
+        .file(&format!("{cpu}/smt/active"), "1\n")
+        .file(&format!("{cpu}/cpuidle/current_driver"), "intel_idle\n")
+        .file(&format!("{cpu}/cpu0/cpuidle/state0/latency"), "0\n")
+        .file(&format!("{cpu}/cpu0/cpuidle/state1/latency"), "2\n")
+        .file(&format!("{cpu}/cpu0/cpuidle/state2/latency"), "170\n")
+        .file(&format!("{cpu}/cpu0/cpuidle/state3/latency"), "900\n")
+        .file(&format!("{cpu}/cpu0/cpuidle/state3/disable"), "1\n")
+        .file(&format!("{cpu}/vulnerabilities/meltdown"), "Not affected\n")
+        .file(
+            &format!("{cpu}/vulnerabilities/spectre_v2"),
+            "Vulnerable: no microcode\n",
+        )
+        .file(&format!("{cpu}/vulnerabilities/mds"), "Vulnerable\n")
+        .file("proc/sys/kernel/randomize_va_space", "0\n")
+        .file("proc/cmdline", "ro quiet mitigations=off\n")
+        .file("proc/loadavg", "3.50 2.00 1.00 5/300 4242\n");
         let st = MachineState::read_in(&t.0);
         assert_eq!(
             st,
@@ -732,21 +739,27 @@ mod tests {
         ];
         assert_eq!(w.len(), starts.len(), "{w:#?}");
         for (line, start) in w.iter().zip(starts) {
-            assert!(line.starts_with(start), "{line:?} should start with {start:?}");
+            assert!(
+                line.starts_with(start),
+                "{line:?} should start with {start:?}"
+            );
         }
 
         // A tuned machine: nothing said.
         let t = Tree::new("tuned");
-        t.file(&format!("{cpu}/cpufreq/policy0/scaling_governor"), "performance\n")
-            .file(&format!("{cpu}/cpufreq/boost"), "0\n")
-            .file(&format!("{cpu}/smt/control"), "off\n")
-            .file(&format!("{cpu}/smt/active"), "0\n")
-            .file(&format!("{cpu}/cpu0/cpuidle/state0/latency"), "0\n")
-            .file(&format!("{cpu}/cpu0/cpuidle/state1/latency"), "170\n")
-            .file(&format!("{cpu}/cpu0/cpuidle/state1/disable"), "1\n")
-            .file("sys/module/intel_idle/parameters/max_cstate", "1\n")
-            .file("proc/sys/kernel/randomize_va_space", "2\n")
-            .file("proc/loadavg", "0.10 0.05 0.01 1/300 4242\n");
+        t.file(
+            &format!("{cpu}/cpufreq/policy0/scaling_governor"),
+            "performance\n",
+        )
+        .file(&format!("{cpu}/cpufreq/boost"), "0\n")
+        .file(&format!("{cpu}/smt/control"), "off\n")
+        .file(&format!("{cpu}/smt/active"), "0\n")
+        .file(&format!("{cpu}/cpu0/cpuidle/state0/latency"), "0\n")
+        .file(&format!("{cpu}/cpu0/cpuidle/state1/latency"), "170\n")
+        .file(&format!("{cpu}/cpu0/cpuidle/state1/disable"), "1\n")
+        .file("sys/module/intel_idle/parameters/max_cstate", "1\n")
+        .file("proc/sys/kernel/randomize_va_space", "2\n")
+        .file("proc/loadavg", "0.10 0.05 0.01 1/300 4242\n");
         let st = MachineState::read_in(&t.0);
         assert_eq!(st.cpu_boost, Some(false));
         assert_eq!(st.cpu_max_cstate, Some(1));

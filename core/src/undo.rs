@@ -310,8 +310,8 @@ impl RunGuard {
         };
         if let Some(cg) = &self.cgroup {
             let parent = cg.path.parent().unwrap_or(&cg.path).to_owned();
-            let offered = std::fs::read_to_string(parent.join("cgroup.controllers"))
-                .unwrap_or_default();
+            let offered =
+                std::fs::read_to_string(parent.join("cgroup.controllers")).unwrap_or_default();
             if offered.split_whitespace().any(|c| c == "cpuset") {
                 let control = parent.join("cgroup.subtree_control");
                 if !read(&control)?.split_whitespace().any(|c| c == "cpuset") {
@@ -850,7 +850,13 @@ mod tests {
         assert!(restore(Path::new("/etc/passwd"), "x").is_err());
         assert!(kill_cgroup(Path::new("/sys/fs/cgroup/user.slice")).is_err());
         if let Some(mount) = cpuset_v1_mount() {
-            for bad in ["", "kernmlops-", "user.slice", "kernmlops-x/../y", "a/kernmlops-x"] {
+            for bad in [
+                "",
+                "kernmlops-",
+                "user.slice",
+                "kernmlops-x/../y",
+                "a/kernmlops-x",
+            ] {
                 assert!(remove_cpuset(&mount.join(bad)).is_err(), "{bad} accepted");
             }
         }

@@ -658,7 +658,10 @@ fn root_cpus_confine_the_benchmark_and_are_undone_even_after_sigkill() {
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "one line: {stderr}");
     assert!(
-        lines[0].starts_with(&format!("error: {}: machine.cpus: CPU 4095 is not online on this machine (online: ", s(&cfg))),
+        lines[0].starts_with(&format!(
+            "error: {}: machine.cpus: CPU 4095 is not online on this machine (online: ",
+            s(&cfg)
+        )),
         "{stderr}"
     );
     assert!(!output.exists(), "a folder was made");
@@ -681,7 +684,11 @@ fn root_cpus_confine_the_benchmark_and_are_undone_even_after_sigkill() {
         s(&output),
     ]);
     let during = cpuset_groups();
-    assert_eq!(during.len(), before.len() + 1, "the run's cpuset: {during:?}");
+    assert_eq!(
+        during.len(),
+        before.len() + 1,
+        "the run's cpuset: {during:?}"
+    );
     let made = during
         .iter()
         .find(|p| !before.contains(p))
@@ -689,8 +696,10 @@ fn root_cpus_confine_the_benchmark_and_are_undone_even_after_sigkill() {
         .clone();
     assert_eq!(read(s(&made.join("cpuset.cpus"))), cpu);
     assert!(
-        wait_for(Duration::from_secs(10), || !read(s(&made.join("cgroup.procs")))
-            .is_empty()),
+        wait_for(Duration::from_secs(10), || !read(s(
+            &made.join("cgroup.procs")
+        ))
+        .is_empty()),
         "the benchmark never joined {}",
         made.display()
     );
@@ -976,7 +985,9 @@ print(json.dumps({k: v for k, v in row.items() if not hasattr(v, "isoformat")}))
     let row: serde_json::Value = serde_json::from_slice(&py.stdout).expect("JSON");
     // What this machine says, read here the same way.
     let opt = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned());
-    let aslr: u64 = read("/proc/sys/kernel/randomize_va_space").parse().expect("a number");
+    let aslr: u64 = read("/proc/sys/kernel/randomize_va_space")
+        .parse()
+        .expect("a number");
     assert_eq!(row["aslr"], aslr);
     assert_eq!(
         row["smt_control"].as_str().map(str::to_owned),
@@ -1021,7 +1032,10 @@ print(json.dumps({k: v for k, v in row.items() if not hasattr(v, "isoformat")}))
     assert_eq!(row["cpu_vulnerable"], vulnerable.join(","));
     let load = row["loadavg_1m"].as_f64().expect("a load average");
     assert!(load >= 0.0, "{row}");
-    assert!(row["runnable_tasks"].as_u64().is_some_and(|r| r >= 1), "{row}");
+    assert!(
+        row["runnable_tasks"].as_u64().is_some_and(|r| r >= 1),
+        "{row}"
+    );
     // A warning for each fact against reproducibility, and only for those.
     let busy = stderr.contains("warning: the machine is busy (1-minute load average ");
     assert_eq!(busy, load >= 1.0, "load {load}: {stderr}");

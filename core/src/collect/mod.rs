@@ -223,7 +223,11 @@ pub fn run(
         .clone()
         .unwrap_or_else(|| opts.output.join(&collection_id));
     if opts.benchmark.is_none() {
-        if let Some(k) = opts.knobs.iter().find(|k| k.how == crate::machine::How::Cpuset) {
+        if let Some(k) = opts
+            .knobs
+            .iter()
+            .find(|k| k.how == crate::machine::How::Cpuset)
+        {
             return Err(RunError::Selection(format!(
                 "machine.{}: the CPUs a benchmark may run on; this run has no benchmark (--benchmark)",
                 k.name
@@ -466,10 +470,7 @@ fn set_cpus(
     guard: Option<&mut RunGuard>,
     knobs: &[crate::machine::Knob],
 ) -> Result<Option<crate::machine::Applied>, RunError> {
-    let Some(k) = knobs
-        .iter()
-        .find(|k| k.how == crate::machine::How::Cpuset)
-    else {
+    let Some(k) = knobs.iter().find(|k| k.how == crate::machine::How::Cpuset) else {
         return Ok(None);
     };
     let Some(guard) = guard else {
