@@ -640,7 +640,7 @@ fn cpufreq(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
                 .map(str::to_owned)
                 .collect();
             let path = inside(&name, &pdir.join("scaling_governor"), roots)?;
-            if !offered.iter().any(|o| *o == value) {
+            if !offered.contains(&value) {
                 return Err(KnobError::NotOffered {
                     name,
                     path,
