@@ -789,8 +789,12 @@ mod tests {
             ("[collect]\nring_size = \"3MiB\"\n", "collect.ring_size"),
             ("[nope]\n", "nope: unknown key"),
             (
-                "[machine]\ncpus = \"2-3\"\n",
-                "machine.cpus: unknown key (known: block, sysctl, sysfs)",
+                "[machine]\nturbo = true\n",
+                "machine.turbo: unknown key (known: block, cpufreq, cpus, smt, sysctl, sysfs, thp_mode)",
+            ),
+            (
+                "[machine]\ncpus = \"4095\"\n",
+                "machine.cpus: CPU 4095 is not online on this machine (online: ",
             ),
             (
                 "machine = 3\n",
@@ -809,6 +813,56 @@ mod tests {
                 "{body:?} gave {err}"
             );
         }
+    }
+
+    #[test]
+    fn a_benchmarks_thp_mode_becomes_the_machine_knob_and_leaves_its_settings() {
+        let user = |text: &str| toml::from_str::<toml::Table>(text).expect("toml");
+        let mut cfg = Config {
+            source: "mine.toml".into(),
+            ..Config::default()
+        };
+        cfg.benchmarks
+            .insert("fio".into(), user("thp_mode = \"never\"\nbs = \"4k\""));
+        cfg.benchmarks
+            .insert("quiet".into(), user("thp_mode = \"\""));
+        if std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
+            let k = cfg.knobs_for(Some("fio")).expect("a knob");
+            assert_eq!(k.len(), 1);
+            assert_eq!(
+                (k[0].name.as_str(), k[0].value.as_str()),
+                ("thp_mode", "never")
+            );
+            // Only for the benchmark run; "" leaves the mode as it is.
+            assert!(cfg.knobs_for(Some("quiet")).expect("none").is_empty());
+            assert!(cfg.knobs_for(None).expect("none").is_empty());
+            cfg.machine = user("thp_mode = \"always\"");
+            let e = cfg.knobs_for(Some("fio")).expect_err("twice").to_string();
+            assert_eq!(
+                e,
+                "mine.toml: benchmarks.fio.thp_mode and machine.thp_mode both set the THP mode; keep one"
+            );
+            cfg.machine = toml::Table::new();
+        }
+        // The benchmark is given its settings without the key.
+        let json = Config::settings_json(&cfg.benchmarks);
+        let stripped = strip_host_settings(json);
+        assert_eq!(stripped["fio"], serde_json::json!({"bs": "4k"}));
+        // A benchmark that does not declare it: still a host setting,
+        // checked by the host.
+        let declared = [("fio", "bs = \"1k\"\n"), ("quiet", "")];
+        let got = cfg.benchmark_settings(declared).expect("accepted");
+        assert!(!got["fio"].contains_key("thp_mode"));
+        cfg.benchmarks
+            .insert("fio".into(), user("thp_mode = \"sometimes\""));
+        let e = cfg
+            .benchmark_settings(declared)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains("benchmarks.fio.thp_mode = \"sometimes\": use"),
+            "{e}"
+        );
     }
 
     #[test]
