@@ -1318,6 +1318,36 @@ mod tests {
     }
 
     #[test]
+    fn root_the_value_read_back_is_what_the_kernel_kept() {
+        if !root() {
+            return;
+        }
+        let _one = SYSCTL.lock().unwrap_or_else(|e| e.into_inner());
+        // The kernel rounds fs.pipe-max-size up to a power of two pages.
+        let path = PathBuf::from("/proc/sys/fs/pipe-max-size");
+        let before = std::fs::read_to_string(&path).unwrap().trim().to_owned();
+        let _keep = Keep(path.clone(), before.clone());
+        let asked = before.parse::<u64>().unwrap() + 1;
+        let knobs = resolve(&table(&format!(
+            "[sysctl]\n\"fs.pipe-max-size\" = {asked}\n"
+        )))
+        .unwrap();
+        let applied = apply(&knobs, |_, _| Ok(())).unwrap();
+        let kept: u64 = applied[0].value.parse().unwrap();
+        assert_eq!(applied[0].requested, asked.to_string());
+        assert!(
+            kept > asked && (kept / 4096).is_power_of_two() && kept % 4096 == 0,
+            "asked {asked}, recorded {kept}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap().trim(),
+            applied[0].value
+        );
+        assert!(restore(&applied).is_empty());
+        assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), before);
+    }
+
+    #[test]
     fn root_a_refused_value_undoes_the_knobs_already_set() {
         if !root() {
             return;
