@@ -165,7 +165,7 @@ impl MachineState {
 
     /// One line per fact set against reproducible measurements, with what
     /// to do about it; nothing for a fact this machine does not expose.
-    pub fn warnings(&self, _logical_cores: u32) -> Vec<String> {
+    pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let Some(g) = &self.cpufreq_governor {
             if g.split(',').any(|g| g != "performance") {
@@ -728,7 +728,7 @@ mod tests {
                 runnable_tasks: Some(5),
             }
         );
-        let w = st.warnings(4);
+        let w = st.warnings();
         let starts = [
             "the CPU frequency governor is performance,powersave, not performance",
             "turbo boost is on",
@@ -764,14 +764,14 @@ mod tests {
         assert_eq!(st.cpu_boost, Some(false));
         assert_eq!(st.cpu_max_cstate, Some(1));
         assert_eq!(st.cpuidle_max_latency_us, Some(0));
-        assert_eq!(st.warnings(4), Vec::<String>::new());
+        assert_eq!(st.warnings(), Vec::<String>::new());
 
         // Nothing exposed (a VM without cpufreq, a container): all null,
         // nothing said.
         let t = Tree::new("bare");
         let st = MachineState::read_in(&t.0);
         assert_eq!(st, MachineState::default());
-        assert!(st.warnings(4).is_empty());
+        assert!(st.warnings().is_empty());
     }
 
     #[test]

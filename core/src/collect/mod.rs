@@ -263,7 +263,7 @@ pub fn run(
     let dir = created.dir.clone();
     let sys = SystemInfo::gather();
     // What spoils measurements, said once per run (never refused).
-    for w in sys.state.warnings(sys.logical_cores) {
+    for w in sys.state.warnings() {
         eprintln!("warning: {w}");
     }
     let mut record = RunRecord::new(
