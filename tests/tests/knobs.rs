@@ -6,6 +6,12 @@
 //! by the next `kernmlops` start; a refused value, a path outside the
 //! kernel's trees and a missing block device refused in one line each with
 //! nothing set; a run without a benchmark sets and restores them too.
+//! The CPU knobs: `cpus` confines the benchmark (its Cpus_allowed_list is
+//! the knob's) through a cpuset removed at the end and after SIGKILL, a
+//! CPU that is not online is one line; cpufreq and SMT are set where the
+//! kernel has them, else one line each naming what is missing; `thp_mode`
+//! from `[machine]` and from the benchmark's key is one knob; and
+//! `system_info`'s reproducibility columns read back with pyarrow.
 
 use std::{
     path::{Path, PathBuf},
