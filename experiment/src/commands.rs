@@ -224,6 +224,7 @@ pub fn results(opts: ResultsOptions, env: &Env) -> Result<ExitCode> {
     };
     let draw = plugin_dir.as_deref().map(|d| (env, d));
     report::report_collected(&dir, &record, &observed, &results, draw, &opts.figures)?;
+    comparisons::report_overhead(&dir, &record, &results, &opts.figures)?;
     if let Some(pairs) = reference {
         comparisons::report_reference(&dir, &record, &results, pairs, &opts.figures)?;
     }
@@ -472,6 +473,18 @@ fn check_experiment(
     registry
         .resolve(&probes)
         .map_err(|m| invalid(spec, "probes", m))?;
+    for var in variables.iter().filter(|v| v.is_probes()) {
+        for level in &var.levels {
+            let set = spec::probe_set(&level.value).unwrap_or_default();
+            registry.resolve(&set).map_err(|m| {
+                invalid(
+                    spec,
+                    &format!("variables.{}", var.name),
+                    format!("{}: {m}", spec::probe_set_name(&set)),
+                )
+            })?;
+        }
+    }
     let identity = Identity {
         benchmark: spec.benchmark.clone(),
         probes,
@@ -533,16 +546,16 @@ fn check_runs(
     identity: &Identity,
     runs: &[PlannedRun],
 ) -> Result<()> {
-    let checked_run = Checked {
-        probes: &identity.probes,
-        benchmark: &identity.benchmark,
-        power: identity.power.as_deref(),
-    };
     let mut seen = std::collections::HashSet::new();
     for r in runs {
         if !seen.insert(r.combo_id.as_str()) {
             continue;
         }
+        let checked_run = Checked {
+            probes: r.probes(identity),
+            benchmark: &identity.benchmark,
+            power: identity.power.as_deref(),
+        };
         let Some(toml::Value::Table(config)) = spec::json_to_toml(&r.config) else {
             continue;
         };

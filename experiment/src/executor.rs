@@ -206,7 +206,15 @@ pub fn perform_run(
     write_atomic(&config_path, config.as_bytes())?;
 
     let started = Instant::now();
-    let status = launch(ctx, &run_dir, &config_path, &dir.log(id), Some(id), tick)?;
+    let status = launch(
+        ctx,
+        run.probes(&ctx.identity),
+        &run_dir,
+        &config_path,
+        &dir.log(id),
+        Some(id),
+        tick,
+    )?;
     drop(lock);
     let mut observed = state::observe_run(dir, run);
     if !status.success() && observed.state == RunState::Pending {
@@ -243,6 +251,7 @@ pub fn perform_warmup(
     write_atomic(&config_path, config.as_bytes())?;
     let status = launch(
         ctx,
+        run.probes(&ctx.identity),
         &collection,
         &config_path,
         &dir.root.join("logs").join("warmup.log"),
@@ -255,8 +264,13 @@ pub fn perform_warmup(
     status
 }
 
-/// The command line of one run.
-pub fn run_command(ctx: &RunContext, collection: &Path, config: &Path) -> Command {
+/// The command line of one run, with its probes (`--baseline` for none).
+pub fn run_command(
+    ctx: &RunContext,
+    probes: &[String],
+    collection: &Path,
+    config: &Path,
+) -> Command {
     let mut cmd = Command::new(&ctx.exe);
     if ctx.allow_insecure_plugins {
         cmd.arg("--allow-insecure-plugins");
@@ -270,10 +284,10 @@ pub fn run_command(ctx: &RunContext, collection: &Path, config: &Path) -> Comman
         .arg(collection)
         .arg("--benchmark")
         .arg(&ctx.identity.benchmark);
-    if ctx.identity.probes.is_empty() {
+    if probes.is_empty() {
         cmd.arg("--baseline");
     } else {
-        cmd.arg("--plugins").arg(ctx.identity.probes.join(","));
+        cmd.arg("--plugins").arg(probes.join(","));
     }
     if let Some(power) = &ctx.identity.power {
         cmd.arg("--power").arg(power.join(","));
@@ -289,6 +303,7 @@ const FORWARD_STOP_AFTER: Duration = Duration::from_secs(3);
 /// appended to `log`. With a `run_id`, its pid file says who runs it.
 fn launch(
     ctx: &RunContext,
+    probes: &[String],
     collection: &Path,
     config: &Path,
     log: &Path,
@@ -303,7 +318,7 @@ fn launch(
         .append(true)
         .open(log)
         .map_err(ExperimentError::io(log))?;
-    let mut cmd = run_command(ctx, collection, config);
+    let mut cmd = run_command(ctx, probes, collection, config);
     let shown: Vec<String> = std::iter::once(cmd.get_program())
         .chain(cmd.get_args())
         .map(|a| a.to_string_lossy().into_owned())
