@@ -466,10 +466,14 @@ fn check_experiment(
     };
     let cfg =
         check_config(registry, &base, &benchmark_only).map_err(|m| invalid(spec, "config", m))?;
-    let probes = spec
-        .probes
-        .clone()
-        .unwrap_or_else(|| cfg.collect.plugins.clone());
+    // A `probes` variable that applies in every run leaves no run to the
+    // experiment's own probes.
+    let swept_everywhere = variables.iter().any(|v| v.is_probes() && v.when.is_empty());
+    let probes = match &spec.probes {
+        Some(p) => p.clone(),
+        None if swept_everywhere => Vec::new(),
+        None => cfg.collect.plugins.clone(),
+    };
     registry
         .resolve(&probes)
         .map_err(|m| invalid(spec, "probes", m))?;

@@ -804,12 +804,11 @@ fn probe_levels(
     levels: Vec<Level>,
 ) -> std::result::Result<Vec<Level>, (String, String)> {
     let at = match form {
-        Form::Range => {
-            return Err((
-                "range".into(),
-                "the probes are lists of probe names: give values = [[], [\"quanta_runtime\"], ...]".into(),
-            ))
-        }
+        Form::Range => return Err((
+            "range".into(),
+            "the probes are lists of probe names: give values = [[], [\"quanta_runtime\"], ...]"
+                .into(),
+        )),
         Form::Values => "values",
         Form::Labels => "labels",
     };
