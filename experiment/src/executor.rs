@@ -48,6 +48,20 @@ pub struct RunContext {
     pub busy_wait: Duration,
     /// Pass `--allow-insecure-plugins` to each run.
     pub allow_insecure_plugins: bool,
+    /// The experiment's device (name, folder): each run's configuration is
+    /// made concrete for it (`device::materialize`).
+    pub device: Option<(String, String)>,
+}
+
+impl RunContext {
+    /// The configuration a run is given: the planned one, with the
+    /// device's placeholders filled in.
+    pub fn run_config(&self, planned: &serde_json::Value) -> serde_json::Value {
+        match &self.device {
+            Some((name, dir)) => crate::device::materialize(planned, name, dir),
+            None => planned.clone(),
+        }
+    }
 }
 
 /// What became of one run.
@@ -195,7 +209,7 @@ pub fn perform_run(
     }
 
     let config_path = dir.config(id);
-    let config = json_to_toml(&run.config)
+    let config = json_to_toml(&ctx.run_config(&run.config))
         .map(|v| toml::to_string_pretty(&v))
         .transpose()
         .map_err(|e| ExperimentError::Corrupt {
@@ -245,7 +259,7 @@ pub fn perform_warmup(
     let collection = base.join(format!("{}-{n}", run.run_id));
     let _ = std::fs::remove_dir_all(&collection);
     let config_path = base.join(format!("{}-{n}.toml", run.run_id));
-    let config = json_to_toml(&run.config)
+    let config = json_to_toml(&ctx.run_config(&run.config))
         .and_then(|v| toml::to_string_pretty(&v).ok())
         .unwrap_or_default();
     write_atomic(&config_path, config.as_bytes())?;

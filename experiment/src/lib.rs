@@ -40,6 +40,7 @@ pub mod checks;
 pub mod commands;
 pub mod compare;
 pub mod comparisons;
+pub mod device;
 pub mod executor;
 pub mod graphs;
 pub mod plan;

@@ -286,6 +286,8 @@ pub struct Spec {
     pub variables: Vec<Variable>,
     /// Most runs the plan may have (`max_runs`, default [`MAX_RUNS`]).
     pub max_runs: usize,
+    /// The block device measured (`[device]`, see [`crate::device`]).
+    pub device: Option<crate::device::DeviceSpec>,
 }
 
 #[derive(Deserialize)]
@@ -304,6 +306,7 @@ struct RawSpec {
     max_runs: Option<i64>,
     #[serde(default)]
     variables: BTreeMap<String, toml::Spanned<RawVariable>>,
+    device: Option<crate::device::DeviceSpec>,
 }
 
 #[derive(Deserialize)]
@@ -495,6 +498,18 @@ impl Spec {
                 ),
             ));
         }
+        if let Some(d) = &raw.device {
+            d.check().map_err(|(key, message)| {
+                invalid(
+                    &if key.is_empty() {
+                        "device".to_owned()
+                    } else {
+                        format!("device.{key}")
+                    },
+                    message,
+                )
+            })?;
+        }
         if let (Some(v), Some(_)) = (swept.first(), &raw.probes) {
             return Err(invalid(
                 "probes",
@@ -518,6 +533,7 @@ impl Spec {
             order: raw.order.unwrap_or_default(),
             variables,
             max_runs,
+            device: raw.device,
         })
     }
 }
