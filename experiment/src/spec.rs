@@ -1194,4 +1194,33 @@ mod tests {
             assert!(e.contains(needle), "{body}: {e}");
         }
     }
+
+    #[test]
+    fn a_device_section_is_checked() {
+        let s = parse(&format!("{HEAD}[device]\nloop_size = \"64m\"\n")).expect("valid");
+        assert_eq!(s.device.and_then(|d| d.loop_size), Some("64m".to_owned()));
+        for (body, needle) in [
+            (
+                "[device]\nloop_size = \"1k\"\n",
+                "exp.toml: device.loop_size: \"1k\": give a size",
+            ),
+            ("[device]\n", "exp.toml: device: give loop_size"),
+            (
+                "[device]\nname = \"sdb\"\n",
+                "device.directory: missing or not absolute",
+            ),
+            (
+                "[device]\nname = \"../sda\"\ndirectory = \"/mnt\"\n",
+                "device.name: \"../sda\"",
+            ),
+            (
+                "[device]\nloop_size = \"64m\"\nbogus = 1\n",
+                "unknown field `bogus`",
+            ),
+        ] {
+            let e = err(&format!("{HEAD}{body}"));
+            assert!(e.contains(needle), "{body}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
 }
