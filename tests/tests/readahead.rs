@@ -99,12 +99,12 @@ fn root_readahead_example_labels_sequential_reads_with_a_larger_readahead() {
     };
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
-    assert!(stdout.contains("48 runs: 48 done"), "{stdout}");
+    assert!(stdout.contains("30 runs: 30 done"), "{stdout}");
     assert_eq!(devices(), before, "the loop device outlived the experiment");
 
     // Each row: the device's read_ahead_kb as read back, the variable's.
     let results = rows(&dir.join("results.parquet"));
-    assert_eq!(results.len(), 48);
+    assert_eq!(results.len(), 30);
     for r in &results {
         let knob = r
             .as_object()
