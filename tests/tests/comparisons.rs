@@ -424,6 +424,23 @@ fn root_probes_variable_measures_the_collectors_overhead() {
     );
     let body = std::fs::read_to_string(&file).expect("file");
     std::fs::write(&file, body.replacen("probes = []\n", "", 1)).expect("file");
+    // A set naming a probe that is not installed: one error line.
+    let bad = work.join("bad.toml");
+    std::fs::write(
+        &bad,
+        body.replacen("probes = []\n", "", 1)
+            .replace("[\"quanta_runtime\"]", "[\"no_such_probe\"]"),
+    )
+    .expect("bad file");
+    let out = experiment(&plugins, &work, &["run", s(&bad), "--dry-run"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "accepted: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error:")
+            && stderr.contains("variables.probes: no_such_probe: unknown plugin"),
+        "{stderr}"
+    );
     let dir = work.join("exp");
     run_experiment(&plugins, &work, &file, &dir);
 
