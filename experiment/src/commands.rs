@@ -23,6 +23,7 @@ use crate::{
         only_start_leftovers, read_trusted_record, resolve_variable_commands, Checked,
     },
     comparisons,
+    device::ActiveDevice,
     executor::{
         perform_run, perform_warmup, Dispatch, Executor, LocalExecutor, RunContext, RunObserver,
     },
@@ -224,6 +225,7 @@ pub fn results(opts: ResultsOptions, env: &Env) -> Result<ExitCode> {
     };
     let draw = plugin_dir.as_deref().map(|d| (env, d));
     report::report_collected(&dir, &record, &observed, &results, draw, &opts.figures)?;
+    comparisons::report_overhead(&dir, &record, &results, &opts.figures)?;
     if let Some(pairs) = reference {
         comparisons::report_reference(&dir, &record, &results, pairs, &opts.figures)?;
     }
@@ -326,7 +328,11 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
     let existing = existing_record(&dir, env)?;
     let plugin_dir = resolve_plugin_dir(env, None)?;
     let registry = env.registry(&plugin_dir)?;
-    let (base, variables, identity) = check_experiment(&spec, &registry, env, &policy)?;
+    // The device first: its knobs are checked on it. Dropped (a loop
+    // device unmounted and removed) when this returns, however it returns.
+    let device = ready_device(spec.device.as_ref(), &spec.file, slurm.is_some())?;
+    let (base, variables, identity) =
+        check_experiment(&spec, &registry, env, &policy, device.as_ref())?;
     let (seed, seed_from) = match (spec.seed, &existing) {
         (Some(s), _) => (s, "file"),
         (None, Some(r)) => (r.seed, r.seed_from.as_str()),
@@ -350,7 +356,14 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
     // Each distinct configuration, checked once as the host will check
     // it (keys, types, each component's rules, power), before anything is
     // written.
-    check_runs(&registry, &spec, &variables, &identity, &runs)?;
+    check_runs(
+        &registry,
+        &spec,
+        &variables,
+        &identity,
+        &runs,
+        device.as_ref(),
+    )?;
 
     if args.dry_run {
         report::print_plan(
@@ -404,6 +417,7 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
         plugin_dir: plugin_dir.display().to_string(),
         plugins,
         adaptive,
+        device: spec.device.clone(),
         runs,
     };
     write_start(&dir, &record, &spec, &base, env)?;
@@ -420,7 +434,29 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
             ""
         }
     );
-    drive(&dir, record, &plugin_dir, &args.common, env)
+    drive(
+        &dir,
+        record,
+        &plugin_dir,
+        &args.common,
+        env,
+        device.as_ref(),
+    )
+}
+
+/// Makes the experiment's `[device]` ready (local executor only).
+fn ready_device(
+    spec: Option<&crate::device::DeviceSpec>,
+    file: &str,
+    slurm: bool,
+) -> Result<Option<ActiveDevice>> {
+    match spec {
+        None => Ok(None),
+        Some(_) if slurm => Err(ExperimentError::Usage(format!(
+            "{file}: [device]: an experiment with a device runs with the local executor only (Slurm's nodes would not have it)"
+        ))),
+        Some(d) => ActiveDevice::setup(d, file).map(Some),
+    }
 }
 
 /// The largest plan allowed: `--max-runs`, else the file's `max_runs`.
@@ -444,6 +480,7 @@ fn check_experiment(
     registry: &Registry,
     env: &Env,
     policy: &Policy,
+    device: Option<&ActiveDevice>,
 ) -> Result<(toml::Table, Vec<spec::Variable>, Identity)> {
     for (path, e) in &registry.failures {
         eprintln!("warning: plugin {} refused: {e}", path.display());
@@ -463,15 +500,31 @@ fn check_experiment(
         benchmark: &spec.benchmark,
         power: spec.power.as_deref(),
     };
-    let cfg =
-        check_config(registry, &base, &benchmark_only).map_err(|m| invalid(spec, "config", m))?;
-    let probes = spec
-        .probes
-        .clone()
-        .unwrap_or_else(|| cfg.collect.plugins.clone());
+    let cfg = check_config(registry, &concrete(&base, device), &benchmark_only)
+        .map_err(|m| invalid(spec, "config", m))?;
+    // A `probes` variable that applies in every run leaves no run to the
+    // experiment's own probes.
+    let swept_everywhere = variables.iter().any(|v| v.is_probes() && v.when.is_empty());
+    let probes = match &spec.probes {
+        Some(p) => p.clone(),
+        None if swept_everywhere => Vec::new(),
+        None => cfg.collect.plugins.clone(),
+    };
     registry
         .resolve(&probes)
         .map_err(|m| invalid(spec, "probes", m))?;
+    for var in variables.iter().filter(|v| v.is_probes()) {
+        for level in &var.levels {
+            let set = spec::probe_set(&level.value).unwrap_or_default();
+            registry.resolve(&set).map_err(|m| {
+                invalid(
+                    spec,
+                    &format!("variables.{}", var.name),
+                    format!("{}: {m}", spec::probe_set_name(&set)),
+                )
+            })?;
+        }
+    }
     let identity = Identity {
         benchmark: spec.benchmark.clone(),
         probes,
@@ -532,20 +585,22 @@ fn check_runs(
     variables: &[spec::Variable],
     identity: &Identity,
     runs: &[PlannedRun],
+    device: Option<&ActiveDevice>,
 ) -> Result<()> {
-    let checked_run = Checked {
-        probes: &identity.probes,
-        benchmark: &identity.benchmark,
-        power: identity.power.as_deref(),
-    };
     let mut seen = std::collections::HashSet::new();
     for r in runs {
         if !seen.insert(r.combo_id.as_str()) {
             continue;
         }
+        let checked_run = Checked {
+            probes: r.probes(identity),
+            benchmark: &identity.benchmark,
+            power: identity.power.as_deref(),
+        };
         let Some(toml::Value::Table(config)) = spec::json_to_toml(&r.config) else {
             continue;
         };
+        let config = concrete(&config, device);
         if let Err(m) = check_config(registry, &config, &checked_run) {
             // Name the variable whose key the host complains about.
             let culprit = variables
@@ -601,6 +656,18 @@ fn write_start(
     Ok(())
 }
 
+/// A configuration made concrete for the device, as its runs get it.
+fn concrete(config: &toml::Table, device: Option<&ActiveDevice>) -> toml::Table {
+    let Some(d) = device else {
+        return config.clone();
+    };
+    let json = d.materialize(&spec::toml_to_json(&toml::Value::Table(config.clone())));
+    match spec::json_to_toml(&json) {
+        Some(toml::Value::Table(t)) => t,
+        _ => config.clone(),
+    }
+}
+
 pub(crate) fn invalid(spec: &Spec, key: &str, message: String) -> ExperimentError {
     ExperimentError::Invalid {
         file: spec.file.clone(),
@@ -644,6 +711,7 @@ fn context(
     common: &CommonOptions,
     env: &Env,
     stop: Arc<AtomicBool>,
+    device: Option<&ActiveDevice>,
 ) -> Result<RunContext> {
     Ok(RunContext {
         dir: dir.clone(),
@@ -654,6 +722,7 @@ fn context(
         retry_failed: common.retry_failed,
         busy_wait: BUSY_WAIT,
         allow_insecure_plugins: env.allow_insecure_plugins,
+        device: device.map(|d| (d.name.clone(), d.dir.display().to_string())),
     })
 }
 
@@ -688,12 +757,24 @@ pub fn resume(args: ResumeOptions, env: &Env) -> Result<ExitCode> {
         record.updated_utc = clock::rfc3339(clock::unix_us());
         record.write(&dir)?;
     }
+    let device = ready_device(
+        record.device.as_ref(),
+        &record.source_file,
+        args.common.executor.executor == ExecutorKind::Slurm,
+    )?;
     eprintln!(
         "experiment {} in {}: resuming",
         record.name,
         dir.root.display()
     );
-    drive(&dir, record, &plugin_dir, &args.common, env)
+    drive(
+        &dir,
+        record,
+        &plugin_dir,
+        &args.common,
+        env,
+        device.as_ref(),
+    )
 }
 
 /// Carries out what is missing (plus adaptive repeats), then writes and
@@ -704,9 +785,10 @@ fn drive(
     plugin_dir: &Path,
     common: &CommonOptions,
     env: &Env,
+    device: Option<&ActiveDevice>,
 ) -> Result<ExitCode> {
     let stop = install_signals()?;
-    let ctx = context(dir, &record, plugin_dir, common, env, stop.clone())?;
+    let ctx = context(dir, &record, plugin_dir, common, env, stop.clone(), device)?;
     let mut progress = Progress::new(&record.variables);
     let mut executor: Box<dyn Executor> = match common.executor.slurm()? {
         Some(options) => Box::new(slurm_executor(options, record.warmup, common)),
@@ -887,6 +969,12 @@ fn exec_run(dir: &ExpDir, run_id: &str, what: &ExecOptions, env: &Env) -> Result
             )));
         }
     }
+    if record.device.is_some() {
+        return Err(ExperimentError::Usage(format!(
+            "{}: the experiment has a [device], made ready by `experiment run` or `experiment resume` on this machine; its runs are not carried out one by one",
+            dir.root.display()
+        )));
+    }
     let plugin_dir = resolve_plugin_dir(env, Some(&record))?;
     check_plugins(&record, &plugin_set(&plugin_dir)?, allow)?;
     let stop = install_signals()?;
@@ -900,7 +988,7 @@ fn exec_run(dir: &ExpDir, run_id: &str, what: &ExecOptions, env: &Env) -> Result
         no_graphs: true,
         executor: ExecutorOptions::default(),
     };
-    let mut ctx = context(dir, &record, &plugin_dir, &common, env, stop.clone())?;
+    let mut ctx = context(dir, &record, &plugin_dir, &common, env, stop.clone(), None)?;
     ctx.busy_wait = Duration::ZERO;
     if !dir.config(run_id).is_file() {
         write_run_config(dir, &run)?;

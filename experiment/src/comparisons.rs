@@ -26,6 +26,12 @@
 //! (p < 0.05), `default`, `default_mean`, `regret` (relative to the best).
 //! One row per run, not a list column: `kernel_table.join(labels,
 //! on="collection_id")` in polars needs no `explode`.
+//!
+//! `overhead.parquet` (written by every `experiment results` when a
+//! `probes` variable sweeps the probe set and lists `[]`) has the columns
+//! of `comparisons.parquet`, each combination against the baseline
+//! (`probes=none`) with the same other variables: the collector's effect
+//! on each figure as a ratio with its 95% interval.
 
 use std::{collections::HashMap, path::Path, sync::Arc};
 
@@ -1015,6 +1021,79 @@ pub fn report_reference(
     let path = write_in(dir, "comparisons.parquet", &batch)?;
     kernmlops::outln!();
     kernmlops::outln!("comparisons: {} ({} rows)", path.display(), rows.len());
+    let shown: Vec<Comparison> = rows
+        .iter()
+        .filter(|r| {
+            only.is_empty()
+                || only
+                    .iter()
+                    .any(|f| f == r.figure.trim_start_matches("result_"))
+        })
+        .cloned()
+        .collect();
+    kernmlops::out!("{}", render_comparisons(&names, &shown, &against));
+    Ok(())
+}
+
+/// The collector's overhead, when a `probes` variable sweeps the probe
+/// set and one of its sets is empty: each combination against the one with
+/// the baseline (`probes=none`) and the same other variables, as
+/// `--reference probes=none` would compare them. Written to
+/// `overhead.parquet` (the columns of `comparisons.parquet`) and printed
+/// (the figures of `only`, when not empty). Nothing without such a
+/// variable.
+pub fn report_overhead(
+    dir: &ExpDir,
+    record: &Record,
+    results: &Results,
+    only: &[String],
+) -> Result<()> {
+    let Some((var, baseline)) = record
+        .variables
+        .iter()
+        .find_map(|v| v.baseline().map(|b| (v, b)))
+    else {
+        return Ok(());
+    };
+    if var.levels.len() < 2 {
+        return Ok(());
+    }
+    let reference = [(var.name.clone(), baseline)];
+    let rows = against_reference(results, &reference);
+    let (names, _) = combos(results);
+    let types = column_types(results, &names);
+    let against = format!(
+        "against {}={} (the collector's effect: probed runs / baseline)",
+        var.name,
+        text(&reference[0].1)
+    );
+    let path = dir.root.join("overhead.parquet");
+    let batch = comparisons_batch(
+        &names,
+        &types,
+        &rows,
+        HashMap::from([
+            (
+                "kernmlops.experiment".to_owned(),
+                results.experiment.clone(),
+            ),
+            (
+                "kernmlops.reference".to_owned(),
+                format!("{}={}", var.name, text(&reference[0].1)),
+            ),
+        ]),
+    )
+    .map_err(|e| ExperimentError::Results {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    let path = write_in(dir, "overhead.parquet", &batch)?;
+    kernmlops::outln!();
+    kernmlops::outln!(
+        "collector overhead: {} ({} rows)",
+        path.display(),
+        rows.len()
+    );
     let shown: Vec<Comparison> = rows
         .iter()
         .filter(|r| {

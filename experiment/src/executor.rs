@@ -48,6 +48,20 @@ pub struct RunContext {
     pub busy_wait: Duration,
     /// Pass `--allow-insecure-plugins` to each run.
     pub allow_insecure_plugins: bool,
+    /// The experiment's device (name, folder): each run's configuration is
+    /// made concrete for it (`device::materialize`).
+    pub device: Option<(String, String)>,
+}
+
+impl RunContext {
+    /// The configuration a run is given: the planned one, with the
+    /// device's placeholders filled in.
+    pub fn run_config(&self, planned: &serde_json::Value) -> serde_json::Value {
+        match &self.device {
+            Some((name, dir)) => crate::device::materialize(planned, name, dir),
+            None => planned.clone(),
+        }
+    }
 }
 
 /// What became of one run.
@@ -195,7 +209,7 @@ pub fn perform_run(
     }
 
     let config_path = dir.config(id);
-    let config = json_to_toml(&run.config)
+    let config = json_to_toml(&ctx.run_config(&run.config))
         .map(|v| toml::to_string_pretty(&v))
         .transpose()
         .map_err(|e| ExperimentError::Corrupt {
@@ -206,7 +220,15 @@ pub fn perform_run(
     write_atomic(&config_path, config.as_bytes())?;
 
     let started = Instant::now();
-    let status = launch(ctx, &run_dir, &config_path, &dir.log(id), Some(id), tick)?;
+    let status = launch(
+        ctx,
+        run.probes(&ctx.identity),
+        &run_dir,
+        &config_path,
+        &dir.log(id),
+        Some(id),
+        tick,
+    )?;
     drop(lock);
     let mut observed = state::observe_run(dir, run);
     if !status.success() && observed.state == RunState::Pending {
@@ -237,12 +259,13 @@ pub fn perform_warmup(
     let collection = base.join(format!("{}-{n}", run.run_id));
     let _ = std::fs::remove_dir_all(&collection);
     let config_path = base.join(format!("{}-{n}.toml", run.run_id));
-    let config = json_to_toml(&run.config)
+    let config = json_to_toml(&ctx.run_config(&run.config))
         .and_then(|v| toml::to_string_pretty(&v).ok())
         .unwrap_or_default();
     write_atomic(&config_path, config.as_bytes())?;
     let status = launch(
         ctx,
+        run.probes(&ctx.identity),
         &collection,
         &config_path,
         &dir.root.join("logs").join("warmup.log"),
@@ -255,8 +278,13 @@ pub fn perform_warmup(
     status
 }
 
-/// The command line of one run.
-pub fn run_command(ctx: &RunContext, collection: &Path, config: &Path) -> Command {
+/// The command line of one run, with its probes (`--baseline` for none).
+pub fn run_command(
+    ctx: &RunContext,
+    probes: &[String],
+    collection: &Path,
+    config: &Path,
+) -> Command {
     let mut cmd = Command::new(&ctx.exe);
     if ctx.allow_insecure_plugins {
         cmd.arg("--allow-insecure-plugins");
@@ -270,10 +298,10 @@ pub fn run_command(ctx: &RunContext, collection: &Path, config: &Path) -> Comman
         .arg(collection)
         .arg("--benchmark")
         .arg(&ctx.identity.benchmark);
-    if ctx.identity.probes.is_empty() {
+    if probes.is_empty() {
         cmd.arg("--baseline");
     } else {
-        cmd.arg("--plugins").arg(ctx.identity.probes.join(","));
+        cmd.arg("--plugins").arg(probes.join(","));
     }
     if let Some(power) = &ctx.identity.power {
         cmd.arg("--power").arg(power.join(","));
@@ -289,6 +317,7 @@ const FORWARD_STOP_AFTER: Duration = Duration::from_secs(3);
 /// appended to `log`. With a `run_id`, its pid file says who runs it.
 fn launch(
     ctx: &RunContext,
+    probes: &[String],
     collection: &Path,
     config: &Path,
     log: &Path,
@@ -303,7 +332,7 @@ fn launch(
         .append(true)
         .open(log)
         .map_err(ExperimentError::io(log))?;
-    let mut cmd = run_command(ctx, collection, config);
+    let mut cmd = run_command(ctx, probes, collection, config);
     let shown: Vec<String> = std::iter::once(cmd.get_program())
         .chain(cmd.get_args())
         .map(|a| a.to_string_lossy().into_owned())

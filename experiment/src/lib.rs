@@ -31,13 +31,16 @@
 //! - [`compare`]: Welch's t-test, Holm's correction, ratio intervals, robust
 //!   spread and best levels, for comparisons and labels.
 //! - [`comparisons`]: `comparisons.parquet` (`experiment results
-//!   --reference`), `labels.parquet` (`--best-by`) and `experiment compare`.
+//!   --reference`), `labels.parquet` (`--best-by`), `overhead.parquet`
+//!   (the collector's effect, when a `probes` variable has a baseline) and
+//!   `experiment compare`.
 
 pub mod adaptive;
 pub mod checks;
 pub mod commands;
 pub mod compare;
 pub mod comparisons;
+pub mod device;
 pub mod executor;
 pub mod graphs;
 pub mod plan;

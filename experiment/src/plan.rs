@@ -10,6 +10,9 @@
 //! never reuses a stale result; nothing else (the variables' names, the
 //! order, other runs) enters it. A combination's id is the same hash
 //! without `repeat` and `seed`.
+//!
+//! A `probes` variable sets a run's probes, not a configuration key: the
+//! run's `probes` and the `probes` its ids cover are that level's set.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -39,6 +42,17 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// This identity with the probes of `run` (a `probes` variable's level).
+    pub fn of_run(&self, probes: Option<&Vec<String>>) -> Self {
+        match probes {
+            Some(p) => Self {
+                probes: p.clone(),
+                ..self.clone()
+            },
+            None => self.clone(),
+        }
+    }
+
     fn value(&self, config: &Json) -> Json {
         let mut m = serde_json::Map::new();
         m.insert("benchmark".into(), Json::from(self.benchmark.clone()));
@@ -78,16 +92,27 @@ pub struct PlannedRun {
     pub variables: BTreeMap<String, Json>,
     /// The merged configuration the run gets as `--config`.
     pub config: Json,
+    /// The probes of this run when a `probes` variable sets them (empty: a
+    /// baseline); otherwise the experiment's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<Vec<String>>,
 }
 
 impl PlannedRun {
     /// Another repeat of the same combination (adaptive repeats).
     pub fn another_repeat(&self, identity: &Identity, repeat: u32, seed: u64) -> Self {
         Self {
-            run_id: identity.run_id(&self.config, repeat, seed),
+            run_id: identity
+                .of_run(self.probes.as_ref())
+                .run_id(&self.config, repeat, seed),
             repeat,
             ..self.clone()
         }
+    }
+
+    /// The probes this run collects with.
+    pub fn probes<'a>(&'a self, identity: &'a Identity) -> &'a [String] {
+        self.probes.as_deref().unwrap_or(&identity.probes)
     }
 }
 
@@ -387,12 +412,18 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Vec<PlannedRun>> {
         // per key segment.
         let mut set_keys: HashMap<&str, &str> = HashMap::new();
         let mut set_above: HashMap<&str, &str> = HashMap::new();
+        let mut probes = None;
         for (var, level) in input.variables.iter().zip(combo) {
             let Some(level) = level else {
                 values.insert(var.name.clone(), Json::Null);
                 continue;
             };
             let level = &var.levels[*level];
+            if var.is_probes() {
+                probes = super::spec::probe_set(&level.value);
+                values.insert(var.name.clone(), level.column());
+                continue;
+            }
             let invalid = |message: String| ExperimentError::Invalid {
                 file: input.file.to_owned(),
                 key: format!("variables.{}", var.name),
@@ -420,14 +451,16 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Vec<PlannedRun>> {
             values.insert(var.name.clone(), level.column());
         }
         let config = toml_to_json(&toml::Value::Table(config));
-        let combo_id = input.identity.combo_id(&config);
+        let identity = input.identity.of_run(probes.as_ref());
+        let combo_id = identity.combo_id(&config);
         for repeat in 0..input.repeats {
             runs.push(PlannedRun {
-                run_id: input.identity.run_id(&config, repeat, input.seed),
+                run_id: identity.run_id(&config, repeat, input.seed),
                 combo_id: combo_id.clone(),
                 repeat,
                 variables: values.clone(),
                 config: config.clone(),
+                probes: probes.clone(),
             });
         }
     }
@@ -701,5 +734,30 @@ mod tests {
         let v: Json =
             serde_json::from_str(r#"{"b": [1, {"d": 2, "c": "x"}], "a": 1.5}"#).expect("json");
         assert_eq!(canonical_json(&v), r#"{"a":1.5,"b":[1,{"c":"x","d":2}]}"#);
+    }
+
+    #[test]
+    fn a_probes_variable_sets_each_runs_probes_and_ids() {
+        let s = spec(
+            "[variables.probes]\nvalues = [[], [\"quanta_runtime\"]]\n\
+             [variables.bs]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"4k\"]\n",
+        );
+        let runs = plan_of(&s, 2, 3, Order::Sequential);
+        assert_eq!(runs.len(), 4);
+        assert_eq!(runs[0].probes, Some(vec![]));
+        assert_eq!(runs[2].probes, Some(vec!["quanta_runtime".to_owned()]));
+        assert_eq!(runs[0].variables["probes"], "none");
+        assert_eq!(runs[2].variables["probes"], "quanta_runtime");
+        // The configuration is the same; the probes are not a key of it.
+        assert_eq!(runs[0].config, runs[2].config);
+        assert!(runs[0].config.get("probes").is_none());
+        assert_ne!(runs[0].combo_id, runs[2].combo_id);
+        // The ids are those of an experiment with these probes at the top.
+        let mut baseline = identity();
+        baseline.probes.clear();
+        assert_eq!(runs[0].run_id, baseline.run_id(&runs[0].config, 0, 3));
+        assert_eq!(runs[2].run_id, identity().run_id(&runs[2].config, 0, 3));
+        assert_eq!(runs[0].probes(&identity()), &[] as &[String]);
+        assert_eq!(runs[0].another_repeat(&identity(), 1, 3), runs[1]);
     }
 }

@@ -184,6 +184,9 @@ pub struct Record {
     pub plugins: Vec<PluginHash>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<Adaptive>,
+    /// The file's `[device]`: made ready again by `resume`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<crate::device::DeviceSpec>,
     /// Every planned run, in the order they are carried out.
     pub runs: Vec<PlannedRun>,
 }

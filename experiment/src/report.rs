@@ -42,10 +42,10 @@ pub(crate) fn print_plan(
         runs.len(),
         combos.len(),
         identity.benchmark,
-        if identity.probes.is_empty() {
-            "none (baseline)".to_owned()
-        } else {
-            identity.probes.join(",")
+        match variables.iter().find(|v| v.is_probes()) {
+            Some(v) => format!("set by variable {}", v.name),
+            None if identity.probes.is_empty() => "none (baseline)".to_owned(),
+            None => identity.probes.join(","),
         },
         order_name(order),
         seed,

@@ -808,6 +808,7 @@ mod tests {
             warmup: 0,
             variables: spec.variables.clone(),
             plugin_dir: String::new(),
+            device: None,
             plugins: vec![],
             adaptive: None,
             runs,

@@ -1029,6 +1029,7 @@ mod tests {
             repeat: 0,
             variables: BTreeMap::new(),
             config: serde_json::Value::Null,
+            probes: None,
         };
         let obs = |state, detail: &str, has_collection| Observed {
             run_id: String::new(),

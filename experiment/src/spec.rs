@@ -34,6 +34,20 @@
 //! `default = VALUE` on a variable (one of its values; a label for a label
 //! table) names the level a user gets without the experiment: the regret
 //! of `experiment results --best-by` is measured against it.
+//!
+//! A variable whose key is `probes` (the key may be left out when the
+//! variable is named `probes`) sweeps the probe set instead of a
+//! configuration key: each value is a list of probe names, `[]` a baseline
+//! without probes, so one experiment measures the collector's own effect
+//! (`experiment results` then reports each probed set against the
+//! baseline). Its column shows each set by name: `none` for `[]`, the
+//! probes joined by `+` otherwise (or the labels of a label table). The
+//! file's top-level `probes` is then left out.
+//!
+//! ```toml
+//! [variables.probes]
+//! values = [[], ["quanta_runtime"], ["quanta_runtime", "process_trace"]]
+//! ```
 
 use std::{collections::BTreeMap, path::Path};
 
@@ -55,6 +69,13 @@ pub const MAX_RUNS_CEILING: usize = 10_000_000;
 pub const MAX_REPEATS: u32 = 10_000;
 /// Most warm-up runs.
 pub const MAX_WARMUP: u32 = 1_000;
+/// The key of a variable that sweeps the probe set.
+pub const PROBES_KEY: &str = "probes";
+/// The column value of the empty probe set (a baseline).
+pub const NO_PROBES: &str = "none";
+/// Most probe sets one `probes` variable may list, and probes one set may
+/// name.
+pub const MAX_PROBE_SETS: usize = 256;
 
 /// Column names the results table uses itself; variables may not take them.
 pub const RESERVED_COLUMNS: [&str; 14] = [
@@ -180,6 +201,43 @@ impl Variable {
     pub fn path(&self) -> Vec<&str> {
         self.key.split('.').collect()
     }
+
+    /// Whether the variable sweeps the probe set (key `probes`).
+    pub fn is_probes(&self) -> bool {
+        self.key == PROBES_KEY
+    }
+
+    /// The column value of its empty probe set (the baseline), if it is a
+    /// `probes` variable that has one.
+    pub fn baseline(&self) -> Option<Json> {
+        self.is_probes()
+            .then(|| {
+                self.levels
+                    .iter()
+                    .find(|l| l.value.as_array().is_some_and(Vec::is_empty))
+                    .map(Level::column)
+            })
+            .flatten()
+    }
+}
+
+/// The probe names of a `probes` variable's level value (a list of names).
+pub fn probe_set(value: &Json) -> Option<Vec<String>> {
+    value
+        .as_array()?
+        .iter()
+        .map(|p| p.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// How a probe set shows in the results: `none` for the empty set, the
+/// names joined by `+` otherwise.
+pub fn probe_set_name(probes: &[String]) -> String {
+    if probes.is_empty() {
+        NO_PROBES.to_owned()
+    } else {
+        probes.join("+")
+    }
 }
 
 /// The common type of JSON scalars, as [`Variable::column_type`] says.
@@ -228,6 +286,8 @@ pub struct Spec {
     pub variables: Vec<Variable>,
     /// Most runs the plan may have (`max_runs`, default [`MAX_RUNS`]).
     pub max_runs: usize,
+    /// The block device measured (`[device]`, see [`crate::device`]).
+    pub device: Option<crate::device::DeviceSpec>,
 }
 
 #[derive(Deserialize)]
@@ -246,6 +306,7 @@ struct RawSpec {
     max_runs: Option<i64>,
     #[serde(default)]
     variables: BTreeMap<String, toml::Spanned<RawVariable>>,
+    device: Option<crate::device::DeviceSpec>,
 }
 
 #[derive(Deserialize)]
@@ -427,6 +488,37 @@ impl Spec {
             )?;
             variables.push(var);
         }
+        let swept: Vec<&Variable> = variables.iter().filter(|v| v.is_probes()).collect();
+        if let [first, second, ..] = swept.as_slice() {
+            return Err(invalid(
+                &format!("variables.{}", second.name),
+                format!(
+                    "variable {} already sweeps the probes: one variable with key \"probes\" per experiment",
+                    first.name
+                ),
+            ));
+        }
+        if let Some(d) = &raw.device {
+            d.check().map_err(|(key, message)| {
+                invalid(
+                    &if key.is_empty() {
+                        "device".to_owned()
+                    } else {
+                        format!("device.{key}")
+                    },
+                    message,
+                )
+            })?;
+        }
+        if let (Some(v), Some(_)) = (swept.first(), &raw.probes) {
+            return Err(invalid(
+                "probes",
+                format!(
+                    "variable {} sweeps the probes: leave out the top-level probes list",
+                    v.name
+                ),
+            ));
+        }
         Ok(Self {
             file: file.to_owned(),
             text: text.to_owned(),
@@ -441,6 +533,7 @@ impl Spec {
             order: raw.order.unwrap_or_default(),
             variables,
             max_runs,
+            device: raw.device,
         })
     }
 }
@@ -516,6 +609,7 @@ fn variable(
     }
     let key = match raw.key {
         Some(k) => k,
+        None if name == PROBES_KEY => PROBES_KEY.to_owned(),
         None if benchmark == "script" => format!("benchmarks.script.parameters.{name}"),
         None => {
             return err(
@@ -535,7 +629,7 @@ fn variable(
             format!("{key:?} is not a dotted key such as \"benchmarks.fio.bs\""),
         );
     }
-    if key.split('.').count() < 2 {
+    if key.split('.').count() < 2 && key != PROBES_KEY {
         return err(
             "key",
             format!(
@@ -625,6 +719,11 @@ fn variable(
     if levels.is_empty() {
         return err("", "has no values".into());
     }
+    let levels = if key == PROBES_KEY {
+        probe_levels(form, levels)?
+    } else {
+        levels
+    };
     // Duplicates through a set of each column's canonical text: linear.
     let mut seen = std::collections::HashSet::with_capacity(levels.len());
     for l in &levels {
@@ -712,6 +811,66 @@ fn variable(
         when,
         default,
     })
+}
+
+/// Checks a `probes` variable's levels (lists of distinct probe names, not
+/// a range) and names each set of a plain list (`none`, `a+b`).
+fn probe_levels(
+    form: Form,
+    levels: Vec<Level>,
+) -> std::result::Result<Vec<Level>, (String, String)> {
+    let at = match form {
+        Form::Range => return Err((
+            "range".into(),
+            "the probes are lists of probe names: give values = [[], [\"quanta_runtime\"], ...]"
+                .into(),
+        )),
+        Form::Values => "values",
+        Form::Labels => "labels",
+    };
+    if levels.len() > MAX_PROBE_SETS {
+        return Err((
+            at.into(),
+            format!("{} probe sets: at most {MAX_PROBE_SETS}", levels.len()),
+        ));
+    }
+    levels
+        .into_iter()
+        .map(|l| {
+            let Some(set) = probe_set(&l.value) else {
+                return Err((
+                    at.into(),
+                    format!(
+                        "{}: each value is a list of probe names, [] for none (a baseline)",
+                        l.value
+                    ),
+                ));
+            };
+            let mut seen = std::collections::HashSet::new();
+            if set.len() > MAX_PROBE_SETS {
+                return Err((
+                    at.into(),
+                    format!("{} probes in one set: at most {MAX_PROBE_SETS}", set.len()),
+                ));
+            }
+            for p in &set {
+                if p.is_empty() || !seen.insert(p.as_str()) {
+                    return Err((
+                        at.into(),
+                        format!("{}: an empty or repeated probe name", l.value),
+                    ));
+                }
+            }
+            let label = match (form, l.label) {
+                (Form::Labels, Some(label)) => label,
+                _ => probe_set_name(&set),
+            };
+            Ok(Level {
+                label: Some(label),
+                value: l.value,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -983,5 +1142,85 @@ mod tests {
             e.contains("variables.bs.default") && e.contains("\"8k\" is not one of"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_probes_variable_sweeps_probe_sets() {
+        let s = parse(&format!(
+            "{HEAD}[variables.probes]\nvalues = [[], [\"quanta_runtime\"], [\"a\", \"b\"]]\ndefault = []\n"
+        ))
+        .expect("valid");
+        let v = &s.variables[0];
+        assert!(v.is_probes());
+        let columns: Vec<Json> = v.levels.iter().map(Level::column).collect();
+        assert_eq!(columns, ["none", "quanta_runtime", "a+b"].map(Json::from));
+        assert_eq!(v.baseline(), Some(Json::from("none")));
+        assert_eq!(v.default, Some(Json::from("none")));
+        assert_eq!(v.column_type(), ColumnType::String);
+        // A label table keeps its labels; no empty set, no baseline.
+        let s = parse(&format!(
+            "{HEAD}[variables.set]\nkey = \"probes\"\nlabels = {{ light = [\"a\"], heavy = [\"a\", \"b\"] }}\n"
+        ))
+        .expect("valid");
+        assert_eq!(s.variables[0].levels[1].column(), Json::from("heavy"));
+        assert_eq!(s.variables[0].baseline(), None);
+        for (body, needle) in [
+            (
+                "[variables.probes]\nvalues = [\"quanta_runtime\"]\n",
+                "variables.probes.values: \"quanta_runtime\": each value is a list of probe names",
+            ),
+            (
+                "[variables.probes]\nrange = { start = 1, end = 2 }\n",
+                "variables.probes.range: the probes are lists of probe names",
+            ),
+            (
+                "[variables.probes]\nvalues = [[\"a\", \"a\"]]\n",
+                "an empty or repeated probe name",
+            ),
+            (
+                "[variables.probes]\nvalues = [[], []]\n",
+                "the value \"none\" is listed twice",
+            ),
+            (
+                "[variables.probes]\nvalues = [[]]\n[variables.more]\nkey = \"probes\"\nvalues = [[\"a\"]]\n",
+                "variables.more: variable probes already sweeps the probes",
+            ),
+            (
+                "probes = [\"a\"]\n[variables.probes]\nvalues = [[]]\n",
+                "exp.toml: probes: variable probes sweeps the probes: leave out the top-level probes list",
+            ),
+        ] {
+            let e = err(&format!("{HEAD}{body}"));
+            assert!(e.contains(needle), "{body}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_device_section_is_checked() {
+        let s = parse(&format!("{HEAD}[device]\nloop_size = \"64m\"\n")).expect("valid");
+        assert_eq!(s.device.and_then(|d| d.loop_size), Some("64m".to_owned()));
+        for (body, needle) in [
+            (
+                "[device]\nloop_size = \"1k\"\n",
+                "exp.toml: device.loop_size: \"1k\": give a size",
+            ),
+            ("[device]\n", "exp.toml: device: give loop_size"),
+            (
+                "[device]\nname = \"sdb\"\n",
+                "device.directory: missing or not absolute",
+            ),
+            (
+                "[device]\nname = \"../sda\"\ndirectory = \"/mnt\"\n",
+                "device.name: \"../sda\"",
+            ),
+            (
+                "[device]\nloop_size = \"64m\"\nbogus = 1\n",
+                "unknown field `bogus`",
+            ),
+        ] {
+            let e = err(&format!("{HEAD}{body}"));
+            assert!(e.contains(needle), "{body}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
     }
 }

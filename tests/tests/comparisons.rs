@@ -5,7 +5,10 @@
 //! same numbers; `--best-by` picks the right level in each combination,
 //! significantly, with the default's regret, one row per run joining the
 //! results on `collection_id`; `experiment compare` of two experiments
-//! finds B above A; bad options are one error line each.
+//! finds B above A; bad options are one error line each. A `probes`
+//! variable gives a baseline and a probed combination, each run collecting
+//! with exactly its set, and the collector's overhead as a ratio with its
+//! interval (`overhead.parquet`, equal to scipy's).
 
 use std::{
     path::{Path, PathBuf},
@@ -24,7 +27,36 @@ echo "{\"name\": \"levels\", \"component\": \"sh\", \"@result\": {\"value\": $v}
 "#;
 
 fn plugins(test: &str) -> PathBuf {
-    plugin_dir(test, &[("workloads", "workloads")])
+    plugin_dir(
+        test,
+        &[
+            ("workloads", "workloads"),
+            ("quanta_runtime", "quanta_runtime"),
+        ],
+    )
+}
+
+/// Reads `results.parquet` with polars: the dtypes and every row as JSON.
+fn read_results(dir: &Path) -> (Value, Vec<Value>) {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(
+            r#"
+import json, sys, polars as pl
+df = pl.read_parquet(sys.argv[1])
+print(json.dumps({name: str(dtype) for name, dtype in df.schema.items()}))
+print(json.dumps(df.to_dicts()))
+"#,
+        )
+        .arg(dir.join("results.parquet"))
+        .output()
+        .expect("running python3");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let mut lines = stdout.lines();
+    let dtypes = serde_json::from_str(lines.next().unwrap_or("")).expect("dtypes JSON");
+    let rows = serde_json::from_str(lines.next().unwrap_or("")).expect("rows JSON");
+    (dtypes, rows)
 }
 
 fn s(p: &Path) -> &str {
@@ -143,7 +175,7 @@ for fig in set(r["figure"] for r in rows):
             bad.append(f"{fig}: Holm {tested[i]['p_holm']} != {running}")
 for b in bad:
     print(b)
-print(json.dumps([{k: r[k] for k in ("combo_id", "figure", "is_reference", "ratio", "ratio_lo", "ratio_hi", "p", "p_holm", "significant")} | {"vars": {k: r[k] for k in ("level", "mode") if k in r}} for r in rows]))
+print(json.dumps([{k: r[k] for k in ("combo_id", "figure", "is_reference", "ratio", "ratio_lo", "ratio_hi", "p", "p_holm", "significant")} | {"vars": {k: r[k] for k in ("level", "mode", "probes") if k in r}} for r in rows]))
 "#;
 
 /// Runs [`CHECK`]; panics with the differences; returns the rows.
@@ -368,6 +400,129 @@ fn root_experiment_compare_finds_b_above_a() {
     assert!(!out.status.success());
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("vary different variables"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&plugins);
+}
+
+#[test]
+fn root_probes_variable_measures_the_collectors_overhead() {
+    let test = "root_probes_variable_measures_the_collectors_overhead";
+    if !require_root(test) || !require_tool(test, "python3") {
+        return;
+    }
+    let plugins = plugins("comparisons-probes");
+    let work = temp_dir("comparisons-probes");
+    // The experiment file without a top-level probes list: the variable
+    // sets them.
+    let file = experiment_file(
+        &work,
+        "overhead",
+        0.0,
+        4,
+        "[variables.probes]\nvalues = [[], [\"quanta_runtime\"]]\n\
+         [variables.level]\nvalues = [2]\n",
+    );
+    let body = std::fs::read_to_string(&file).expect("file");
+    std::fs::write(&file, body.replacen("probes = []\n", "", 1)).expect("file");
+    // A set naming a probe that is not installed: one error line.
+    let bad = work.join("bad.toml");
+    std::fs::write(
+        &bad,
+        body.replacen("probes = []\n", "", 1)
+            .replace("[\"quanta_runtime\"]", "[\"no_such_probe\"]"),
+    )
+    .expect("bad file");
+    let out = experiment(&plugins, &work, &["run", s(&bad), "--dry-run"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "accepted: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error:")
+            && stderr.contains("variables.probes: no_such_probe: unknown plugin"),
+        "{stderr}"
+    );
+    let dir = work.join("exp");
+    run_experiment(&plugins, &work, &file, &dir);
+
+    // Each run collected with exactly its set: the baseline with none.
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("experiment.json")).expect("record"),
+    )
+    .expect("record JSON");
+    let runs = record["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 8);
+    for run in runs {
+        let id = run["run_id"].as_str().expect("run_id");
+        let man = manifest(&dir.join("runs").join(id));
+        let probes: Vec<&str> = man["probes"]
+            .as_array()
+            .expect("probes")
+            .iter()
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        match run["variables"]["probes"].as_str() {
+            Some("none") => {
+                assert_eq!(run["probes"], serde_json::json!([]), "{run}");
+                assert!(probes.is_empty(), "{id}: {probes:?}");
+                assert_eq!(man["run_class"], "baseline", "{id}");
+            }
+            Some("quanta_runtime") => {
+                assert_eq!(probes, ["quanta_runtime"], "{id}");
+                assert_ne!(man["run_class"], "baseline", "{id}");
+            }
+            other => panic!("{id}: probes column {other:?}"),
+        }
+    }
+
+    let out = experiment(&plugins, &work, &["results", s(&dir), "--no-graphs"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains("collector overhead: ")
+            && stdout.contains("against probes=none (the collector's effect"),
+        "{stdout}"
+    );
+    // The results' probes column names the set.
+    let (_, rows) = read_results(&dir);
+    let mut sets: Vec<&str> = rows.iter().filter_map(|r| r["probes"].as_str()).collect();
+    sets.sort_unstable();
+    sets.dedup();
+    assert_eq!(sets, ["none", "quanta_runtime"]);
+
+    // overhead.parquet: every number equals scipy's; per figure, the
+    // baseline is the reference and the probed set has a ratio with its
+    // interval.
+    let results = dir.join("results.parquet");
+    let rows = check_with_scipy(&dir.join("overhead.parquet"), &results, &results);
+    let value = figure_rows(&rows, "value");
+    assert_eq!(value.len(), 2, "{value:?}");
+    for r in &value {
+        if r["vars"]["probes"] == "none" {
+            assert_eq!(r["is_reference"], true, "{r}");
+            assert_eq!(r["ratio"], 1.0, "{r}");
+            continue;
+        }
+        assert_eq!(r["vars"]["probes"], "quanta_runtime", "{r}");
+        assert_eq!(r["is_reference"], false, "{r}");
+        let ratio = r["ratio"].as_f64().expect("ratio");
+        let (lo, hi) = (
+            r["ratio_lo"].as_f64().expect("bounded"),
+            r["ratio_hi"].as_f64().expect("bounded"),
+        );
+        // 20 plus noise below 3 in both: a ratio near 1 inside its interval.
+        assert!(lo < ratio && ratio < hi, "{r}");
+        assert!(lo > 0.8 && hi < 1.25, "{r}");
+        assert!(r["p"].as_f64().is_some(), "{r}");
+    }
+    // Wall time is a figure too: the collector's effect on it is reported
+    // (its interval may be unbounded with so few short runs: null then).
+    assert!(
+        rows.iter().any(|r| r["figure"] == "wall_time_s"
+            && r["vars"]["probes"] == "quanta_runtime"
+            && r["ratio"].is_number()
+            && r["p"].is_number()),
+        "{rows:?}"
+    );
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&plugins);
 }
