@@ -1,7 +1,8 @@
 //! The readahead example on the loop device the experiment creates: every
 //! run's results row holds the read_ahead_kb read back from the device;
 //! the label for sequential reads is a larger read_ahead_kb than the
-//! smallest tried, significantly better than it (Welch's p < 0.05); the loop device, its
+//! smallest tried, significantly better than it (Holm-corrected p < 0.05 on
+//! fio's mean completion latency); the loop device, its
 //! mount and its private folder are gone afterwards, also when the
 //! experiment is refused after the device was made.
 
@@ -132,9 +133,10 @@ fn root_readahead_example_labels_sequential_reads_with_a_larger_readahead() {
             "--reference",
             "read_ahead_kb=0",
             "--best-by",
-            "read_bw_bytes_per_s",
+            "read_clat_mean_us",
             "--over",
             "read_ahead_kb",
+            "--minimize",
         ],
     );
     let stdout = text(&out.stdout);
@@ -149,24 +151,25 @@ fn root_readahead_example_labels_sequential_reads_with_a_larger_readahead() {
         best.as_i64().is_some_and(|b| b > 0),
         "sequential reads labelled with read_ahead_kb={best}:\n{stdout}"
     );
-    // That level against the smallest: significantly faster. The one
-    // question asked here, so Welch's p itself; `p_holm` corrects over all
-    // four comparisons of the figure, which on a machine shared with other
-    // work (heavy-tailed bandwidths) is often just above 0.05.
+    // That level against the smallest: significantly faster, after Holm's
+    // correction over every comparison of the figure. The figure is a time
+    // (fio's mean completion latency), not a bandwidth: a run that gets
+    // the machine to itself is a bounded outlier in time but an unbounded
+    // one in bandwidth, which would swamp a test on means.
     let comparisons = rows(&dir.join("comparisons.parquet"));
     let row = comparisons
         .iter()
         .find(|r| {
             r["pattern"] == "read"
                 && r["read_ahead_kb"] == best
-                && r["figure"] == "read_bw_bytes_per_s"
+                && r["figure"] == "read_clat_mean_us"
         })
         .expect("the comparison row");
     assert!(
-        row["p"].as_f64().is_some_and(|p| p < 0.05),
+        row["p_holm"].as_f64().is_some_and(|p| p < 0.05),
         "{row}\n{stdout}"
     );
-    assert!(row["ratio"].as_f64().is_some_and(|r| r > 1.0), "{row}");
+    assert!(row["ratio"].as_f64().is_some_and(|r| r < 1.0), "{row}");
 
     // Refused after the device was made (a scheduler the device does not
     // offer): one error line, and the device is gone.
