@@ -31,18 +31,7 @@ impl Installed<'_> {
 
     /// Creates it with `config_json` as its settings.
     pub fn start(&self, config_json: &str) -> Result<PowerSourceBox, String> {
-        let args = StartArgs {
-            config_json: config_json.into(),
-            ring_bytes: 0,
-            filter_tgid: 0,
-            filter_pid: 0,
-            filter_cgroup_id: 0,
-            self_tgid: std::process::id(),
-            include_self: true,
-            filter_cgroup_descendants: false,
-            output_dir: "".into(),
-            state_dir: "".into(),
-        };
+        let args = StartArgs::new(config_json).with_include_self(true);
         self.plugin
             .start_power_source(self.name(), &args)
             .map_err(|e| e.to_string())
