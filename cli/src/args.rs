@@ -132,9 +132,9 @@ Reading tracepoints' formats needs root.")]
     /// <to>/{curated,baseline,failed}/<table>/<collection_id>.<benchmark>.parquet,
     /// or Hive-partitioned (--layout hive).
     #[command(after_help = "Examples:
-  kernmlops export --parquet
-  kernmlops export --parquet --data /data/runs --to /data/dataset 3f2a
-  kernmlops export --parquet --layout hive --data experiments/sweep/runs --to /data/dataset
+  kernmlops export
+  kernmlops export --data /data/runs --to /data/dataset 3f2a
+  kernmlops export --format parquet --layout hive --data experiments/sweep/runs --to /data/dataset
 
 The class is the run's: curated, baseline or failed. <benchmark> is `none`
 without one. Exporting again overwrites. Read the result in Python with
@@ -146,8 +146,11 @@ collections of a table as one table, e.g. in DuckDB
   SELECT * FROM read_parquet('/data/dataset/quanta_runtime/**/*.parquet', hive_partitioning = true)
 and join an experiment's results.parquet on collection_id.")]
     Export {
-        /// Write Parquet files (the only format).
-        #[arg(long, required = true)]
+        /// The file format of the table files.
+        #[arg(long, value_enum, default_value_t = ExportFormatArg::Parquet)]
+        format: ExportFormatArg,
+        /// Same as --format parquet (kept so older commands still work).
+        #[arg(long, hide = true, conflicts_with = "format")]
         parquet: bool,
         /// `classes`: <to>/<class>/<table>/<id>.<benchmark>.parquet; `hive`:
         /// <to>/<table>/run_class=<class>/benchmark=<benchmark>/<id>.parquet.
@@ -174,6 +177,25 @@ and join an experiment's results.parquet on collection_id.")]
     /// Sweep a benchmark over variables with repeats, resume after a crash,
     /// and summarise the results (see `kernmlops experiment --help`).
     Experiment(crate::experiment::ExperimentArgs),
+}
+
+/// `kernmlops export --format`: one value per `kernmlops::export::ExportFormat`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub(crate) enum ExportFormatArg {
+    /// Snappy-compressed Parquet, the Arrow schema inside each file.
+    Parquet,
+}
+
+impl ExportFormatArg {
+    /// The format to write: Parquet when the hidden `--parquet` was given.
+    pub(crate) fn or_parquet(self, parquet: bool) -> kernmlops::export::ExportFormat {
+        if parquet {
+            return kernmlops::export::ExportFormat::Parquet;
+        }
+        match self {
+            Self::Parquet => kernmlops::export::ExportFormat::Parquet,
+        }
+    }
 }
 
 /// `kernmlops export --layout`.
