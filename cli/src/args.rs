@@ -304,3 +304,46 @@ pub(crate) struct RunArgs {
     )]
     pub(crate) trace_preset: Vec<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+    use kernmlops::export::ExportFormat;
+
+    use super::{Cli, Command};
+
+    /// The format `kernmlops export ARGS` writes, or clap's error.
+    fn export_format(args: &[&str]) -> Result<ExportFormat, String> {
+        let argv = ["kernmlops", "export"].iter().chain(args);
+        match Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .command
+        {
+            Command::Export {
+                format, parquet, ..
+            } => Ok(format.or_parquet(parquet)),
+            other => Err(format!("not export: {other:?}")),
+        }
+    }
+
+    #[test]
+    fn export_format_defaults_to_parquet_and_keeps_the_old_flag() {
+        assert_eq!(export_format(&[]), Ok(ExportFormat::Parquet));
+        assert_eq!(
+            export_format(&["--format", "parquet"]),
+            Ok(ExportFormat::Parquet)
+        );
+        assert_eq!(export_format(&["--parquet"]), Ok(ExportFormat::Parquet));
+        let e = export_format(&["--format", "csv"]).expect_err("unknown format");
+        assert!(e.contains("invalid value 'csv'"), "{e}");
+        let e = export_format(&["--parquet", "--format", "parquet"]).expect_err("both");
+        assert!(e.contains("cannot be used with"), "{e}");
+        let help = Cli::try_parse_from(["kernmlops", "export", "--help"])
+            .expect_err("help")
+            .to_string();
+        assert!(
+            help.contains("--format") && !help.contains("--parquet"),
+            "{help}"
+        );
+    }
+}
