@@ -192,9 +192,11 @@ pub fn prepare(registry: &Registry, opts: &PowerOptions) -> Result<Option<Prepar
         let source = match inst.start(&config) {
             Ok(s) => s,
             // The user's settings are wrong: say so, whoever chose the source.
-            Err(e) if e.starts_with("[power.settings.") => return Err(PowerError::Config(e)),
+            Err(e) if e.kind == kernmlops_plugin_api::ErrorKind::CONFIG => {
+                return Err(PowerError::Config(e.to_string()))
+            }
             Err(e) => {
-                skip(e);
+                skip(e.to_string());
                 continue;
             }
         };

@@ -4,7 +4,7 @@
 //! with its reason (an in-tree plugin is kept against a third-party one);
 //! the plugin's other components still load.
 
-use kernmlops_plugin_api::{PowerSourceBox, PowerSourceDecl, StartArgs};
+use kernmlops_plugin_api::{PluginError, PowerSourceBox, PowerSourceDecl, StartArgs};
 
 use crate::plugin::{Plugin, Registry, IN_TREE_PLUGINS};
 
@@ -28,12 +28,11 @@ impl Installed<'_> {
         self.plugin.power_source_defaults(self.name())
     }
 
-    /// Creates it with `config_json` as its settings.
-    pub fn start(&self, config_json: &str) -> Result<PowerSourceBox, String> {
+    /// Creates it with `config_json` as its settings; an error of kind
+    /// `CONFIG` is the user's settings.
+    pub fn start(&self, config_json: &str) -> Result<PowerSourceBox, PluginError> {
         let args = StartArgs::new(config_json).with_include_self(true);
-        self.plugin
-            .start_power_source(self.name(), &args)
-            .map_err(|e| e.to_string())
+        self.plugin.start_power_source(self.name(), &args)
     }
 }
 
