@@ -132,9 +132,9 @@ Reading tracepoints' formats needs root.")]
     /// <to>/{curated,baseline,failed}/<table>/<collection_id>.<benchmark>.parquet,
     /// or Hive-partitioned (--layout hive).
     #[command(after_help = "Examples:
-  kernmlops export --parquet
-  kernmlops export --parquet --data /data/runs --to /data/dataset 3f2a
-  kernmlops export --parquet --layout hive --data experiments/sweep/runs --to /data/dataset
+  kernmlops export
+  kernmlops export --data /data/runs --to /data/dataset 3f2a
+  kernmlops export --format parquet --layout hive --data experiments/sweep/runs --to /data/dataset
 
 The class is the run's: curated, baseline or failed. <benchmark> is `none`
 without one. Exporting again overwrites. Read the result in Python with
@@ -146,8 +146,11 @@ collections of a table as one table, e.g. in DuckDB
   SELECT * FROM read_parquet('/data/dataset/quanta_runtime/**/*.parquet', hive_partitioning = true)
 and join an experiment's results.parquet on collection_id.")]
     Export {
-        /// Write Parquet files (the only format).
-        #[arg(long, required = true)]
+        /// The file format of the table files.
+        #[arg(long, value_enum, default_value_t = ExportFormatArg::Parquet)]
+        format: ExportFormatArg,
+        /// Same as --format parquet (kept so older commands still work).
+        #[arg(long, hide = true, conflicts_with = "format")]
         parquet: bool,
         /// `classes`: <to>/<class>/<table>/<id>.<benchmark>.parquet; `hive`:
         /// <to>/<table>/run_class=<class>/benchmark=<benchmark>/<id>.parquet.
@@ -174,6 +177,25 @@ and join an experiment's results.parquet on collection_id.")]
     /// Sweep a benchmark over variables with repeats, resume after a crash,
     /// and summarise the results (see `kernmlops experiment --help`).
     Experiment(crate::experiment::ExperimentArgs),
+}
+
+/// `kernmlops export --format`: one value per `kernmlops::export::ExportFormat`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub(crate) enum ExportFormatArg {
+    /// Snappy-compressed Parquet, the Arrow schema inside each file.
+    Parquet,
+}
+
+impl ExportFormatArg {
+    /// The format to write: Parquet when the hidden `--parquet` was given.
+    pub(crate) fn or_parquet(self, parquet: bool) -> kernmlops::export::ExportFormat {
+        if parquet {
+            return kernmlops::export::ExportFormat::Parquet;
+        }
+        match self {
+            Self::Parquet => kernmlops::export::ExportFormat::Parquet,
+        }
+    }
 }
 
 /// `kernmlops export --layout`.
@@ -281,4 +303,47 @@ pub(crate) struct RunArgs {
         conflicts_with = "baseline"
     )]
     pub(crate) trace_preset: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+    use kernmlops::export::ExportFormat;
+
+    use super::{Cli, Command};
+
+    /// The format `kernmlops export ARGS` writes, or clap's error.
+    fn export_format(args: &[&str]) -> Result<ExportFormat, String> {
+        let argv = ["kernmlops", "export"].iter().chain(args);
+        match Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .command
+        {
+            Command::Export {
+                format, parquet, ..
+            } => Ok(format.or_parquet(parquet)),
+            other => Err(format!("not export: {other:?}")),
+        }
+    }
+
+    #[test]
+    fn export_format_defaults_to_parquet_and_keeps_the_old_flag() {
+        assert_eq!(export_format(&[]), Ok(ExportFormat::Parquet));
+        assert_eq!(
+            export_format(&["--format", "parquet"]),
+            Ok(ExportFormat::Parquet)
+        );
+        assert_eq!(export_format(&["--parquet"]), Ok(ExportFormat::Parquet));
+        let e = export_format(&["--format", "csv"]).expect_err("unknown format");
+        assert!(e.contains("invalid value 'csv'"), "{e}");
+        let e = export_format(&["--parquet", "--format", "parquet"]).expect_err("both");
+        assert!(e.contains("cannot be used with"), "{e}");
+        let help = Cli::try_parse_from(["kernmlops", "export", "--help"])
+            .expect_err("help")
+            .to_string();
+        assert!(
+            help.contains("--format") && !help.contains("--parquet"),
+            "{help}"
+        );
+    }
 }

@@ -56,6 +56,7 @@ pub(crate) fn export(
     to: Option<PathBuf>,
     selectors: &[String],
     layout: ExportLayout,
+    format: kernmlops::export::ExportFormat,
 ) -> Result<ExitCode> {
     let layout = match layout {
         ExportLayout::Classes => kernmlops::export::Layout::Classes,
@@ -66,7 +67,7 @@ pub(crate) fn export(
     let dirs = kernmlops::export::find_collections(&data, selectors).map_err(anyhow::Error::msg)?;
     let (mut files, mut rows) = (0, 0);
     for dir in dirs {
-        match kernmlops::export::export_collection_as(&dir, &to, layout)
+        match kernmlops::export::export_collection_in(&dir, &to, layout, format)
             .map_err(anyhow::Error::msg)?
         {
             kernmlops::export::Outcome::Exported {

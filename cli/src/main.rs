@@ -106,12 +106,20 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::TraceList { pattern, json } => inspect::trace_list(pattern.as_deref(), json),
         Command::Repair { collection } => data::repair(&collection),
         Command::Export {
-            parquet: _,
+            format,
+            parquet,
             layout,
             data,
             to,
             collections,
-        } => data::export(&ctx, data, to, &collections, layout),
+        } => data::export(
+            &ctx,
+            data,
+            to,
+            &collections,
+            layout,
+            format.or_parquet(parquet),
+        ),
         Command::Dump { data, collection } => data::dump(&ctx, data, collection),
         Command::Graph { collection, data } => data::graph(&ctx, data, collection),
         Command::Experiment(args) => {

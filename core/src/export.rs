@@ -1,6 +1,7 @@
-//! `kernmlops export --parquet`: turns collection folders (`manifest.json`
-//! plus one `<table>.arrow` per table) into the dataset layout researchers
-//! train from, in one of two layouts ([`Layout`]):
+//! `kernmlops export`: turns collection folders (`manifest.json` plus one
+//! `<table>.arrow` per table) into the dataset researchers train from, in a
+//! file format ([`ExportFormat`], Parquet today) and one of two layouts
+//! ([`Layout`]):
 //!
 //! - classes (the default):
 //!   `<to>/{curated,baseline,failed}/<table>/<collection_id>.<benchmark>.parquet`;
@@ -76,31 +77,77 @@ pub const CLASSES: [&str; 3] = ["curated", "baseline", "failed"];
 /// The partition columns of the Hive layout, outermost first.
 pub const HIVE_PARTITIONS: [&str; 2] = ["run_class", "benchmark"];
 
+/// The file format of an export: one file per table of a collection.
+/// Adding one: a variant here, its file extension in
+/// [`ExportFormat::extension`], its writer in [`ExportFormat::write`], and
+/// its name in `kernmlops export --format` (`cli/src/args.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExportFormat {
+    /// Snappy-compressed Parquet with the Arrow schema inside each file.
+    #[default]
+    Parquet,
+}
+
+impl ExportFormat {
+    /// The extension of its files, without the dot.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Parquet => "parquet",
+        }
+    }
+
+    /// Writes the Arrow IPC file `src` as `dst` in this format for
+    /// `layout` (the Hive layout's schema has plain strings for
+    /// dictionary columns and no partition column), atomically; returns
+    /// the row count.
+    pub fn write(
+        self,
+        layout: Layout,
+        src: &Path,
+        dst: &Path,
+        table: &str,
+    ) -> Result<u64, ExportError> {
+        match (self, layout) {
+            (Self::Parquet, Layout::Classes) => arrow_to_parquet(src, dst),
+            (Self::Parquet, Layout::Hive) => arrow_to_parquet_plain(src, dst, table),
+        }
+    }
+}
+
 /// Where an export puts each table file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Layout {
-    /// `<to>/<class>/<table>/<collection_id>.<benchmark>.parquet`, the
+    /// `<to>/<class>/<table>/<collection_id>.<benchmark>.<extension>`, the
     /// declared schema as it is.
     #[default]
     Classes,
-    /// `<to>/<table>/run_class=<class>/benchmark=<benchmark>/<collection_id>.parquet`,
+    /// `<to>/<table>/run_class=<class>/benchmark=<benchmark>/<collection_id>.<extension>`,
     /// dictionary columns as plain strings.
     Hive,
 }
 
 impl Layout {
-    /// Where one table of one collection goes.
-    pub fn path(self, to: &Path, table: &str, class: &str, bench: &str, id: &str) -> PathBuf {
+    /// Where one table file of one collection goes in `format`.
+    pub fn path(
+        self,
+        format: ExportFormat,
+        to: &Path,
+        table: &str,
+        class: &str,
+        bench: &str,
+        id: &str,
+    ) -> PathBuf {
+        let ext = format.extension();
         match self {
             Self::Classes => to
                 .join(class)
                 .join(table)
-                .join(format!("{id}.{bench}.parquet")),
+                .join(format!("{id}.{bench}.{ext}")),
             Self::Hive => to
                 .join(table)
                 .join(format!("run_class={}", hive_value(class)))
                 .join(format!("benchmark={}", hive_value(bench)))
-                .join(format!("{id}.parquet")),
+                .join(format!("{id}.{ext}")),
         }
     }
 }
@@ -122,7 +169,7 @@ pub fn hive_value(v: &str) -> String {
     out
 }
 
-/// One Parquet file written.
+/// One table file written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Written {
     pub table: String,
@@ -221,9 +268,20 @@ pub fn export_collection(dir: &Path, to: &Path) -> Result<Outcome, ExportError> 
     export_collection_as(dir, to, Layout::Classes)
 }
 
-/// Exports one collection folder under `to` in `layout`, overwriting
-/// earlier exports of it (also under another run class).
+/// Exports one collection folder under `to` in `layout` as Parquet,
+/// overwriting earlier exports of it (also under another run class).
 pub fn export_collection_as(dir: &Path, to: &Path, layout: Layout) -> Result<Outcome, ExportError> {
+    export_collection_in(dir, to, layout, ExportFormat::Parquet)
+}
+
+/// Exports one collection folder under `to` in `layout` and `format`,
+/// overwriting earlier exports of it (also under another run class).
+pub fn export_collection_in(
+    dir: &Path,
+    to: &Path,
+    layout: Layout,
+    format: ExportFormat,
+) -> Result<Outcome, ExportError> {
     let man = Manifest::read(dir).map_err(|e| ExportError::Manifest {
         dir: dir.to_owned(),
         message: e.to_string(),
@@ -247,11 +305,8 @@ pub fn export_collection_as(dir: &Path, to: &Path, layout: Layout) -> Result<Out
     let bench = benchmark_label(&man);
     let mut files = Vec::new();
     for (table, src) in table_files(dir)? {
-        let dst = layout.path(to, &table, class, &bench, &collection_id);
-        let rows = match layout {
-            Layout::Classes => arrow_to_parquet(&src, &dst)?,
-            Layout::Hive => arrow_to_parquet_plain(&src, &dst, &table)?,
-        };
+        let dst = layout.path(format, to, &table, class, &bench, &collection_id);
+        let rows = format.write(layout, &src, &dst, &table)?;
         files.push(Written {
             table,
             path: dst,
@@ -262,7 +317,7 @@ pub fn export_collection_as(dir: &Path, to: &Path, layout: Layout) -> Result<Out
     // repaired since) must not stay there too.
     for other in CLASSES.iter().filter(|c| **c != class) {
         for w in &files {
-            let stale = layout.path(to, &w.table, other, &bench, &collection_id);
+            let stale = layout.path(format, to, &w.table, other, &bench, &collection_id);
             if stale.is_file() {
                 std::fs::remove_file(&stale).map_err(ExportError::io(&stale))?;
             }

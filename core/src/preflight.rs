@@ -8,14 +8,26 @@ pub use kernmlops_sys::features::has_bpf_privileges;
 pub use kernmlops_sys::tracefs::BTF_VMLINUX;
 use kernmlops_sys::tracefs::{mount_tracefs, TracefsMount};
 
+/// Why a collection cannot start on this machine, as the user reads it.
+#[derive(Debug, thiserror::Error)]
+pub enum PreflightError {
+    #[error("kernmlops {command} needs root, or the CAP_BPF and CAP_PERFMON capabilities: re-run with sudo")]
+    Privileges { command: String },
+    #[error("this kernel has no BTF ({BTF_VMLINUX} is missing): kernmlops probes need a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
+    NoBtf,
+    /// tracefs is mounted nowhere and mounting it failed.
+    #[error("{0}")]
+    Tracefs(#[from] std::io::Error),
+}
+
 /// Fails unless the process may load BPF programs.
-pub fn require_bpf_privileges(command: &str) -> Result<(), String> {
+pub fn require_bpf_privileges(command: &str) -> Result<(), PreflightError> {
     if has_bpf_privileges() {
         Ok(())
     } else {
-        Err(format!(
-            "kernmlops {command} needs root, or the CAP_BPF and CAP_PERFMON capabilities: re-run with sudo"
-        ))
+        Err(PreflightError::Privileges {
+            command: command.to_owned(),
+        })
     }
 }
 
@@ -28,11 +40,10 @@ pub enum Tracefs {
 
 /// Makes sure tracefs is mounted (`tp/` programs attach through it),
 /// mounting it at /sys/kernel/tracing if it is nowhere.
-pub fn ensure_tracefs() -> Result<Tracefs, String> {
-    match mount_tracefs() {
-        Ok(TracefsMount::AlreadyMounted(_)) => Ok(Tracefs::Mounted),
-        Ok(TracefsMount::MountedNow(_)) => Ok(Tracefs::MountedNow),
-        Err(e) => Err(e.to_string()),
+pub fn ensure_tracefs() -> Result<Tracefs, PreflightError> {
+    match mount_tracefs()? {
+        TracefsMount::AlreadyMounted(_) => Ok(Tracefs::Mounted),
+        TracefsMount::MountedNow(_) => Ok(Tracefs::MountedNow),
     }
 }
 
@@ -42,13 +53,11 @@ pub fn has_btf() -> bool {
 }
 
 /// Fails unless the kernel has BTF.
-pub fn require_btf() -> Result<(), String> {
+pub fn require_btf() -> Result<(), PreflightError> {
     if has_btf() {
         Ok(())
     } else {
-        Err(format!(
-            "this kernel has no BTF ({BTF_VMLINUX} is missing): kernmlops probes need a kernel built with CONFIG_DEBUG_INFO_BTF=y"
-        ))
+        Err(PreflightError::NoBtf)
     }
 }
 
@@ -94,4 +103,29 @@ pub fn check_task(flag: &str, id: u32, thread: bool) -> Result<(), TaskError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_refusal_is_one_line_saying_what_to_do() {
+        let e = PreflightError::Privileges {
+            command: "run".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "kernmlops run needs root, or the CAP_BPF and CAP_PERFMON capabilities: re-run with sudo"
+        );
+        assert_eq!(
+            PreflightError::NoBtf.to_string(),
+            "this kernel has no BTF (/sys/kernel/btf/vmlinux is missing): kernmlops probes need a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+        );
+        let e = PreflightError::from(std::io::Error::other("mounting tracefs: refused"));
+        assert_eq!(e.to_string(), "mounting tracefs: refused");
+        // On this machine (root, BTF) the checks pass.
+        assert_eq!(require_bpf_privileges("run").is_ok(), has_bpf_privileges());
+        assert_eq!(require_btf().is_ok(), has_btf());
+    }
 }

@@ -375,6 +375,84 @@ pub struct StartArgs {
     pub state_dir: RString,
 }
 
+impl StartArgs {
+    /// Arguments with `config_json` as the component's settings and
+    /// nothing else: no ring size, no filter, the calling process as the
+    /// collector (left out of the records), no collection or state folder.
+    /// The `with_*` methods set the rest.
+    ///
+    /// ```
+    /// # use kernmlops_plugin_api::StartArgs;
+    /// let args = StartArgs::new("{}").with_ring_bytes(1 << 20).with_include_self(true);
+    /// assert_eq!(args.ring_bytes, 1 << 20);
+    /// assert_eq!(args.self_tgid, std::process::id());
+    /// ```
+    pub fn new(config_json: &str) -> Self {
+        Self {
+            config_json: config_json.into(),
+            ring_bytes: 0,
+            filter_tgid: 0,
+            filter_pid: 0,
+            filter_cgroup_id: 0,
+            self_tgid: std::process::id(),
+            include_self: false,
+            filter_cgroup_descendants: false,
+            output_dir: RString::new(),
+            state_dir: RString::new(),
+        }
+    }
+
+    /// Bytes for each ring buffer.
+    pub fn with_ring_bytes(mut self, ring_bytes: u64) -> Self {
+        self.ring_bytes = ring_bytes;
+        self
+    }
+
+    /// Only this thread group (0: all).
+    pub fn with_filter_tgid(mut self, tgid: u32) -> Self {
+        self.filter_tgid = tgid;
+        self
+    }
+
+    /// Only this thread (0: all).
+    pub fn with_filter_pid(mut self, pid: u32) -> Self {
+        self.filter_pid = pid;
+        self
+    }
+
+    /// Only tasks in the cgroup of this id (0: all), and with
+    /// `descendants` those in cgroups below it too.
+    pub fn with_filter_cgroup(mut self, cgroup_id: u64, descendants: bool) -> Self {
+        self.filter_cgroup_id = cgroup_id;
+        self.filter_cgroup_descendants = descendants;
+        self
+    }
+
+    /// The collector's process id (the calling process unless set).
+    pub fn with_self_tgid(mut self, tgid: u32) -> Self {
+        self.self_tgid = tgid;
+        self
+    }
+
+    /// Record the collector's own process too.
+    pub fn with_include_self(mut self, include_self: bool) -> Self {
+        self.include_self = include_self;
+        self
+    }
+
+    /// The run's collection folder.
+    pub fn with_output_dir(mut self, dir: &str) -> Self {
+        self.output_dir = dir.into();
+        self
+    }
+
+    /// The folder that outlives the host, for the undo log.
+    pub fn with_state_dir(mut self, dir: &str) -> Self {
+        self.state_dir = dir.into();
+        self
+    }
+}
+
 /// A running probe. Created by [`PluginMod::new_probe`], already attached.
 #[sabi_trait]
 pub trait Probe: Send {

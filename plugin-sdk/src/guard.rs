@@ -102,24 +102,14 @@ pub fn check_probe_config<P: ProbeImpl>(config_json: &str) -> PluginResult<()> {
 
 pub fn check_benchmark_config<B: BenchmarkImpl>(config_json: &str) -> PluginResult<()> {
     guarded("checking the settings", || {
-        let args = StartArgs {
-            config_json: config_json.into(),
-            ring_bytes: 0,
-            filter_tgid: 0,
-            filter_pid: 0,
-            filter_cgroup_id: 0,
-            self_tgid: std::process::id(),
-            include_self: false,
-            filter_cgroup_descendants: false,
-            output_dir: "".into(),
-            state_dir: "".into(),
-        };
-        B::new(&args).map(|_| ()).map_err(|mut e| {
-            if e.kind == ErrorKind::OTHER {
-                e.kind = ErrorKind::CONFIG;
-            }
-            e
-        })
+        B::new(&StartArgs::new(config_json))
+            .map(|_| ())
+            .map_err(|mut e| {
+                if e.kind == ErrorKind::OTHER {
+                    e.kind = ErrorKind::CONFIG;
+                }
+                e
+            })
     })
 }
 

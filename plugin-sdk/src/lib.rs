@@ -11,12 +11,15 @@
 //!   [`Record`] and [`BatchExt`] push and read whole typed records.
 //! - [`settings!`] declares a component's settings: defaults, comments,
 //!   parsing and rules in one struct.
-//! - [`workload`] runs benchmark commands in process groups; [`indicator`]
-//!   is the performance-indicator format of their results.
+//! - [`workload`] runs benchmark commands in process groups; [`benchmark`]
+//!   holds what a benchmark started and changed, and the machine settings
+//!   every benchmark shares; [`indicator`] is the performance-indicator
+//!   format of their results.
 
 // Lets `settings!` name this crate the same way inside it as in plugins.
 extern crate self as kernmlops_plugin_sdk;
 
+pub mod benchmark;
 pub mod graph;
 mod guard;
 pub mod indicator;
@@ -141,34 +144,52 @@ pub trait ProbeImpl: Sized + Send + 'static {
 /// into an ABI [`api::BenchmarkBox`] with every call guarded against
 /// panics. The host calls `is_configured`, `setup`, `launch`, then `poll`
 /// until it reports an exit code, and `kill` at the end in every case.
+///
+/// What it starts and changes is kept in its [`benchmark::Run`], so `poll`
+/// and `kill` need no code of its own.
 pub trait BenchmarkImpl: Sized + Send + 'static {
     /// The benchmark's name, as users type it in `--benchmark`.
     const NAME: &'static str;
     /// One line saying what it runs.
     const DESCRIPTION: &'static str;
-    /// Settings with defaults (`[benchmarks.<name>]`): the body of its TOML
-    /// table, commented. [`settings::defaults_toml`] makes it from a
-    /// settings struct.
-    const CONFIG_DEFAULTS: &'static str = "";
 
-    /// The settings' defaults as TOML; [`BenchmarkImpl::CONFIG_DEFAULTS`]
-    /// unless overridden (e.g. with [`settings::defaults_toml`]).
-    fn config_defaults() -> String {
-        Self::CONFIG_DEFAULTS.to_owned()
+    /// The benchmark's settings (`[benchmarks.<name>]`), usually with the
+    /// shared [`benchmark::MachineSettings`] flattened in; [`NoSettings`]
+    /// for none. Their `Default` is what `kernmlops config defaults` shows.
+    type Settings: Settings;
+
+    /// Creates the benchmark with its parsed and checked settings; nothing
+    /// runs yet.
+    fn create(args: &StartArgs, settings: Self::Settings) -> Result<Self>;
+
+    /// Parses the settings (`args.config_json`), naming the section and the
+    /// bad key, and creates the benchmark: what the host's calls do.
+    fn new(args: &StartArgs) -> Result<Self> {
+        let settings =
+            settings::parse::<Self::Settings>(&benchmark::section(Self::NAME), &args.config_json)?;
+        Self::create(args, settings)
     }
 
-    /// Parses the settings (`args.config_json`), naming a bad key.
-    fn new(args: &StartArgs) -> Result<Self>;
     /// Fails with what to install or configure when the software is missing.
     fn is_configured(&self) -> Result<()>;
     /// Prepares the machine (page cache, THP mode, data files).
     fn setup(&mut self) -> Result<()>;
     /// Starts the workload and returns at once.
     fn launch(&mut self) -> Result<()>;
+
+    /// What the benchmark started and changed.
+    fn run(&mut self) -> &mut benchmark::Run;
+
     /// `Some(exit code)` once the workload has ended.
-    fn poll(&mut self) -> Result<Option<i32>>;
-    /// Stops the workload and everything it started; nothing stays running.
-    fn kill(&mut self) -> Result<()>;
+    fn poll(&mut self) -> Result<Option<i32>> {
+        self.run().poll()
+    }
+
+    /// Stops the workload and everything it started, and undoes what it
+    /// changed; nothing stays running.
+    fn kill(&mut self) -> Result<()> {
+        self.run().kill()
+    }
 
     /// The benchmark's own result once it has ended: a JSON object in the
     /// performance-indicator format (`name`, `component`, `@parameters`,
@@ -364,7 +385,10 @@ macro_rules! export_plugin {
                 $($(
                     if name.as_str() == <$bench as $crate::BenchmarkImpl>::NAME {
                         return p::PluginResult::ROk(
-                            <$bench as $crate::BenchmarkImpl>::config_defaults().into(),
+                            $crate::settings::defaults_toml::<
+                                <$bench as $crate::BenchmarkImpl>::Settings,
+                            >()
+                            .into(),
                         );
                     }
                 )*)?

@@ -513,18 +513,7 @@ mod tests {
     #[test]
     fn the_guard_keeps_failures_and_refuses_decreasing_energy() {
         use kernmlops_plugin_api::abi_stable::std_types::{RResult, RVec};
-        let args = StartArgs {
-            config_json: "{}".into(),
-            ring_bytes: 0,
-            filter_tgid: 0,
-            filter_pid: 0,
-            filter_cgroup_id: 0,
-            self_tgid: 0,
-            include_self: false,
-            filter_cgroup_descendants: false,
-            output_dir: "".into(),
-            state_dir: "".into(),
-        };
+        let args = StartArgs::new("{}").with_self_tgid(0);
         let RResult::ROk(mut src) = crate::guard::new_power_source::<Scripted>(&args) else {
             panic!("starting the scripted source");
         };

@@ -29,7 +29,8 @@ unsafe impl Record for i64 {}
 // SAFETY: as above.
 unsafe impl Record for f64 {}
 
-fn bytes_of<R: Record>(r: &R) -> &[u8] {
+/// The bytes of a record, as a batch holds them.
+pub fn bytes_of<R: Record>(r: &R) -> &[u8] {
     // SAFETY: `Record` types have no padding, so all `size_of::<R>()` bytes
     // are initialised; the slice borrows `r`.
     unsafe { std::slice::from_raw_parts((r as *const R).cast::<u8>(), std::mem::size_of::<R>()) }

@@ -106,6 +106,12 @@ pub use kernmlops_sys::duration::HumanDuration;
 /// optionally a `validate(s) { ... }` block returning `Result<(), String>`.
 /// Expands to the struct (serde, unknown keys refused, missing keys
 /// defaulted), its `Default` and its [`Settings`] implementation.
+///
+/// A first field marked `#[flatten]` (no default: its own `Default`) is
+/// another settings struct whose keys sit in the same table, documented
+/// and checked by its own declaration before this one's rules: the
+/// machine settings every benchmark shares
+/// ([`MachineSettings`](crate::benchmark::MachineSettings)).
 #[macro_export]
 macro_rules! settings {
     ($($body:tt)*) => {
@@ -119,6 +125,62 @@ macro_rules! settings {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __settings_with_serde {
+    (
+        $serde:literal,
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            #[flatten]
+            $flvis:vis $flat:ident : $flty:ty,
+            $(
+                $(#[doc = $doc:literal])*
+                $fvis:vis $field:ident : $fty:ty = $default:expr
+            ),* $(,)?
+        }
+        $(validate($s:ident) $body:block)?
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, $crate::__private::serde::Serialize, $crate::__private::serde::Deserialize)]
+        #[serde(deny_unknown_fields, default, crate = $serde)]
+        $vis struct $name {
+            #[serde(flatten)]
+            $flvis $flat: $flty,
+            $(
+                $(#[doc = $doc])*
+                $fvis $field: $fty,
+            )*
+        }
+
+        impl ::core::default::Default for $name {
+            fn default() -> Self {
+                Self {
+                    $flat: ::core::default::Default::default(),
+                    $($field: $default,)*
+                }
+            }
+        }
+
+        impl $crate::settings::Settings for $name {
+            fn docs() -> &'static [(&'static str, &'static str)] {
+                static DOCS: ::std::sync::OnceLock<::std::vec::Vec<(&'static str, &'static str)>> =
+                    ::std::sync::OnceLock::new();
+                DOCS.get_or_init(|| {
+                    let mut docs = <$flty as $crate::settings::Settings>::docs().to_vec();
+                    docs.extend_from_slice(&[$((stringify!($field), concat!($($doc, "\n"),*))),*]);
+                    docs
+                })
+            }
+
+            fn validate(&self) -> ::core::result::Result<(), ::std::string::String> {
+                $crate::settings::Settings::validate(&self.$flat)?;
+                $(
+                    let $s = self;
+                    let rules: ::core::result::Result<(), ::std::string::String> = $body;
+                    rules?;
+                )?
+                ::core::result::Result::Ok(())
+            }
+        }
+    };
     (
         $serde:literal,
         $(#[$meta:meta])*

@@ -74,14 +74,14 @@ pub fn check_settings_defaults<S: Settings + PartialEq + std::fmt::Debug>(name: 
     );
 }
 
-/// Panics unless `B::config_defaults()` parses as TOML into settings equal
-/// to `C::default()`.
+/// Panics unless the defaults `kernmlops config defaults` shows for `B`
+/// parse as TOML into settings equal to `C::default()`.
 pub fn check_benchmark_config_defaults<B, C>()
 where
     B: BenchmarkImpl,
     C: serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
 {
-    let text = B::config_defaults();
+    let text = settings::defaults_toml::<B::Settings>();
     let table: toml::Table = toml::from_str(&text)
         .unwrap_or_else(|e| panic!("{}: the defaults are not TOML: {e}", B::NAME));
     let json = serde_json::to_value(&table).unwrap_or_else(|e| panic!("{}: {e}", B::NAME));
@@ -115,18 +115,9 @@ pub fn require_root(test: &str) -> bool {
 /// as a JSON object, no filter, and the test process itself recorded (a
 /// test usually makes the activity it checks).
 pub fn start_args(config_json: &str) -> StartArgs {
-    StartArgs {
-        config_json: config_json.into(),
-        ring_bytes: 4 << 20,
-        filter_tgid: 0,
-        filter_pid: 0,
-        filter_cgroup_id: 0,
-        self_tgid: std::process::id(),
-        include_self: true,
-        filter_cgroup_descendants: false,
-        output_dir: "".into(),
-        state_dir: "".into(),
-    }
+    StartArgs::new(config_json)
+        .with_ring_bytes(4 << 20)
+        .with_include_self(true)
 }
 
 /// A started probe with one batch per table it fills.

@@ -167,7 +167,9 @@ pub fn run(args: &Args) -> Result<()> {
         ),
         (
             "cargo xtask build-plugins".to_owned(),
-            format!("builds the host and places plugins/{name}.so"),
+            format!(
+                "builds the host (which counts {name} as in-tree: core/build.rs reads plugins/*/Cargo.toml) and places plugins/{name}.so"
+            ),
         ),
         (
             format!("sudo target/release/kernmlops run --plugins {name} --duration 5s"),

@@ -190,22 +190,17 @@ pub fn start_args(
     let config = settings
         .get(component)
         .map_or_else(|| "{}".to_owned(), |v| v.to_string());
-    StartArgs {
-        config_json: config.into(),
-        ring_bytes: opts.ring_bytes,
-        filter_tgid: opts.filter.tgid,
-        filter_pid: opts.filter.pid,
-        filter_cgroup_id: opts.filter.cgroup_id,
-        self_tgid: std::process::id(),
-        include_self: opts.include_self,
-        filter_cgroup_descendants: opts.filter.cgroup_descendants,
-        output_dir: "".into(),
-        state_dir: opts
-            .state_dir
-            .as_ref()
-            .map_or_else(String::new, |d| d.display().to_string())
-            .into(),
-    }
+    let state_dir = opts
+        .state_dir
+        .as_ref()
+        .map_or_else(String::new, |d| d.display().to_string());
+    StartArgs::new(&config)
+        .with_ring_bytes(opts.ring_bytes)
+        .with_filter_tgid(opts.filter.tgid)
+        .with_filter_pid(opts.filter.pid)
+        .with_filter_cgroup(opts.filter.cgroup_id, opts.filter.cgroup_descendants)
+        .with_include_self(opts.include_self)
+        .with_state_dir(&state_dir)
 }
 
 /// Runs a collection. `stop` ends it early (set by the signal handlers).

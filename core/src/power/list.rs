@@ -85,7 +85,7 @@ pub fn list(registry: &Registry, settings: &BTreeMap<String, serde_json::Value>)
             model: None,
         };
         match s.start(&config) {
-            Err(e) => entry.reason = Some(e),
+            Err(e) => entry.reason = Some(e.to_string()),
             Ok(mut source) => {
                 let zones = source.zones().into_vec();
                 entry.notes = source.notes().into_iter().map(String::from).collect();

@@ -192,9 +192,11 @@ pub fn prepare(registry: &Registry, opts: &PowerOptions) -> Result<Option<Prepar
         let source = match inst.start(&config) {
             Ok(s) => s,
             // The user's settings are wrong: say so, whoever chose the source.
-            Err(e) if e.starts_with("[power.settings.") => return Err(PowerError::Config(e)),
+            Err(e) if e.kind == kernmlops_plugin_api::ErrorKind::CONFIG => {
+                return Err(PowerError::Config(e.to_string()))
+            }
             Err(e) => {
-                skip(e);
+                skip(e.to_string());
                 continue;
             }
         };
@@ -390,18 +392,7 @@ fn start_cpu_time(registry: &Registry) -> Result<(Attribution, String), String> 
     let (plugin, _) = registry.find_probe(CPU_TIME_PROBE).ok_or_else(|| {
         format!("no {CPU_TIME_PROBE} probe is installed (it ships as plugins/{CPU_TIME_PROBE})")
     })?;
-    let args = StartArgs {
-        config_json: r#"{"interval":"0s"}"#.into(),
-        ring_bytes: 0,
-        filter_tgid: 0,
-        filter_pid: 0,
-        filter_cgroup_id: 0,
-        self_tgid: std::process::id(),
-        include_self: true,
-        filter_cgroup_descendants: false,
-        output_dir: "".into(),
-        state_dir: "".into(),
-    };
+    let args = StartArgs::new(r#"{"interval":"0s"}"#).with_include_self(true);
     let probe = plugin
         .start_probe(CPU_TIME_PROBE, &args)
         .map_err(|e| format!("the {CPU_TIME_PROBE} probe could not start: {e}"))?;

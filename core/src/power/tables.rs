@@ -1,10 +1,14 @@
-//! The two tables the host writes for power, declared like a probe's (so
-//! the same decoder and sink write them) with packed little-endian records:
+//! The two tables the host writes for power, declared like a probe's, with
+//! the SDK's `table!` over a record struct (so the same decoder and sink
+//! write them):
 //! `energy` (one row per source, zone and slot) and `energy_attribution`
 //! (one row per slot, scope and process that ran, plus the idle row).
 
-use abi_stable::std_types::RVec;
-use kernmlops_plugin_api::{ColumnDecl, ColumnKind, PowerScope, TableDecl};
+use kernmlops_plugin_api::{PowerScope, TableDecl};
+use kernmlops_plugin_sdk::{
+    record::{bytes_of, Record},
+    table,
+};
 
 pub const ENERGY: &str = "energy";
 pub const ATTRIBUTION: &str = "energy_attribution";
@@ -32,180 +36,96 @@ pub fn scope_index(scope: PowerScope) -> u32 {
         .map_or(0, |i| i as u32)
 }
 
-/// A table declared column by column, each packed after the previous one.
-struct Builder {
-    decl: TableDecl,
-    offset: u32,
+/// The bytes of `v` cut to `N` at a character boundary, NUL-padded.
+fn text<const N: usize>(v: &str) -> [u8; N] {
+    let mut end = v.len().min(N);
+    while !v.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = [0u8; N];
+    out[..end].copy_from_slice(&v.as_bytes()[..end]);
+    out
 }
 
-impl Builder {
-    fn new(name: &str, description: &str) -> Self {
-        Self {
-            decl: TableDecl {
-                name: name.into(),
-                description: description.into(),
-                record_size: 0,
-                columns: RVec::new(),
-            },
-            offset: 0,
-        }
-    }
-
-    fn col(mut self, name: &str, kind: ColumnKind, size: u32, unit: &str, what: &str) -> Self {
-        self.decl.columns.push(ColumnDecl {
-            name: name.into(),
-            kind,
-            offset: self.offset,
-            size,
-            unit: unit.into(),
-            description: what.into(),
-            labels: RVec::new(),
-        });
-        self.offset += size;
-        self
-    }
-
-    fn label(mut self, name: &str, labels: &[&str], what: &str) -> Self {
-        self = self.col(name, ColumnKind::LABEL, 4, "", what);
-        if let Some(c) = self.decl.columns.last_mut() {
-            c.labels = labels.iter().map(|l| (*l).into()).collect();
-        }
-        self
-    }
-
-    fn build(mut self) -> TableDecl {
-        self.decl.record_size = self.offset;
-        self.decl
-    }
+/// A record of the `energy` table.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct EnergyRecord {
+    pub ts_uptime_us: u64,
+    pub slot_start_us: u64,
+    pub energy_uj: u64,
+    pub power_uw: u64,
+    pub scope: u32,
+    pub socket: i32,
+    pub source: [u8; SOURCE_LEN],
+    pub zone: [u8; ZONE_LEN],
+    pub measured: u8,
+    pub _pad: [u8; 7],
 }
+
+// SAFETY: repr(C) of integers and byte arrays, padded explicitly to its
+// alignment (its size is checked below); every bit pattern is valid.
+unsafe impl Record for EnergyRecord {}
+const _: () = assert!(std::mem::size_of::<EnergyRecord>() == 128);
+
+/// A record of the `energy_attribution` table.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct AttributionRecord {
+    pub ts_uptime_us: u64,
+    pub slot_start_us: u64,
+    pub cgroup_id: u64,
+    pub cpu_time_us: u64,
+    pub share: f64,
+    pub energy_uj: u64,
+    pub tgid: u32,
+    pub scope: u32,
+    pub model: u32,
+    pub comm: [u8; COMM_LEN],
+    pub cgroup: [u8; CGROUP_LEN],
+    pub source: [u8; SOURCE_LEN],
+    pub measured: u8,
+    pub _pad: [u8; 3],
+}
+
+// SAFETY: as for `EnergyRecord`.
+unsafe impl Record for AttributionRecord {}
+const _: () = assert!(std::mem::size_of::<AttributionRecord>() == 240);
 
 /// The `energy` table.
 pub fn energy_table() -> TableDecl {
-    Builder::new(
-        ENERGY,
-        "Energy per power source, zone and time slot, on the slots of [power] interval",
-    )
-    .col(
-        "ts_uptime_us",
-        ColumnKind::U64,
-        8,
-        "us",
-        "end of the slot (CLOCK_BOOTTIME)",
-    )
-    .col(
-        "slot_start_us",
-        ColumnKind::U64,
-        8,
-        "us",
-        "start of the slot (CLOCK_BOOTTIME)",
-    )
-    .col(
-        "source",
-        ColumnKind::STR,
-        SOURCE_LEN as u32,
-        "",
-        "the power source (plugin component)",
-    )
-    .col(
-        "zone",
-        ColumnKind::STR,
-        ZONE_LEN as u32,
-        "",
-        "the source's zone, e.g. package-0, dram-0, cpu",
-    )
-    .label("scope", &scope_labels(), "what the zone covers")
-    .col(
-        "socket",
-        ColumnKind::I32,
-        4,
-        "",
-        "CPU socket of the zone; -1 for several sockets or none",
-    )
-    .col(
-        "energy_uj",
-        ColumnKind::U64,
-        8,
-        "uJ",
-        "energy in the slot, corrected for counter wrap-around",
-    )
-    .col(
-        "power_uw",
-        ColumnKind::U64,
-        8,
-        "uW",
-        "mean power over the slot",
-    )
-    .col(
-        "measured",
-        ColumnKind::BOOL,
-        1,
-        "",
-        "true when a meter measured it; false for a modelled estimate",
-    )
-    .build()
+    table!(EnergyRecord => ENERGY,
+        "Energy per power source, zone and time slot, on the slots of [power] interval", {
+        ts_uptime_us [us]: "end of the slot (CLOCK_BOOTTIME)",
+        slot_start_us [us]: "start of the slot (CLOCK_BOOTTIME)",
+        source: "the power source (plugin component)",
+        zone: "the source's zone, e.g. package-0, dram-0, cpu",
+        scope as label(&scope_labels()): "what the zone covers",
+        socket: "CPU socket of the zone; -1 for several sockets or none",
+        energy_uj [uJ]: "energy in the slot, corrected for counter wrap-around",
+        power_uw [uW]: "mean power over the slot",
+        measured as bool: "true when a meter measured it; false for a modelled estimate",
+    })
 }
 
 /// The `energy_attribution` table.
 pub fn attribution_table() -> TableDecl {
-    Builder::new(
-        ATTRIBUTION,
-        "Energy per time slot, scope and process that ran, split by on-CPU time; tgid 0 (idle) holds the rest",
-    )
-    .col("ts_uptime_us", ColumnKind::U64, 8, "us", "end of the slot (CLOCK_BOOTTIME)")
-    .col("slot_start_us", ColumnKind::U64, 8, "us", "start of the slot (CLOCK_BOOTTIME)")
-    .col("tgid", ColumnKind::U32, 4, "", "process id; 0 for idle, the energy no process used")
-    .col("comm", ColumnKind::STR, COMM_LEN as u32, "", "the process's name; idle for tgid 0")
-    .col("cgroup_id", ColumnKind::U64, 8, "", "cgroup v2 id of the process, 0 when unknown")
-    .col("cgroup", ColumnKind::STR, CGROUP_LEN as u32, "", "cgroup v2 path of the process")
-    .col("cpu_time_us", ColumnKind::U64, 8, "us", "on-CPU time in the slot; for idle, the CPUs' idle time")
-    .col("share", ColumnKind::F64, 8, "", "energy_uj over the scope's energy in the slot")
-    .col("energy_uj", ColumnKind::U64, 8, "uJ", "energy attributed; per slot and scope the rows add up to the scope's energy exactly")
-    .label("scope", &scope_labels(), "the scope whose energy is split")
-    .label("model", MODELS, "what the split follows: cpu_time (on-CPU time)")
-    .col("source", ColumnKind::STR, SOURCE_LEN as u32, "", "the power source whose energy is split")
-    .col("measured", ColumnKind::BOOL, 1, "", "true when the split energy was measured; false when modelled")
-    .build()
-}
-
-/// Appends one packed record, field by field in declaration order.
-pub struct Row<'a>(pub &'a mut Vec<u8>);
-
-impl Row<'_> {
-    pub fn u64(self, v: u64) -> Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-
-    pub fn u32(self, v: u32) -> Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-
-    pub fn i32(self, v: i32) -> Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-
-    pub fn f64(self, v: f64) -> Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-
-    pub fn bool(self, v: bool) -> Self {
-        self.0.push(u8::from(v));
-        self
-    }
-
-    /// Text cut to `len` bytes at a character boundary, NUL-padded.
-    pub fn text(self, v: &str, len: usize) -> Self {
-        let mut end = v.len().min(len);
-        while !v.is_char_boundary(end) {
-            end -= 1;
-        }
-        self.0.extend_from_slice(&v.as_bytes()[..end]);
-        self.0.extend(std::iter::repeat_n(0u8, len - end));
-        self
-    }
+    table!(AttributionRecord => ATTRIBUTION,
+        "Energy per time slot, scope and process that ran, split by on-CPU time; tgid 0 (idle) holds the rest", {
+        ts_uptime_us [us]: "end of the slot (CLOCK_BOOTTIME)",
+        slot_start_us [us]: "start of the slot (CLOCK_BOOTTIME)",
+        tgid: "process id; 0 for idle, the energy no process used",
+        comm: "the process's name; idle for tgid 0",
+        cgroup_id: "cgroup v2 id of the process, 0 when unknown",
+        cgroup: "cgroup v2 path of the process",
+        cpu_time_us [us]: "on-CPU time in the slot; for idle, the CPUs' idle time",
+        share: "energy_uj over the scope's energy in the slot",
+        energy_uj [uJ]: "energy attributed; per slot and scope the rows add up to the scope's energy exactly",
+        scope as label(&scope_labels()): "the scope whose energy is split",
+        model as label(MODELS): "what the split follows: cpu_time (on-CPU time)",
+        source: "the power source whose energy is split",
+        measured as bool: "true when the split energy was measured; false when modelled",
+    })
 }
 
 /// One `energy` row.
@@ -225,16 +145,19 @@ impl EnergyRow<'_> {
     pub fn write(&self, buf: &mut Vec<u8>) {
         let span = self.end_us.saturating_sub(self.start_us).max(1);
         let power_uw = u128::from(self.energy_uj) * 1_000_000 / u128::from(span);
-        Row(buf)
-            .u64(self.end_us)
-            .u64(self.start_us)
-            .text(self.source, SOURCE_LEN)
-            .text(self.zone, ZONE_LEN)
-            .u32(scope_index(self.scope))
-            .i32(self.socket)
-            .u64(self.energy_uj)
-            .u64(u64::try_from(power_uw).unwrap_or(u64::MAX))
-            .bool(self.measured);
+        let record = EnergyRecord {
+            ts_uptime_us: self.end_us,
+            slot_start_us: self.start_us,
+            energy_uj: self.energy_uj,
+            power_uw: u64::try_from(power_uw).unwrap_or(u64::MAX),
+            scope: scope_index(self.scope),
+            socket: self.socket,
+            source: text(self.source),
+            zone: text(self.zone),
+            measured: u8::from(self.measured),
+            _pad: [0; 7],
+        };
+        buf.extend_from_slice(bytes_of(&record));
     }
 }
 
@@ -263,20 +186,23 @@ impl AttributionRow<'_> {
         } else {
             self.energy_uj as f64 / self.scope_energy_uj as f64
         };
-        Row(buf)
-            .u64(self.end_us)
-            .u64(self.start_us)
-            .u32(self.tgid)
-            .text(self.comm, COMM_LEN)
-            .u64(self.cgroup_id)
-            .text(self.cgroup, CGROUP_LEN)
-            .u64(self.cpu_time_us)
-            .f64(share)
-            .u64(self.energy_uj)
-            .u32(scope_index(self.scope))
-            .u32(MODEL_CPU_TIME)
-            .text(self.source, SOURCE_LEN)
-            .bool(self.measured);
+        let record = AttributionRecord {
+            ts_uptime_us: self.end_us,
+            slot_start_us: self.start_us,
+            cgroup_id: self.cgroup_id,
+            cpu_time_us: self.cpu_time_us,
+            share,
+            energy_uj: self.energy_uj,
+            tgid: self.tgid,
+            scope: scope_index(self.scope),
+            model: MODEL_CPU_TIME,
+            comm: text(self.comm),
+            cgroup: text(self.cgroup),
+            source: text(self.source),
+            measured: u8::from(self.measured),
+            _pad: [0; 3],
+        };
+        buf.extend_from_slice(bytes_of(&record));
     }
 }
 

@@ -325,18 +325,10 @@ mod tests {
 
     #[test]
     fn the_proc_scan_makes_typed_records_of_this_process() {
-        let args = kernmlops_plugin_bpf::sdk::StartArgs {
-            config_json: "{}".into(),
-            ring_bytes: 0,
-            filter_tgid: std::process::id(),
-            filter_pid: 0,
-            filter_cgroup_id: 0,
-            self_tgid: 0,
-            include_self: true,
-            filter_cgroup_descendants: false,
-            output_dir: "".into(),
-            state_dir: "".into(),
-        };
+        let args = kernmlops_plugin_bpf::sdk::StartArgs::new("{}")
+            .with_filter_tgid(std::process::id())
+            .with_self_tgid(0)
+            .with_include_self(true);
         let rows = scan_proc(&args, &CgroupPaths::new());
         assert!(!rows.is_empty(), "this process has at least one thread");
         let me = &rows[0];

@@ -12,11 +12,11 @@ use std::{
 };
 
 use kernmlops_plugin_sdk::{
+    benchmark::{MachineSettings, Run},
     export_plugin,
     indicator::Indicator,
     serde_json, settings,
-    sys::private::TempDir,
-    workload::{self, Capture, OutputDir, UndoLog, Workload},
+    workload::{self, Capture, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
 use serde::Serialize;
@@ -36,77 +36,12 @@ export_plugin! {
     benchmarks: [Faux, StressNg, Fio, Redis, Memcached, LinuxBuild, Gap, Script],
 }
 
-/// How long a stopped workload gets between SIGTERM and SIGKILL.
-const GRACE: Duration = Duration::from_secs(3);
-
-/// Parses a benchmark's settings and applies their rules (`validate`),
-/// naming the benchmark and the bad key.
-fn parse<S: settings::Settings>(name: &str, json: &str) -> Result<S> {
-    settings::parse(&format!("[benchmarks.{name}]"), json)
-}
-
-/// Refuses a THP mode the kernel would not take, before anything runs.
-fn check_thp(mode: &str) -> std::result::Result<(), String> {
-    if ["", "always", "madvise", "never"].contains(&mode) {
-        Ok(())
-    } else {
-        Err(format!(
-            "thp_mode = {mode:?}: use \"\" (leave as is), \"always\", \"madvise\" or \"never\""
-        ))
-    }
-}
-
 /// Refuses zero for a count that must be at least 1.
 fn at_least_one(key: &str, value: u64) -> std::result::Result<(), String> {
     if value == 0 {
         Err(format!("{key} = 0: use 1 or more"))
     } else {
         Ok(())
-    }
-}
-
-/// The machine state a benchmark changes in `setup` and restores in `kill`,
-/// each change recorded in the run's undo log first.
-#[derive(Default)]
-struct Machine {
-    undo: UndoLog,
-    thp_before: Option<String>,
-    /// The THP mode during the run, once `prepare` ran (`None` on a kernel
-    /// without THP when the setting leaves it as is).
-    thp_in_force: Option<String>,
-}
-
-impl Machine {
-    /// The machine of a run whose state folder is `args.state_dir`.
-    fn new(args: &StartArgs) -> Self {
-        Self {
-            undo: UndoLog::new(&args.state_dir),
-            ..Self::default()
-        }
-    }
-
-    /// Drops the page cache if asked and sets the THP mode unless empty.
-    fn prepare(&mut self, drop_cache: bool, thp: &str) -> Result<()> {
-        if drop_cache {
-            workload::drop_page_cache()?;
-        }
-        if !thp.is_empty() && self.thp_before.is_none() {
-            self.thp_before = Some(self.undo.set_thp_mode(thp)?);
-        }
-        self.thp_in_force = if thp.is_empty() {
-            workload::thp_mode().ok()
-        } else {
-            Some(thp.to_owned())
-        };
-        Ok(())
-    }
-
-    /// Puts the THP mode back as `prepare` found it.
-    fn restore(&mut self) -> Result<()> {
-        match self.thp_before.take() {
-            Some(mode) => workload::set_thp_mode(&mode).map(|_| ()),
-            None => Ok(()),
-        }
     }
 }
 
@@ -117,87 +52,13 @@ fn indicator<S: Serialize>(
     name: &str,
     component: &str,
     settings: &S,
-    machine: &Machine,
+    run: &Run,
 ) -> Result<Indicator> {
     let mut ind = Indicator::new(name, component).with_parameters(settings)?;
-    if let Some(mode) = &machine.thp_in_force {
-        ind.parameters
-            .insert("thp_mode".into(), mode.as_str().into());
+    if let Some(mode) = run.thp_in_force() {
+        ind.parameters.insert("thp_mode".into(), mode.into());
     }
     Ok(ind)
-}
-
-/// The client workload whose output `result` reads, once it ended on its
-/// own; otherwise why there is no result.
-fn finished<'a>(w: &'a Option<Workload>, name: &str, tool: &str) -> Result<&'a Workload> {
-    let w = w
-        .as_ref()
-        .ok_or_else(|| Error::new(format!("{name}: no result: {tool} never started")))?;
-    if w.was_killed() {
-        return Err(Error::new(format!(
-            "{name}: no result: {tool} was stopped before it finished"
-        )));
-    }
-    if w.elapsed().is_none() {
-        return Err(Error::new(format!(
-            "{name}: no result yet: {tool} is still running"
-        )));
-    }
-    Ok(w)
-}
-
-/// The benchmark's output folder, created on first use (see
-/// [`OutputDir::new`]: the run's collection folder, or a temporary one).
-fn output_dir<'a>(
-    out: &'a mut Option<OutputDir>,
-    run_dir: &str,
-    name: &str,
-) -> Result<&'a OutputDir> {
-    if out.is_none() {
-        *out = Some(OutputDir::new(run_dir, name)?);
-    }
-    out.as_ref()
-        .ok_or_else(|| Error::new(format!("{name}: no output folder")))
-}
-
-/// Stops an optional workload (nothing when it never started).
-fn stop(w: &mut Option<Workload>) -> Result<()> {
-    match w.as_mut() {
-        Some(w) => w.kill(GRACE),
-        None => Ok(()),
-    }
-}
-
-/// The exit code of a workload that may not have started yet.
-fn poll_of(w: &mut Option<Workload>, name: &str) -> Result<Option<i32>> {
-    match w.as_mut() {
-        Some(w) => w.poll(),
-        None => Err(Error::new(format!("{name}: poll before launch"))),
-    }
-}
-
-/// A fresh private directory under `base` (the system's temporary
-/// directory when `None`): `kernmlops-<name>.<random>`, mode 0700, made
-/// with `mkdirat` so nothing planted in `base` is reused or followed, and
-/// recorded in `undo`.
-fn fresh_dir(base: Option<&Path>, name: &str, undo: &UndoLog) -> Result<TempDir> {
-    let base = base.map_or_else(std::env::temp_dir, Path::to_path_buf);
-    undo.create_private_dir(&base, &format!("kernmlops-{name}"))
-}
-
-/// Removes a directory this benchmark created, if any.
-fn remove_dir(dir: &mut Option<TempDir>) -> Result<()> {
-    match dir.take() {
-        Some(d) => {
-            let d = d.keep();
-            match std::fs::remove_dir_all(&d) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(Error::new(format!("removing {}: {e}", d.display()))),
-            }
-        }
-        None => Ok(()),
-    }
 }
 
 /// A TCP port on the loopback interface that nothing listens on now.
@@ -264,27 +125,21 @@ fn run_to_end(mut cmd: Command, what: &str) -> Result<()> {
 settings! {
     /// `[benchmarks.faux]` settings.
     pub struct FauxSettings {
-        /// Drop the page cache before the run.
-        pub drop_page_cache: bool = true,
-        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-        pub thp_mode: String = String::new(),
-    }
-    validate(s) {
-        check_thp(&s.thp_mode)
+        #[flatten]
+        pub machine: MachineSettings,
     }
 }
 
 /// Runs nothing useful (`sleep infinity`) until the host stops it.
 pub struct Faux {
     settings: FauxSettings,
-    machine: Machine,
-    work: Option<Workload>,
+    run: Run,
 }
 
 impl Faux {
     /// The process id of the idle workload, once launched.
     pub fn pid(&self) -> Option<u32> {
-        self.work.as_ref().map(Workload::pid)
+        self.run.workload().map(Workload::pid)
     }
 }
 
@@ -292,17 +147,12 @@ impl BenchmarkImpl for Faux {
     const NAME: &'static str = "faux";
     const DESCRIPTION: &'static str =
         "Runs no workload until Ctrl+C or --duration: collects an idle machine";
+    type Settings = FauxSettings;
 
-    fn config_defaults() -> String {
-        settings::defaults_toml::<FauxSettings>()
-    }
-
-    fn new(args: &StartArgs) -> Result<Self> {
-        let settings: FauxSettings = parse(Self::NAME, &args.config_json)?;
+    fn create(args: &StartArgs, settings: FauxSettings) -> Result<Self> {
         Ok(Self {
             settings,
-            machine: Machine::new(args),
-            work: None,
+            run: Run::new(Self::NAME, args),
         })
     }
 
@@ -311,25 +161,19 @@ impl BenchmarkImpl for Faux {
     }
 
     fn setup(&mut self) -> Result<()> {
-        self.machine
-            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+        self.run.prepare(&self.settings.machine)
     }
 
     fn launch(&mut self) -> Result<()> {
         let mut cmd = Command::new("sleep");
         cmd.arg("infinity");
-        self.work = Some(Workload::spawn(cmd, "faux (sleep infinity)")?);
+        self.run
+            .start(Workload::spawn(cmd, "faux (sleep infinity)")?);
         Ok(())
     }
 
-    fn poll(&mut self) -> Result<Option<i32>> {
-        poll_of(&mut self.work, Self::NAME)
-    }
-
-    fn kill(&mut self) -> Result<()> {
-        let stopped = stop(&mut self.work);
-        let restored = self.machine.restore();
-        stopped.and(restored)
+    fn run(&mut self) -> &mut Run {
+        &mut self.run
     }
 
     /// An idle machine measures nothing of its own.
@@ -343,10 +187,8 @@ impl BenchmarkImpl for Faux {
 settings! {
     /// `[benchmarks.stress_ng]` settings.
     pub struct StressNgSettings {
-        /// Drop the page cache before the run.
-        pub drop_page_cache: bool = true,
-        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-        pub thp_mode: String = String::new(),
+        #[flatten]
+        pub machine: MachineSettings,
         /// The stress-ng stressor (stress-ng --stressor-list).
         pub stressor: String = "cpu".into(),
         /// Worker processes of the stressor (0: one per CPU).
@@ -357,7 +199,6 @@ settings! {
         pub extra_args: Vec<String> = Vec::new(),
     }
     validate(s) {
-        check_thp(&s.thp_mode)?;
         if s.stressor.is_empty() || s.stressor.starts_with('-') {
             return Err(format!(
                 "stressor = {:?}: name a stressor, e.g. \"cpu\"",
@@ -372,21 +213,17 @@ settings! {
 }
 
 /// `stress-ng --<stressor> <workers> --timeout <timeout> --metrics --yaml
-/// <output>/benchmark.stress-ng.yaml <extra_args...>`.
+/// <output>/benchmark.stress-ng.yaml <extra_args...>`, in a private
+/// folder (its `--temp-path` and working folder).
 pub struct StressNg {
     settings: StressNgSettings,
-    machine: Machine,
-    work: Option<Workload>,
-    run_dir: String,
-    out: Option<OutputDir>,
-    /// stress-ng's `--temp-path` (and working folder), private.
-    tmp: Option<TempDir>,
+    run: Run,
 }
 
 impl StressNg {
     /// stress-ng's YAML report, once launched.
     pub fn yaml_path(&self) -> Option<PathBuf> {
-        self.out.as_ref().map(|o| o.join(STRESS_NG_YAML))
+        self.run.output().map(|o| o.join(STRESS_NG_YAML))
     }
 }
 
@@ -397,20 +234,12 @@ impl BenchmarkImpl for StressNg {
     const NAME: &'static str = "stress_ng";
     const DESCRIPTION: &'static str =
         "stress-ng with a stressor, worker count and timeout from config";
+    type Settings = StressNgSettings;
 
-    fn config_defaults() -> String {
-        settings::defaults_toml::<StressNgSettings>()
-    }
-
-    fn new(args: &StartArgs) -> Result<Self> {
-        let settings: StressNgSettings = parse(Self::NAME, &args.config_json)?;
+    fn create(args: &StartArgs, settings: StressNgSettings) -> Result<Self> {
         Ok(Self {
             settings,
-            machine: Machine::new(args),
-            work: None,
-            run_dir: args.output_dir.to_string(),
-            out: None,
-            tmp: None,
+            run: Run::new(Self::NAME, args),
         })
     }
 
@@ -419,21 +248,13 @@ impl BenchmarkImpl for StressNg {
     }
 
     fn setup(&mut self) -> Result<()> {
-        if self.tmp.is_none() {
-            self.tmp = Some(fresh_dir(None, Self::NAME, &self.machine.undo)?);
-        }
-        self.machine
-            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+        self.run.private_dir(None)?;
+        self.run.prepare(&self.settings.machine)
     }
 
     fn launch(&mut self) -> Result<()> {
-        let tmp = self
-            .tmp
-            .as_ref()
-            .ok_or_else(|| Error::new("stress_ng: launch before setup"))?
-            .path()
-            .to_owned();
-        let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
+        let tmp = self.run.private_path_for_launch()?;
+        let out = self.run.output_dir()?;
         let yaml = out.new_report(STRESS_NG_YAML, "stress-ng")?;
         let s = &self.settings;
         let mut cmd = Command::new("stress-ng");
@@ -449,24 +270,18 @@ impl BenchmarkImpl for StressNg {
             .arg(&yaml)
             .args(&s.extra_args);
         let capture = Capture::both(out.path(), "benchmark");
-        self.work = Some(Workload::spawn_captured(cmd, "stress-ng", &capture)?);
+        let work = Workload::spawn_captured(cmd, "stress-ng", &capture)?;
+        self.run.start(work);
         Ok(())
     }
 
-    fn poll(&mut self) -> Result<Option<i32>> {
-        poll_of(&mut self.work, Self::NAME)
-    }
-
-    fn kill(&mut self) -> Result<()> {
-        let stopped = stop(&mut self.work);
-        let removed = remove_dir(&mut self.tmp);
-        let restored = self.machine.restore();
-        stopped.and(removed).and(restored)
+    fn run(&mut self) -> &mut Run {
+        &mut self.run
     }
 
     /// Bogo-ops per stressor from stress-ng's YAML metrics.
     fn result(&self) -> Result<Option<serde_json::Value>> {
-        finished(&self.work, Self::NAME, "stress-ng")?;
+        self.run.finished("stress-ng")?;
         let path = self
             .yaml_path()
             .ok_or_else(|| Error::new("stress_ng: no output folder"))?;
@@ -481,7 +296,7 @@ impl BenchmarkImpl for StressNg {
             // stress-ng's 0: one worker per online CPU.
             settings.workers = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
         }
-        let ind = indicator(Self::NAME, "stress-ng", &settings, &self.machine)?
+        let ind = indicator(Self::NAME, "stress-ng", &settings, &self.run)?
             .with_results(reports::stress_ng_yaml(&text)?);
         Ok(Some(ind.to_value()?))
     }
@@ -506,10 +321,8 @@ const FIO_PATTERNS: &[&str] = &[
 settings! {
     /// `[benchmarks.fio]` settings.
     pub struct FioSettings {
-        /// Drop the page cache before the run.
-        pub drop_page_cache: bool = true,
-        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-        pub thp_mode: String = String::new(),
+        #[flatten]
+        pub machine: MachineSettings,
         /// I/O pattern (fio --rw): read, write, randread, randwrite, rw, randrw.
         pub rw: String = "randrw".into(),
         /// Block size (fio --bs).
@@ -528,7 +341,6 @@ settings! {
         pub numjobs: u32 = 1,
     }
     validate(s) {
-        check_thp(&s.thp_mode)?;
         at_least_one("numjobs", u64::from(s.numjobs))?;
         if !FIO_PATTERNS.contains(&s.rw.as_str()) {
             return Err(format!("rw = {:?}: use one of {}", s.rw, FIO_PATTERNS.join(", ")));
@@ -545,15 +357,11 @@ settings! {
     }
 }
 
-/// One fio job from config, its files in a directory of its own that
-/// `kill` removes, its JSON report in the output folder.
+/// One fio job from config, its files in a private directory (the run's)
+/// that `kill` removes, its JSON report in the output folder.
 pub struct Fio {
     settings: FioSettings,
-    machine: Machine,
-    work: Option<Workload>,
-    dir: Option<TempDir>,
-    run_dir: String,
-    out: Option<OutputDir>,
+    run: Run,
 }
 
 /// fio's JSON report in the output folder.
@@ -562,12 +370,12 @@ const FIO_JSON: &str = "benchmark.fio.json";
 impl Fio {
     /// The directory the job's files are in (after `setup`).
     pub fn data_dir(&self) -> Option<&Path> {
-        self.dir.as_ref().map(TempDir::path)
+        self.run.private_path()
     }
 
     /// fio's JSON report (`--output`), once launched.
     pub fn json_path(&self) -> Option<PathBuf> {
-        self.out.as_ref().map(|o| o.join(FIO_JSON))
+        self.run.output().map(|o| o.join(FIO_JSON))
     }
 
     /// The folder the job's directory is made in.
@@ -586,20 +394,12 @@ impl BenchmarkImpl for Fio {
     const NAME: &'static str = "fio";
     const DESCRIPTION: &'static str =
         "fio with one job from config (pattern, block size, size, runtime)";
+    type Settings = FioSettings;
 
-    fn config_defaults() -> String {
-        settings::defaults_toml::<FioSettings>()
-    }
-
-    fn new(args: &StartArgs) -> Result<Self> {
-        let settings: FioSettings = parse(Self::NAME, &args.config_json)?;
+    fn create(args: &StartArgs, settings: FioSettings) -> Result<Self> {
         Ok(Self {
             settings,
-            machine: Machine::new(args),
-            work: None,
-            dir: None,
-            run_dir: args.output_dir.to_string(),
-            out: None,
+            run: Run::new(Self::NAME, args),
         })
     }
 
@@ -615,26 +415,20 @@ impl BenchmarkImpl for Fio {
     }
 
     fn setup(&mut self) -> Result<()> {
-        if self.dir.is_none() {
-            let base = Path::new(self.base_dir());
-            self.dir = Some(fresh_dir(Some(base), Self::NAME, &self.machine.undo)?);
-        }
-        self.machine
-            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+        let base = PathBuf::from(self.base_dir());
+        self.run.private_dir(Some(&base))?;
+        self.run.prepare(&self.settings.machine)
     }
 
     fn launch(&mut self) -> Result<()> {
-        let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
+        let dir = self.run.private_path_for_launch()?;
+        let out = self.run.output_dir()?;
         let json = out.new_report(FIO_JSON, "fio")?;
         let capture = Capture::both(out.path(), "benchmark");
         let s = &self.settings;
-        let dir = self
-            .dir
-            .as_ref()
-            .ok_or_else(|| Error::new("fio: launch before setup"))?;
         let mut cmd = Command::new("fio");
         cmd.arg("--name=kernmlops")
-            .arg(format!("--directory={}", dir.path().display()))
+            .arg(format!("--directory={}", dir.display()))
             .arg(format!("--rw={}", s.rw))
             .arg(format!("--bs={}", s.bs))
             .arg(format!("--size={}", s.size))
@@ -645,24 +439,18 @@ impl BenchmarkImpl for Fio {
             .arg("--group_reporting")
             .arg("--output-format=json")
             .arg(format!("--output={}", json.display()));
-        self.work = Some(Workload::spawn_captured(cmd, "fio", &capture)?);
+        let work = Workload::spawn_captured(cmd, "fio", &capture)?;
+        self.run.start(work);
         Ok(())
     }
 
-    fn poll(&mut self) -> Result<Option<i32>> {
-        poll_of(&mut self.work, Self::NAME)
-    }
-
-    fn kill(&mut self) -> Result<()> {
-        let stopped = stop(&mut self.work);
-        let removed = remove_dir(&mut self.dir);
-        let restored = self.machine.restore();
-        stopped.and(removed).and(restored)
+    fn run(&mut self) -> &mut Run {
+        &mut self.run
     }
 
     /// IOPS, bandwidth and completion latency from fio's JSON report.
     fn result(&self) -> Result<Option<serde_json::Value>> {
-        finished(&self.work, Self::NAME, "fio")?;
+        self.run.finished("fio")?;
         let path = self
             .json_path()
             .ok_or_else(|| Error::new("fio: no output folder"))?;
@@ -674,7 +462,7 @@ impl BenchmarkImpl for Fio {
         })?;
         let mut settings = self.settings.clone();
         settings.directory = self.base_dir().to_owned();
-        let ind = indicator(Self::NAME, "fio", &settings, &self.machine)?
+        let ind = indicator(Self::NAME, "fio", &settings, &self.run)?
             .with_results(reports::fio_json(&text)?);
         Ok(Some(ind.to_value()?))
     }
@@ -684,7 +472,7 @@ impl BenchmarkImpl for Fio {
 mod tests {
     use super::*;
 
-    /// `B::config_defaults()` parses into settings equal to `S::default()`.
+    /// The defaults `B` shows parse into settings equal to `S::default()`.
     pub(crate) fn check_defaults<B: BenchmarkImpl, S>()
     where
         S: serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,

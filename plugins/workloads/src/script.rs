@@ -11,6 +11,7 @@ use std::{
 };
 
 use kernmlops_plugin_sdk::{
+    benchmark::{MachineSettings, Run},
     indicator::Indicator,
     serde_json::{self, Map, Value},
     settings,
@@ -19,18 +20,14 @@ use kernmlops_plugin_sdk::{
     BenchmarkImpl, Error, Result, StartArgs,
 };
 
-use crate::{check_thp, output_dir, poll_of, stop, Machine};
-
 /// The exit code a run stopped by its `timeout` reports, as GNU timeout's.
 pub const TIMEOUT_EXIT_CODE: i32 = 124;
 
 settings! {
     /// `[benchmarks.script]` settings.
     pub struct ScriptSettings {
-        /// Drop the page cache before the run.
-        pub drop_page_cache: bool = true,
-        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-        pub thp_mode: String = String::new(),
+        #[flatten]
+        pub machine: MachineSettings,
         /// The program and its arguments (required), e.g. ["./bench.sh", "--fast"]. It must print one JSON performance indicator on standard output. A relative path is taken from the folder of the file that sets it, a bare name from PATH; kernmlops checks the program (and any argument naming a file there) like a plugin and runs it by its absolute path.
         pub command: Vec<String> = Vec::new(),
         /// Longest run ("": no limit of its own), e.g. "30s" or "10m"; a script still running then is stopped and the run fails (exit code 124).
@@ -39,7 +36,6 @@ settings! {
         pub parameters: Map<String, Value> = Map::new(),
     }
     validate(s) {
-        check_thp(&s.thp_mode)?;
         if s.command.first().is_some_and(|p| p.is_empty()) {
             return Err("command: the program (its first item) is empty".into());
         }
@@ -63,12 +59,9 @@ pub struct Script {
     settings: ScriptSettings,
     timeout: Option<Duration>,
     env: BTreeMap<String, String>,
-    machine: Machine,
-    work: Option<Workload>,
+    run: Run,
     started: Option<Instant>,
     timed_out: bool,
-    run_dir: String,
-    out: Option<OutputDir>,
 }
 
 /// `"250ms"`, `"30s"`, `"1.5m"`, `"2h"`; `""` and zero mean no limit.
@@ -179,13 +172,13 @@ fn resolve(program: &str) -> Result<PathBuf> {
 impl Script {
     /// The process id of the script, once launched.
     pub fn pid(&self) -> Option<u32> {
-        self.work.as_ref().map(Workload::pid)
+        self.run.workload().map(Workload::pid)
     }
 
     /// The output folder (captured standard output and error), once
     /// launched.
     pub fn output_path(&self) -> Option<&Path> {
-        self.out.as_ref().map(OutputDir::path)
+        self.run.output().map(OutputDir::path)
     }
 
     fn program(&self) -> &str {
@@ -198,12 +191,9 @@ impl BenchmarkImpl for Script {
     const DESCRIPTION: &'static str =
         "Any executable the user names; its standard output is one JSON performance indicator";
 
-    fn config_defaults() -> String {
-        settings::defaults_toml::<ScriptSettings>()
-    }
+    type Settings = ScriptSettings;
 
-    fn new(args: &StartArgs) -> Result<Self> {
-        let settings: ScriptSettings = crate::parse(Self::NAME, &args.config_json)?;
+    fn create(args: &StartArgs, settings: ScriptSettings) -> Result<Self> {
         let timeout = parse_timeout(&settings.timeout)
             .map_err(|e| Error::config(format!("[benchmarks.script] timeout = {e}")))?;
         let env = parameter_env(&settings.parameters)?;
@@ -211,12 +201,9 @@ impl BenchmarkImpl for Script {
             settings,
             timeout,
             env,
-            machine: Machine::new(args),
-            work: None,
+            run: Run::new(Self::NAME, args),
             started: None,
             timed_out: false,
-            run_dir: args.output_dir.to_string(),
-            out: None,
         })
     }
 
@@ -230,20 +217,20 @@ impl BenchmarkImpl for Script {
     }
 
     fn setup(&mut self) -> Result<()> {
-        self.machine
-            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+        self.run.prepare(&self.settings.machine)
     }
 
     fn launch(&mut self) -> Result<()> {
         let program = resolve(self.program())?;
-        let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
+        let what = format!("script {}", self.program());
+        let out = self.run.output_dir()?;
         let mut cmd = Command::new(program);
         cmd.args(&self.settings.command[1..])
             .envs(&self.env)
             .env("KML_OUTPUT_DIR", out.path());
         let capture = Capture::both(out.path(), "benchmark");
-        let what = format!("script {}", self.program());
-        self.work = Some(Workload::spawn_captured(cmd, &what, &capture)?);
+        let work = Workload::spawn_captured(cmd, &what, &capture)?;
+        self.run.start(work);
         self.started = Some(Instant::now());
         Ok(())
     }
@@ -252,7 +239,7 @@ impl BenchmarkImpl for Script {
         if self.timed_out {
             return Ok(Some(TIMEOUT_EXIT_CODE));
         }
-        let code = poll_of(&mut self.work, Self::NAME)?;
+        let code = self.run.poll()?;
         if code.is_some() {
             return Ok(code);
         }
@@ -262,16 +249,14 @@ impl BenchmarkImpl for Script {
         };
         if over {
             self.timed_out = true;
-            stop(&mut self.work)?;
+            self.run.stop()?;
             return Ok(Some(TIMEOUT_EXIT_CODE));
         }
         Ok(None)
     }
 
-    fn kill(&mut self) -> Result<()> {
-        let stopped = stop(&mut self.work);
-        let restored = self.machine.restore();
-        stopped.and(restored)
+    fn run(&mut self) -> &mut Run {
+        &mut self.run
     }
 
     /// The script's indicator, from its standard output, with the
@@ -285,7 +270,7 @@ impl BenchmarkImpl for Script {
                 self.settings.timeout
             )));
         }
-        let work = crate::finished(&self.work, Self::NAME, &format!("script {program}"))?;
+        let work = self.run.finished(&format!("script {program}"))?;
         let stdout = work.read_stdout()?;
         let path = work
             .stdout_path()

@@ -8,16 +8,13 @@ use std::{
 };
 
 use kernmlops_plugin_sdk::{
+    benchmark::{MachineSettings, Run},
     serde_json, settings,
-    sys::private::TempDir,
-    workload::{self, Capture, OutputDir, Workload},
-    BenchmarkImpl, Error, Result, StartArgs,
+    workload::{self, Capture, Workload},
+    BenchmarkImpl, Result, StartArgs,
 };
 
-use crate::{
-    accepts, at_least_one, check_thp, finished, free_port, fresh_dir, indicator, output_dir, parse,
-    poll_of, remove_dir, reports, stop, wait_ready, Machine,
-};
+use crate::{accepts, at_least_one, free_port, indicator, reports, wait_ready};
 
 /// How long a server gets to answer after it starts.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -27,10 +24,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(15);
 settings! {
     /// `[benchmarks.redis]` settings.
     pub struct RedisSettings {
-        /// Drop the page cache before the run.
-        pub drop_page_cache: bool = true,
-        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-        pub thp_mode: String = String::new(),
+        #[flatten]
+        pub machine: MachineSettings,
         /// Requests in total (redis-benchmark -n).
         pub requests: u64 = 100_000,
         /// Parallel connections (redis-benchmark -c).
@@ -39,7 +34,6 @@ settings! {
         pub tests: String = "set,get".into(),
     }
     validate(s) {
-        check_thp(&s.thp_mode)?;
         at_least_one("requests", s.requests)?;
         at_least_one("clients", u64::from(s.clients))?;
         if s.clients > 10_000 {
@@ -52,17 +46,12 @@ settings! {
     }
 }
 
-/// A private redis-server loaded by redis-benchmark.
+/// A private redis-server (its `--dir` and log in the run's private
+/// folder) loaded by redis-benchmark.
 pub struct Redis {
     settings: RedisSettings,
-    machine: Machine,
+    run: Run,
     port: u16,
-    /// The server's private folder (`--dir`, its log).
-    dir: Option<TempDir>,
-    server: Option<Workload>,
-    client: Option<Workload>,
-    run_dir: String,
-    out: Option<OutputDir>,
 }
 
 impl Redis {
@@ -73,7 +62,7 @@ impl Redis {
 
     /// The server's process id, once launched.
     pub fn server_pid(&self) -> Option<u32> {
-        self.server.as_ref().map(Workload::pid)
+        self.run.server().map(Workload::pid)
     }
 
     fn answers_ping(port: u16) -> bool {
@@ -91,21 +80,13 @@ impl BenchmarkImpl for Redis {
     const DESCRIPTION: &'static str =
         "A private redis-server on a free loopback port, loaded by redis-benchmark";
 
-    fn config_defaults() -> String {
-        settings::defaults_toml::<RedisSettings>()
-    }
+    type Settings = RedisSettings;
 
-    fn new(args: &StartArgs) -> Result<Self> {
-        let settings: RedisSettings = parse(Self::NAME, &args.config_json)?;
+    fn create(args: &StartArgs, settings: RedisSettings) -> Result<Self> {
         Ok(Self {
             settings,
-            machine: Machine::new(args),
+            run: Run::new(Self::NAME, args),
             port: 0,
-            dir: None,
-            server: None,
-            client: None,
-            run_dir: args.output_dir.to_string(),
-            out: None,
         })
     }
 
@@ -117,20 +98,12 @@ impl BenchmarkImpl for Redis {
     }
 
     fn setup(&mut self) -> Result<()> {
-        if self.dir.is_none() {
-            self.dir = Some(fresh_dir(None, Self::NAME, &self.machine.undo)?);
-        }
-        self.machine
-            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+        self.run.private_dir(None)?;
+        self.run.prepare(&self.settings.machine)
     }
 
     fn launch(&mut self) -> Result<()> {
-        let dir = self
-            .dir
-            .as_ref()
-            .ok_or_else(|| Error::new("redis: launch before setup"))?
-            .path()
-            .to_owned();
+        let dir = self.run.private_path_for_launch()?;
         self.port = free_port()?;
         let port = self.port.to_string();
         let mut cmd = Command::new("redis-server");
@@ -141,7 +114,7 @@ impl BenchmarkImpl for Redis {
             .arg("--logfile")
             .arg(dir.join("redis-server.log"))
             .stdout(Stdio::null());
-        let server = self.server.insert(Workload::spawn(cmd, "redis-server")?);
+        let server = self.run.start_server(Workload::spawn(cmd, "redis-server")?);
         let what = format!(
             "redis-server on port {port} (log: {})",
             dir.join("redis-server.log").display()
@@ -155,30 +128,23 @@ impl BenchmarkImpl for Redis {
             .args(["-n", &s.requests.to_string()])
             .args(["-c", &s.clients.to_string()])
             .args(["-t", &s.tests, "--csv"]);
-        let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
+        let out = self.run.output_dir()?;
         let capture = Capture::both(out.path(), "benchmark");
-        self.client = Some(Workload::spawn_captured(cmd, "redis-benchmark", &capture)?);
+        let client = Workload::spawn_captured(cmd, "redis-benchmark", &capture)?;
+        self.run.start(client);
         Ok(())
     }
 
-    fn poll(&mut self) -> Result<Option<i32>> {
-        poll_of(&mut self.client, Self::NAME)
-    }
-
-    fn kill(&mut self) -> Result<()> {
-        let client = stop(&mut self.client);
-        let server = stop(&mut self.server);
-        let removed = remove_dir(&mut self.dir);
-        let restored = self.machine.restore();
-        client.and(server).and(removed).and(restored)
+    fn run(&mut self) -> &mut Run {
+        &mut self.run
     }
 
     /// Requests per second and latencies per test from redis-benchmark's
     /// CSV (its standard output).
     fn result(&self) -> Result<Option<serde_json::Value>> {
-        let client = finished(&self.client, Self::NAME, "redis-benchmark")?;
+        let client = self.run.finished("redis-benchmark")?;
         let csv = client.read_stdout()?;
-        let ind = indicator(Self::NAME, "redis", &self.settings, &self.machine)?
+        let ind = indicator(Self::NAME, "redis", &self.settings, &self.run)?
             .with_results(reports::redis_csv(&csv)?);
         Ok(Some(ind.to_value()?))
     }
@@ -189,10 +155,8 @@ impl BenchmarkImpl for Redis {
 settings! {
     /// `[benchmarks.memcached]` settings.
     pub struct MemcachedSettings {
-        /// Drop the page cache before the run.
-        pub drop_page_cache: bool = true,
-        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-        pub thp_mode: String = String::new(),
+        #[flatten]
+        pub machine: MachineSettings,
         /// Item memory of the server in MiB (memcached -m).
         pub memory_mb: u32 = 64,
         /// Test to perform (memcslap --test): get, mget or set.
@@ -203,7 +167,6 @@ settings! {
         pub execute_number: u64 = 10_000,
     }
     validate(s) {
-        check_thp(&s.thp_mode)?;
         if !["get", "mget", "set"].contains(&s.test.as_str()) {
             return Err(format!("test = {:?}: use get, mget or set", s.test));
         }
@@ -216,12 +179,8 @@ settings! {
 /// A private memcached loaded by libmemcached's memcslap.
 pub struct Memcached {
     settings: MemcachedSettings,
-    machine: Machine,
+    run: Run,
     port: u16,
-    server: Option<Workload>,
-    client: Option<Workload>,
-    run_dir: String,
-    out: Option<OutputDir>,
 }
 
 impl Memcached {
@@ -232,7 +191,7 @@ impl Memcached {
 
     /// The server's process id, once launched.
     pub fn server_pid(&self) -> Option<u32> {
-        self.server.as_ref().map(Workload::pid)
+        self.run.server().map(Workload::pid)
     }
 }
 
@@ -241,20 +200,13 @@ impl BenchmarkImpl for Memcached {
     const DESCRIPTION: &'static str =
         "A private memcached on a free loopback port, loaded by memcslap (libmemcached-tools)";
 
-    fn config_defaults() -> String {
-        settings::defaults_toml::<MemcachedSettings>()
-    }
+    type Settings = MemcachedSettings;
 
-    fn new(args: &StartArgs) -> Result<Self> {
-        let settings: MemcachedSettings = parse(Self::NAME, &args.config_json)?;
+    fn create(args: &StartArgs, settings: MemcachedSettings) -> Result<Self> {
         Ok(Self {
             settings,
-            machine: Machine::new(args),
+            run: Run::new(Self::NAME, args),
             port: 0,
-            server: None,
-            client: None,
-            run_dir: args.output_dir.to_string(),
-            out: None,
         })
     }
 
@@ -265,8 +217,7 @@ impl BenchmarkImpl for Memcached {
     }
 
     fn setup(&mut self) -> Result<()> {
-        self.machine
-            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+        self.run.prepare(&self.settings.machine)
     }
 
     fn launch(&mut self) -> Result<()> {
@@ -281,7 +232,7 @@ impl BenchmarkImpl for Memcached {
             // memcached refuses to run as root unless told which user to be.
             cmd.args(["-u", "nobody"]);
         }
-        let server = self.server.insert(Workload::spawn(cmd, "memcached")?);
+        let server = self.run.start_server(Workload::spawn(cmd, "memcached")?);
         let p = self.port;
         wait_ready(
             server,
@@ -295,29 +246,23 @@ impl BenchmarkImpl for Memcached {
             .arg(format!("--test={}", s.test))
             .arg(format!("--concurrency={}", s.concurrency))
             .arg(format!("--execute-number={}", s.execute_number));
-        let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
+        let out = self.run.output_dir()?;
         let capture = Capture::both(out.path(), "benchmark");
-        self.client = Some(Workload::spawn_captured(cmd, "memcslap", &capture)?);
+        let client = Workload::spawn_captured(cmd, "memcslap", &capture)?;
+        self.run.start(client);
         Ok(())
     }
 
-    fn poll(&mut self) -> Result<Option<i32>> {
-        poll_of(&mut self.client, Self::NAME)
-    }
-
-    fn kill(&mut self) -> Result<()> {
-        let client = stop(&mut self.client);
-        let server = stop(&mut self.server);
-        let restored = self.machine.restore();
-        client.and(server).and(restored)
+    fn run(&mut self) -> &mut Run {
+        &mut self.run
     }
 
     /// Operations per second and mean latency from memcslap's report (its
     /// standard output).
     fn result(&self) -> Result<Option<serde_json::Value>> {
-        let client = finished(&self.client, Self::NAME, "memcslap")?;
+        let client = self.run.finished("memcslap")?;
         let report = client.read_stdout()?;
-        let ind = indicator(Self::NAME, "memcached", &self.settings, &self.machine)?
+        let ind = indicator(Self::NAME, "memcached", &self.settings, &self.run)?
             .with_results(reports::memcslap(&report)?);
         Ok(Some(ind.to_value()?))
     }

@@ -10,25 +10,21 @@ use std::{
 };
 
 use kernmlops_plugin_sdk::{
+    benchmark::{MachineSettings, Run},
     serde_json, settings,
-    workload::{self, Capture, OutputDir, Workload},
+    workload::{self, Capture, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
 
-use crate::{
-    at_least_one, check_thp, finished, indicator, output_dir, parse, poll_of, reports, run_to_end,
-    stop, Machine,
-};
+use crate::{at_least_one, indicator, reports, run_to_end};
 
 // ---------------------------------------------------------------- linux_build
 
 settings! {
     /// `[benchmarks.linux_build]` settings.
     pub struct LinuxBuildSettings {
-        /// Drop the page cache before the run.
-        pub drop_page_cache: bool = true,
-        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-        pub thp_mode: String = String::new(),
+        #[flatten]
+        pub machine: MachineSettings,
         /// A configured Linux source tree (required).
         pub source_dir: String = String::new(),
         /// Parallel make jobs (0: one per CPU).
@@ -39,7 +35,6 @@ settings! {
         pub clean_first: bool = true,
     }
     validate(s) {
-        check_thp(&s.thp_mode)?;
         if s.target.trim().is_empty() || s.target.starts_with('-') {
             return Err(format!("target = {:?}: name a make target, e.g. \"vmlinux\"", s.target));
         }
@@ -50,10 +45,7 @@ settings! {
 /// `make -C <source_dir> -j<jobs> <target>` in a Linux tree.
 pub struct LinuxBuild {
     settings: LinuxBuildSettings,
-    machine: Machine,
-    work: Option<Workload>,
-    run_dir: String,
-    out: Option<OutputDir>,
+    run: Run,
 }
 
 impl LinuxBuild {
@@ -77,18 +69,12 @@ impl BenchmarkImpl for LinuxBuild {
     const NAME: &'static str = "linux_build";
     const DESCRIPTION: &'static str = "Builds a Linux source tree the user points to (make -jN)";
 
-    fn config_defaults() -> String {
-        settings::defaults_toml::<LinuxBuildSettings>()
-    }
+    type Settings = LinuxBuildSettings;
 
-    fn new(args: &StartArgs) -> Result<Self> {
-        let settings: LinuxBuildSettings = parse(Self::NAME, &args.config_json)?;
+    fn create(args: &StartArgs, settings: LinuxBuildSettings) -> Result<Self> {
         Ok(Self {
             settings,
-            machine: Machine::new(args),
-            work: None,
-            run_dir: args.output_dir.to_string(),
-            out: None,
+            run: Run::new(Self::NAME, args),
         })
     }
 
@@ -121,8 +107,7 @@ impl BenchmarkImpl for LinuxBuild {
             cmd.arg("-C").arg(&self.settings.source_dir).arg("clean");
             run_to_end(cmd, "make clean")?;
         }
-        self.machine
-            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+        self.run.prepare(&self.settings.machine)
     }
 
     fn launch(&mut self) -> Result<()> {
@@ -131,37 +116,28 @@ impl BenchmarkImpl for LinuxBuild {
             .arg(&self.settings.source_dir)
             .arg(format!("-j{}", self.jobs()))
             .arg(&self.settings.target);
-        let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
+        let out = self.run.output_dir()?;
         let capture = Capture::both(out.path(), "benchmark");
-        self.work = Some(Workload::spawn_captured(
-            cmd,
-            "make (linux_build)",
-            &capture,
-        )?);
+        let work = Workload::spawn_captured(cmd, "make (linux_build)", &capture)?;
+        self.run.start(work);
         Ok(())
     }
 
-    fn poll(&mut self) -> Result<Option<i32>> {
-        poll_of(&mut self.work, Self::NAME)
-    }
-
-    fn kill(&mut self) -> Result<()> {
-        let stopped = stop(&mut self.work);
-        let restored = self.machine.restore();
-        stopped.and(restored)
+    fn run(&mut self) -> &mut Run {
+        &mut self.run
     }
 
     /// The build's wall time: make prints none of its own, so it is the
     /// time from launch until `poll` saw make end (within one polling
     /// interval, 100 ms under the host).
     fn result(&self) -> Result<Option<serde_json::Value>> {
-        let make = finished(&self.work, Self::NAME, "make")?;
+        let make = self.run.finished("make")?;
         let took = make
             .elapsed()
             .ok_or_else(|| Error::new("linux_build: make has not ended"))?;
         let mut settings = self.settings.clone();
         settings.jobs = self.jobs();
-        let ind = indicator(Self::NAME, "linux", &settings, &self.machine)?
+        let ind = indicator(Self::NAME, "linux", &settings, &self.run)?
             .with_result("build_s", took.as_secs_f64());
         Ok(Some(ind.to_value()?))
     }
@@ -172,10 +148,8 @@ impl BenchmarkImpl for LinuxBuild {
 settings! {
     /// `[benchmarks.gap]` settings.
     pub struct GapSettings {
-        /// Drop the page cache before the run.
-        pub drop_page_cache: bool = true,
-        /// Transparent huge pages during the run: "" leaves the mode as is; always, madvise or never.
-        pub thp_mode: String = String::new(),
+        #[flatten]
+        pub machine: MachineSettings,
         /// A built GAP benchmark suite (https://github.com/sbeamer/gapbs) holding the pr binary (required).
         pub suite_dir: String = String::new(),
         /// Kronecker graph of 2^scale vertices (pr -g).
@@ -184,7 +158,6 @@ settings! {
         pub trials: u32 = 3,
     }
     validate(s) {
-        check_thp(&s.thp_mode)?;
         at_least_one("scale", u64::from(s.scale))?;
         if s.scale > 31 {
             return Err(format!("scale = {}: use at most 31 (2^31 vertices)", s.scale));
@@ -196,10 +169,7 @@ settings! {
 /// `<suite_dir>/pr -g <scale> -n <trials>`: PageRank on a Kronecker graph.
 pub struct Gap {
     settings: GapSettings,
-    machine: Machine,
-    work: Option<Workload>,
-    run_dir: String,
-    out: Option<OutputDir>,
+    run: Run,
 }
 
 impl Gap {
@@ -213,18 +183,12 @@ impl BenchmarkImpl for Gap {
     const DESCRIPTION: &'static str =
         "PageRank (pr) from a GAP benchmark suite directory on a generated Kronecker graph";
 
-    fn config_defaults() -> String {
-        settings::defaults_toml::<GapSettings>()
-    }
+    type Settings = GapSettings;
 
-    fn new(args: &StartArgs) -> Result<Self> {
-        let settings: GapSettings = parse(Self::NAME, &args.config_json)?;
+    fn create(args: &StartArgs, settings: GapSettings) -> Result<Self> {
         Ok(Self {
             settings,
-            machine: Machine::new(args),
-            work: None,
-            run_dir: args.output_dir.to_string(),
-            out: None,
+            run: Run::new(Self::NAME, args),
         })
     }
 
@@ -246,8 +210,7 @@ impl BenchmarkImpl for Gap {
     }
 
     fn setup(&mut self) -> Result<()> {
-        self.machine
-            .prepare(self.settings.drop_page_cache, &self.settings.thp_mode)
+        self.run.prepare(&self.settings.machine)
     }
 
     fn launch(&mut self) -> Result<()> {
@@ -256,28 +219,23 @@ impl BenchmarkImpl for Gap {
             .arg(self.settings.scale.to_string())
             .arg("-n")
             .arg(self.settings.trials.to_string());
-        let out = output_dir(&mut self.out, &self.run_dir, Self::NAME)?;
+        let out = self.run.output_dir()?;
         let capture = Capture::both(out.path(), "benchmark");
-        self.work = Some(Workload::spawn_captured(cmd, "gap pr", &capture)?);
+        let work = Workload::spawn_captured(cmd, "gap pr", &capture)?;
+        self.run.start(work);
         Ok(())
     }
 
-    fn poll(&mut self) -> Result<Option<i32>> {
-        poll_of(&mut self.work, Self::NAME)
-    }
-
-    fn kill(&mut self) -> Result<()> {
-        let stopped = stop(&mut self.work);
-        let restored = self.machine.restore();
-        stopped.and(restored)
+    fn run(&mut self) -> &mut Run {
+        &mut self.run
     }
 
     /// Each PageRank trial's time and their mean, from pr's report (its
     /// standard output).
     fn result(&self) -> Result<Option<serde_json::Value>> {
-        let pr = finished(&self.work, Self::NAME, "pr")?;
+        let pr = self.run.finished("pr")?;
         let report = pr.read_stdout()?;
-        let ind = indicator(Self::NAME, "gapbs", &self.settings, &self.machine)?
+        let ind = indicator(Self::NAME, "gapbs", &self.settings, &self.run)?
             .with_results(reports::gap_pr(&report)?);
         Ok(Some(ind.to_value()?))
     }
