@@ -390,3 +390,262 @@ fn root_trace_refuses_kernel_functions_in_one_line() {
         .unwrap_or_else(|| panic!("no line names the event: {stderr}"));
     assert!(line.contains("what works here"), "{line}");
 }
+
+/// Calls getppid(2) `argv[1]` times, sleeping 20 ms after every hundredth
+/// call (so the calls span several count intervals), in `argv[2]` threads
+/// at once when given; prints its pid.
+const COUNT_WORKLOAD: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static int calls;
+
+static void *run(void *unused) {
+    (void)unused;
+    for (int i = 0; i < calls; i++) {
+        getppid();
+        if (i % 100 == 99) {
+            struct timespec d = {0, 20000000};
+            nanosleep(&d, NULL);
+        }
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    calls = atoi(argv[1]);
+    int threads = argc > 2 ? atoi(argv[2]) : 0;
+    if (threads <= 0) {
+        run(NULL);
+    } else {
+        pthread_t t[64];
+        if (threads > 64)
+            threads = 64;
+        for (int i = 0; i < threads; i++)
+            pthread_create(&t[i], NULL, run, NULL);
+        for (int i = 0; i < threads; i++)
+            pthread_join(t[i], NULL);
+    }
+    printf("%d\n", getpid());
+    return 0;
+}
+"#;
+
+/// The count workload's name (its comm).
+const COUNT_NAME: &str = "kmlgetppid";
+
+fn compile_count_workload(work: &Path) -> PathBuf {
+    let src = work.join("getppid.c");
+    let bin = work.join(COUNT_NAME);
+    std::fs::write(&src, COUNT_WORKLOAD).expect("writing the workload");
+    let ok = Command::new("gcc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("running gcc")
+        .success();
+    assert!(ok, "gcc failed");
+    bin
+}
+
+/// Runs the count workload; returns its pid.
+fn run_count_workload(bin: &Path, calls: u32, threads: u32) -> u32 {
+    let out = Command::new(bin)
+        .arg(calls.to_string())
+        .arg(threads.to_string())
+        .output()
+        .expect("running the workload");
+    assert!(out.status.success());
+    text(&out.stdout).trim().parse().expect("the workload's pid")
+}
+
+/// A `trace` collection with configuration `toml`, around `workload`.
+fn traced(name: &str, toml: &str, workload: impl FnOnce(&Path)) -> (PathBuf, String) {
+    let work = temp_dir(name);
+    let cfg = work.join("kernmlops.toml");
+    std::fs::write(&cfg, toml).expect("writing the config");
+    let plugins = plugin_dir(name, &[("trace", "trace")]);
+    let out = work.join("data");
+    let c = Collector::start(&[
+        "--config",
+        cfg.to_str().expect("utf8"),
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "trace",
+        "--output",
+        out.to_str().expect("utf8"),
+    ]);
+    workload(&work);
+    std::thread::sleep(Duration::from_millis(300));
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(done.status.success(), "{}", done.stderr);
+    (done.dir.expect("collection"), done.stderr)
+}
+
+/// The indexes of the rows whose integer column `key` is `value`.
+fn rows_where(batches: &[RecordBatch], key: &str, value: i64) -> Vec<usize> {
+    let keys = ints(batches, key);
+    (0..keys.len()).filter(|&i| keys[i] == value).collect()
+}
+
+#[test]
+fn root_trace_count_mode_counts_every_call_per_key_and_interval() {
+    const TEST: &str = "root_trace_count_mode_counts_every_call_per_key_and_interval";
+    if !require_root(TEST) || !require_tool(TEST, "gcc") {
+        return;
+    }
+    let _serial = serial();
+    let build = temp_dir("trace-count-build");
+    let bin = compile_count_workload(&build);
+    let calls = [700u32, 1300];
+    let mut pids = Vec::new();
+    let (dir, stderr) = traced(
+        "trace-count",
+        r#"[probes.trace]
+events = [
+  "syscalls:sys_enter_getppid count",
+  "raw_syscalls:sys_enter(id) latency exit=raw_syscalls:sys_exit count by=tgid,id",
+]
+
+[[probes.trace.event]]
+event = "syscalls:sys_enter_getppid"
+table = "getppid_by_thread"
+mode = "count"
+by = ["pid", "comm"]
+interval = "50ms"
+"#,
+        |_| {
+            for n in calls {
+                pids.push(run_count_workload(&bin, n, 0));
+            }
+        },
+    );
+    let m = manifest(&dir);
+    for t in ["sys_enter_getppid_count", "getppid_by_thread"] {
+        assert_eq!(
+            m["tables"][t]["lost_events"].as_u64(),
+            Some(0),
+            "{t} lost events: {stderr}"
+        );
+    }
+
+    // Per tgid, every 100 ms: the counts add up to the calls made, over
+    // more than one interval, each interval ending later than the last.
+    let per_tgid = read_table(&dir.join("sys_enter_getppid_count.arrow"));
+    let schema = per_tgid[0].schema();
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, ["collection_id", "ts_uptime_us", "tgid", "count"]);
+    let counts = ints(&per_tgid, "count");
+    let ends = ints(&per_tgid, "ts_uptime_us");
+    for (pid, n) in pids.iter().zip(calls) {
+        let rows = rows_where(&per_tgid, "tgid", i64::from(*pid));
+        let sum: i64 = rows.iter().map(|&r| counts[r]).sum();
+        assert_eq!(sum, i64::from(n), "getppid calls of {pid}: rows {rows:?}");
+        assert!(rows.len() >= 2, "{n} calls in one interval: {rows:?}");
+        assert!(rows.iter().all(|&r| counts[r] > 0));
+        let times: Vec<i64> = rows.iter().map(|&r| ends[r]).collect();
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    }
+
+    // Per thread and comm, every 50 ms: the same sums, under the
+    // workload's name.
+    let per_thread = read_table(&dir.join("getppid_by_thread.arrow"));
+    let counts = ints(&per_thread, "count");
+    let comms = strings(&per_thread, "comm");
+    for (pid, n) in pids.iter().zip(calls) {
+        let rows = rows_where(&per_thread, "pid", i64::from(*pid));
+        let sum: i64 = rows.iter().map(|&r| counts[r]).sum();
+        assert_eq!(sum, i64::from(n), "getppid calls of thread {pid}");
+        assert!(rows.iter().all(|&r| comms[r] == COUNT_NAME));
+        assert!(rows.len() >= 3, "50 ms intervals: {rows:?}");
+    }
+
+    // raw_syscalls entry and exit joined per thread, counted per tgid and
+    // syscall number: every getppid call, and every 20 ms sleep with a
+    // latency of at least 20 ms.
+    let sys = read_table(&dir.join("sys_enter_count.arrow"));
+    let (tgid, id, count) = (ints(&sys, "tgid"), ints(&sys, "id"), ints(&sys, "count"));
+    let (total, min, max) = (
+        ints(&sys, "latency_total_ns"),
+        ints(&sys, "latency_min_ns"),
+        ints(&sys, "latency_max_ns"),
+    );
+    for (pid, n) in pids.iter().zip(calls) {
+        let of = |nr: i64| -> Vec<usize> {
+            (0..tgid.len())
+                .filter(|&r| tgid[r] == i64::from(*pid) && id[r] == nr)
+                .collect()
+        };
+        let getppid = of(libc::SYS_getppid);
+        let sum: i64 = getppid.iter().map(|&r| count[r]).sum();
+        assert_eq!(sum, i64::from(n), "joined getppid calls of {pid}");
+        for &r in &getppid {
+            assert!(0 < min[r] && min[r] <= max[r], "row {r}");
+            assert!(total[r] >= min[r] * count[r] && total[r] <= max[r] * count[r]);
+        }
+        let sleeps = of(libc::SYS_clock_nanosleep);
+        let slept: i64 = sleeps.iter().map(|&r| count[r]).sum();
+        assert_eq!(slept, i64::from(n / 100), "sleeps of {pid}");
+        for &r in &sleeps {
+            assert!(min[r] >= 20_000_000, "a 20 ms sleep took {} ns", min[r]);
+            assert!(total[r] >= 20_000_000 * count[r]);
+        }
+    }
+}
+
+#[test]
+fn root_trace_count_mode_full_map_counts_lost_events() {
+    const TEST: &str = "root_trace_count_mode_full_map_counts_lost_events";
+    if !require_root(TEST) || !require_tool(TEST, "gcc") {
+        return;
+    }
+    let _serial = serial();
+    let build = temp_dir("trace-count-full-build");
+    let bin = compile_count_workload(&build);
+    // 40 threads of 50 calls each, keyed by thread, in a map of 16 keys.
+    let (threads, calls) = (40u32, 50u32);
+    let mut pid = 0;
+    let (dir, stderr) = traced(
+        "trace-count-full",
+        "[probes.trace]\nevents = [\"syscalls:sys_enter_getppid count by=pid,tgid\"]\ncount_entries = 16\n",
+        |_| pid = run_count_workload(&bin, calls, threads),
+    );
+    let t = read_table(&dir.join("sys_enter_getppid_count.arrow"));
+    let rows = rows_where(&t, "tgid", i64::from(pid));
+    let counts = ints(&t, "count");
+    let counted: i64 = rows.iter().map(|&r| counts[r]).sum();
+    let threads_seen: std::collections::BTreeSet<i64> = {
+        let p = ints(&t, "pid");
+        rows.iter().map(|&r| p[r]).collect()
+    };
+    let all_keys: std::collections::BTreeSet<(i64, i64)> = {
+        let (p, g) = (ints(&t, "pid"), ints(&t, "tgid"));
+        (0..p.len()).map(|r| (p[r], g[r])).collect()
+    };
+    let lost = manifest(&dir)["tables"]["sys_enter_getppid_count"]["lost_events"]
+        .as_u64()
+        .expect("lost events") as i64;
+    let made = i64::from(threads * calls);
+    assert!(all_keys.len() <= 16, "{} keys in a map of 16", all_keys.len());
+    assert!(!threads_seen.is_empty() && counted < made, "{counted} of {made}");
+    assert!(lost > 0, "a full map lost nothing: {stderr}");
+    // Every call is counted or lost (other processes' calls may be lost
+    // too).
+    assert!(counted + lost >= made, "{counted} counted + {lost} lost < {made}");
+    // A counted thread's calls are all there: its key was made at its
+    // first call.
+    let p = ints(&t, "pid");
+    for th in &threads_seen {
+        let sum: i64 = rows
+            .iter()
+            .filter(|&&r| p[r] == *th)
+            .map(|&r| counts[r])
+            .sum();
+        assert_eq!(sum, i64::from(calls), "thread {th}");
+    }
+}

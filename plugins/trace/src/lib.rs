@@ -200,6 +200,7 @@ pub fn plan_all(config: &Config) -> Result<(Vec<EventPlan>, Vec<String>)> {
     let opts = Options {
         string_bytes: config.string_bytes,
     };
+    copies_needed(&specs.iter().collect::<Vec<_>>()).map_err(Error::config)?;
     let mut plans = Vec::new();
     for spec in &specs {
         if spec.kind.is_kernel_function() {
@@ -261,6 +262,51 @@ struct Pending {
 /// Attach cookie of the tracepoint that ends a joined tracepoint event
 /// (`TRACE_EXIT_COOKIE`).
 const EXIT_COOKIE: u64 = 0x10000;
+
+/// Copies of each tracepoint program (`TRACE_COPIES`): a tracepoint takes
+/// a program once, so this many events can share one tracepoint.
+pub const COPIES: usize = 4;
+
+/// The tracepoints the events attach to, classic (`false`, "sys:event")
+/// or raw (`true`, name), one entry per attachment.
+fn attach_points(specs: &[&EventSpec]) -> Vec<(bool, String)> {
+    let mut out = Vec::new();
+    for spec in specs {
+        match (&spec.kind, &spec.target) {
+            (Kind::Tracepoint, Target::Tracepoint { system, event }) => {
+                out.push((false, format!("{system}:{event}")));
+                if let Some((system, event)) = &spec.exit {
+                    out.push((false, format!("{system}:{event}")));
+                }
+            }
+            (Kind::TpBtf | Kind::RawTp, Target::Name(name)) => out.push((true, name.clone())),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Copies needed of the classic and the raw tracepoint program; an error
+/// naming a tracepoint more events share than there are copies.
+fn copies_needed(specs: &[&EventSpec]) -> std::result::Result<(usize, usize), String> {
+    let mut uses: HashMap<(bool, String), usize> = HashMap::new();
+    for p in attach_points(specs) {
+        *uses.entry(p).or_default() += 1;
+    }
+    if let Some(((_, name), n)) = uses.iter().find(|(_, n)| **n > COPIES) {
+        return Err(format!(
+            "trace: {n} events attach to tracepoint {name}: at most {COPIES}"
+        ));
+    }
+    let most = |raw: bool| {
+        uses.iter()
+            .filter(|((r, _), _)| *r == raw)
+            .map(|(_, n)| *n)
+            .max()
+            .unwrap_or(0)
+    };
+    Ok((most(false), most(true)))
+}
 
 /// A key of a count event idle for this many of its intervals is removed
 /// from the kernel map (a process that ended leaves room for others).
@@ -389,6 +435,32 @@ impl Trace {
             .trace_depth
             .set_max_entries(waiting)
             .map_err(|e| bpf_error("sizing trace_depth", &e))?;
+        // Only the copies of the tracepoint programs some event needs are
+        // loaded.
+        let specs: Vec<&EventSpec> = plans.iter().map(|p| &p.spec).collect();
+        let (tp, raw) = copies_needed(&specs).map_err(Error::config)?;
+        for (i, prog) in [
+            &mut open.progs.trace_tp,
+            &mut open.progs.trace_tp_1,
+            &mut open.progs.trace_tp_2,
+            &mut open.progs.trace_tp_3,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            prog.set_autoload(i < tp.max(1));
+        }
+        for (i, prog) in [
+            &mut open.progs.trace_raw_tp,
+            &mut open.progs.trace_raw_tp_1,
+            &mut open.progs.trace_raw_tp_2,
+            &mut open.progs.trace_raw_tp_3,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            prog.set_autoload(i < raw.max(1));
+        }
         let counted = if laid.iter().any(|l| l.count.is_some()) {
             count_entries
         } else {
@@ -439,6 +511,26 @@ impl Trace {
         let Some(skel) = self.skel.as_ref() else {
             return Err(Error::new("trace: skeleton already dropped"));
         };
+        let tp_progs = [
+            &skel.progs.trace_tp,
+            &skel.progs.trace_tp_1,
+            &skel.progs.trace_tp_2,
+            &skel.progs.trace_tp_3,
+        ];
+        let raw_progs = [
+            &skel.progs.trace_raw_tp,
+            &skel.progs.trace_raw_tp_1,
+            &skel.progs.trace_raw_tp_2,
+            &skel.progs.trace_raw_tp_3,
+        ];
+        // Attachments made so far per tracepoint: the next takes the next
+        // copy.
+        let mut uses: HashMap<(bool, String), usize> = HashMap::new();
+        let mut next_copy = |raw: bool, name: String| {
+            let n = uses.entry((raw, name)).or_default();
+            *n += 1;
+            (*n - 1).min(COPIES - 1)
+        };
         for (i, (plan, l)) in plans.iter().zip(laid).enumerate() {
             let cookie = i as u64;
             let spec = &plan.spec;
@@ -455,9 +547,8 @@ impl Trace {
                         .into_iter()
                         .chain(std::iter::once((system.clone(), event.as_str(), cookie)))
                     {
-                        let link = skel
-                            .progs
-                            .trace_tp
+                        let copy = next_copy(false, format!("{system}:{event}"));
+                        let link = tp_progs[copy]
                             .attach_tracepoint_with_opts(
                                 TracepointCategory::Custom(system),
                                 event,
@@ -471,9 +562,8 @@ impl Trace {
                     }
                 }
                 (Kind::TpBtf | Kind::RawTp, Target::Name(name)) => {
-                    let link = skel
-                        .progs
-                        .trace_raw_tp
+                    let copy = next_copy(true, name.clone());
+                    let link = raw_progs[copy]
                         .attach_raw_tracepoint_with_opts(
                             name,
                             libbpf_rs::RawTracepointOpts {

@@ -387,8 +387,10 @@ static __always_inline void join_exit(struct kml_trace_scratch *s, struct trace_
 	bpf_map_delete_elem(&trace_inflight, &key);
 }
 
-SEC("tp")
-int trace_tp(void *ctx)
+/* One tracepoint takes a program once: events sharing a tracepoint (a
+ * pair's exit, the same tracepoint counted and recorded) attach copies,
+ * TRACE_COPIES of each kind; user space loads only the copies it needs. */
+static __always_inline int tp_body(void *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 id = cookie & (TRACE_EXIT_COOKIE - 1);
@@ -408,8 +410,7 @@ int trace_tp(void *ctx)
 	return KML_TP_PASS;
 }
 
-SEC("raw_tp")
-int trace_raw_tp(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int raw_tp_body(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 id = bpf_get_attach_cookie(ctx);
 	struct trace_slot *slot = slot_of(id);
@@ -429,6 +430,28 @@ int trace_raw_tp(struct bpf_raw_tracepoint_args *ctx)
 	emit(s, slot, id);
 	return 0;
 }
+
+#define TRACE_TP_COPY(name)                                                                        \
+	SEC("tp")                                                                                  \
+	int name(void *ctx)                                                                        \
+	{                                                                                          \
+		return tp_body(ctx);                                                               \
+	}
+#define TRACE_RAW_TP_COPY(name)                                                                    \
+	SEC("raw_tp")                                                                              \
+	int name(struct bpf_raw_tracepoint_args *ctx)                                              \
+	{                                                                                          \
+		return raw_tp_body(ctx);                                                           \
+	}
+
+TRACE_TP_COPY(trace_tp)
+TRACE_TP_COPY(trace_tp_1)
+TRACE_TP_COPY(trace_tp_2)
+TRACE_TP_COPY(trace_tp_3)
+TRACE_RAW_TP_COPY(trace_raw_tp)
+TRACE_RAW_TP_COPY(trace_raw_tp_1)
+TRACE_RAW_TP_COPY(trace_raw_tp_2)
+TRACE_RAW_TP_COPY(trace_raw_tp_3)
 
 static __always_inline void regs_args(struct kml_trace_scratch *s, struct pt_regs *ctx)
 {

@@ -61,6 +61,9 @@ enum trace_op {
  * (exit=): the slot | TRACE_EXIT_COOKIE. */
 #define TRACE_EXIT_COOKIE 0x10000
 
+/* Copies of the tracepoint programs: events one tracepoint can take. */
+#define TRACE_COPIES 4
+
 struct trace_fetch {
 	__u32 last;
 	__u32 derefs[TRACE_MAX_DEREFS];
