@@ -649,3 +649,268 @@ fn root_trace_count_mode_full_map_counts_lost_events() {
         assert_eq!(sum, i64::from(calls), "thread {th}");
     }
 }
+
+/// A cgroup v1 memory cgroup of the test's own with a 16 MiB limit,
+/// removed (its processes killed first) on drop.
+struct MemoryLimit(PathBuf);
+
+impl MemoryLimit {
+    fn create(name: &str) -> Option<Self> {
+        let root = Path::new("/sys/fs/cgroup/memory");
+        if !root.join("memory.limit_in_bytes").is_file() {
+            return None;
+        }
+        let dir = root.join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        let limit = Self(dir);
+        std::fs::write(limit.0.join("memory.limit_in_bytes"), "16777216").ok()?;
+        Some(limit)
+    }
+}
+
+impl Drop for MemoryLimit {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.parse::<i32>().ok()) {
+                // SAFETY: killing processes this test put in its own cgroup.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn sh(script: &str) {
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .output()
+        .expect("running sh");
+    assert!(out.status.success(), "{script}: {}", text(&out.stderr));
+}
+
+fn inode(path: &Path) -> i64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).expect("stat").ino() as i64
+}
+
+/// Rows of `table` in the collection (0 when the run did not write it).
+fn rows_of(dir: &Path, table: &str) -> Vec<RecordBatch> {
+    let path = dir.join(format!("{table}.arrow"));
+    assert!(path.is_file(), "no table {table} in {}", dir.display());
+    read_table(&path)
+}
+
+fn row_count(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(RecordBatch::num_rows).sum()
+}
+
+#[test]
+fn root_trace_presets_record_their_events() {
+    const TEST: &str = "root_trace_presets_record_their_events";
+    if !require_root(TEST)
+        || !require_tool(TEST, "gcc")
+        || !require_tool(TEST, "dd")
+        || !require_tool(TEST, "python3")
+    {
+        return;
+    }
+    let _serial = serial();
+    let build = temp_dir("trace-presets-build");
+    let bin = compile_count_workload(&build);
+    let presets: &[(&str, &[&str])] = &[
+        (
+            "page_cache",
+            &[
+                "mm_filemap_add_to_page_cache",
+                "mm_filemap_delete_from_page_cache",
+                "page_cache_sync_ra",
+                "page_cache_async_ra",
+            ],
+        ),
+        (
+            "writeback",
+            &[
+                "writeback_dirty_folio",
+                "writeback_start",
+                "writeback_written",
+                "writeback_single_inode",
+                "balance_dirty_pages",
+            ],
+        ),
+        (
+            "reclaim",
+            &[
+                "mm_vmscan_kswapd_wake",
+                "mm_vmscan_kswapd_sleep",
+                "mm_vmscan_direct_reclaim_begin",
+                "mm_vmscan_direct_reclaim_end",
+                "mm_vmscan_memcg_reclaim_begin",
+                "mm_vmscan_memcg_reclaim_end",
+                "mm_vmscan_lru_shrink_inactive",
+                "mm_compaction_begin",
+                "mm_compaction_end",
+            ],
+        ),
+        (
+            "migration",
+            &[
+                "sched_migrate_task",
+                "sched_move_numa",
+                "sched_swap_numa",
+                "sched_wake_idle_without_ipi",
+            ],
+        ),
+        (
+            "cpufreq",
+            &[
+                "cpu_frequency",
+                "cpu_frequency_limits",
+                "cpu_idle",
+                "cpu_idle_miss",
+            ],
+        ),
+        (
+            "net",
+            &[
+                "net_dev_xmit",
+                "netif_rx",
+                "netif_receive_skb",
+                "tcp_retransmit_skb",
+            ],
+        ),
+        ("syscalls", &["sys_enter_count"]),
+    ];
+    for (preset, tables) in presets {
+        let mut file = PathBuf::new();
+        let mut pid = 0;
+        let mut reclaimed = false;
+        let (dir, stderr) = traced(
+            &format!("trace-preset-{preset}"),
+            &format!("[probes.trace]\npresets = [\"{preset}\"]\n"),
+            |work| {
+                file = work.join("file");
+                let f = file.to_str().expect("utf8");
+                match *preset {
+                    // Written past the cache, then read back: pages added,
+                    // read ahead, and deleted again.
+                    "page_cache" => sh(&format!(
+                        "dd if=/dev/zero of={f} bs=1M count=16 conv=fsync oflag=nocache status=none \
+                         && dd if={f} of=/dev/null bs=64K status=none \
+                         && dd if={f} iflag=nocache count=0 status=none"
+                    )),
+                    // Dirtied, then written back by the flusher for syncfs.
+                    "writeback" => sh(&format!(
+                        "dd if=/dev/zero of={f} bs=1M count=16 status=none && sync -f {f}"
+                    )),
+                    // 64 MiB written from a cgroup limited to 16 MiB.
+                    "reclaim" => match MemoryLimit::create("kml-trace-reclaim") {
+                        Some(limit) => {
+                            sh(&format!(
+                                "echo $$ > {}/cgroup.procs && exec dd if=/dev/zero of={f} bs=1M count=64 status=none",
+                                limit.0.display()
+                            ));
+                            reclaimed = true;
+                        }
+                        None => eprintln!("{TEST}: note: no cgroup v1 memory controller to reclaim in"),
+                    },
+                    // Four busy processes on two CPUs.
+                    "migration" => sh(
+                        "for k in 1 2 3 4; do (i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done) & done; wait",
+                    ),
+                    "net" => sh(
+                        "python3 -c 'import socket\n\
+                         s = socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen(1)\n\
+                         c = socket.create_connection(s.getsockname()); a, _ = s.accept()\n\
+                         for i in range(50):\n    c.sendall(b\"x\" * 100); a.recv(100)\n\
+                         c.close(); a.close(); s.close()'",
+                    ),
+                    "syscalls" => pid = run_count_workload(&bin, 500, 0),
+                    _ => std::thread::sleep(Duration::from_millis(500)),
+                }
+            },
+        );
+        assert!(!stderr.contains("error"), "{preset}: {stderr}");
+        let mut summary = Vec::new();
+        for t in *tables {
+            // Every event exists here; one that did not would be a note.
+            if !dir.join(format!("{t}.arrow")).is_file() {
+                assert!(
+                    stderr.contains(&format!(":{t}; left out")),
+                    "{preset}: no table {t} and no note: {stderr}"
+                );
+                continue;
+            }
+            summary.push(format!("{t} {}", row_count(&rows_of(&dir, t))));
+        }
+        eprintln!("{TEST}: {preset}: {}", summary.join(", "));
+        match *preset {
+            "page_cache" => {
+                let ino = inode(&file);
+                for t in ["mm_filemap_add_to_page_cache", "mm_filemap_delete_from_page_cache"] {
+                    let b = rows_of(&dir, t);
+                    assert!(
+                        !rows_where(&b, "i_ino", ino).is_empty(),
+                        "{t}: no row of the file's inode {ino}"
+                    );
+                }
+                let ra: usize = ["page_cache_sync_ra", "page_cache_async_ra"]
+                    .iter()
+                    .map(|t| rows_where(&rows_of(&dir, t), "i_ino", ino).len())
+                    .sum();
+                assert!(ra > 0, "no readahead of the file");
+            }
+            "writeback" => {
+                let ino = inode(&file);
+                for t in ["writeback_dirty_folio", "writeback_single_inode"] {
+                    assert!(
+                        !rows_where(&rows_of(&dir, t), "ino", ino).is_empty(),
+                        "{t}: no row of the file's inode {ino}"
+                    );
+                }
+                for t in ["writeback_start", "writeback_written"] {
+                    assert!(row_count(&rows_of(&dir, t)) > 0, "{t}: no rows");
+                }
+            }
+            "reclaim" if reclaimed => {
+                for t in [
+                    "mm_vmscan_memcg_reclaim_begin",
+                    "mm_vmscan_memcg_reclaim_end",
+                    "mm_vmscan_lru_shrink_inactive",
+                ] {
+                    assert!(row_count(&rows_of(&dir, t)) > 0, "{t}: no rows");
+                }
+                let freed: i64 = ints(&rows_of(&dir, "mm_vmscan_memcg_reclaim_end"), "nr_reclaimed")
+                    .iter()
+                    .sum();
+                assert!(freed > 0, "cgroup reclaim freed nothing");
+            }
+            "migration" => {
+                assert!(
+                    row_count(&rows_of(&dir, "sched_migrate_task")) > 0,
+                    "no task moved between CPUs"
+                );
+            }
+            "net" => {
+                for t in ["net_dev_xmit", "netif_rx", "netif_receive_skb"] {
+                    let b = rows_of(&dir, t);
+                    let lo = strings(&b, "name").iter().filter(|n| *n == "lo").count();
+                    assert!(lo >= 50, "{t}: {lo} packets on lo");
+                }
+            }
+            "syscalls" => {
+                let b = rows_of(&dir, "sys_enter_count");
+                let (tgid, id, count) = (ints(&b, "tgid"), ints(&b, "id"), ints(&b, "count"));
+                let calls: i64 = (0..tgid.len())
+                    .filter(|&r| tgid[r] == i64::from(pid) && id[r] == libc::SYS_getppid)
+                    .map(|r| count[r])
+                    .sum();
+                assert_eq!(calls, 500, "getppid calls counted per syscall");
+            }
+            _ => {}
+        }
+    }
+}
