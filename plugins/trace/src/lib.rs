@@ -499,10 +499,11 @@ impl Trace {
                     row_size: l.table.record_size as usize,
                     interval,
                     due: now + interval,
-                    gen: 0,
+                    gen: 1,
                 });
             }
         }
+        self.publish_generations();
         self.attach(laid, plans)?;
         self.build_ring()
     }
@@ -668,16 +669,13 @@ impl Trace {
         if due.is_empty() {
             return Ok(());
         }
-        if let Some(bss) = self.skel.as_mut().and_then(|s| s.maps.bss_data.as_deref_mut()) {
-            for &i in &due {
-                let c = &mut self.counts.slots[i];
-                c.gen += 1;
-                let slot = usize::from(c.slot) % MAX_SLOTS;
-                // SAFETY: a u64 of the mapped .bss the programs read;
-                // volatile so the store is not elided.
-                unsafe { std::ptr::write_volatile(&mut bss.trace_count_gen[slot], c.gen) };
-            }
+        // The interval closing is generation `gen`; its extremes are in
+        // half gen & 1, no longer written once the next generation starts.
+        let closing: Vec<u64> = due.iter().map(|&i| self.counts.slots[i].gen).collect();
+        for &i in &due {
+            self.counts.slots[i].gen += 1;
         }
+        self.publish_generations();
         let Some(map) = self.counts_map.as_ref() else {
             return Ok(());
         };
@@ -704,6 +702,7 @@ impl Trace {
                 continue;
             };
             let c = &self.counts.slots[ci];
+            let gen = closing[due.iter().position(|&i| i == ci).unwrap_or(0)];
             let seen = self.counts.seen.entry(key.clone()).or_insert_with(|| KeySeen {
                 counts: vec![0; per_cpu.len()],
                 totals: vec![0; per_cpu.len()],
@@ -711,6 +710,10 @@ impl Trace {
             });
             let (mut count, mut total) = (0u64, 0u64);
             let (mut min, mut max) = (u64::MAX, 0u64);
+            // Extremes of the closing generation, else (every event of the
+            // interval came after its end, before this read) of the next.
+            let (mut next_min, mut next_max) = (u64::MAX, 0u64);
+            let half = |g: u64| usize::from(g & 1 == 1);
             for (cpu, v) in per_cpu.iter().enumerate() {
                 let field = |i: usize| {
                     v.get(i * 8..i * 8 + 8)
@@ -728,8 +731,15 @@ impl Trace {
                 }
                 count += dn;
                 total = total.wrapping_add(t.wrapping_sub(seen.totals[cpu]));
-                min = min.min(field(2));
-                max = max.max(field(3));
+                // count, total, min[2], max[2], gen[2]
+                let (h, n_h) = (half(gen), half(gen + 1));
+                if field(6 + h) == gen {
+                    min = min.min(field(2 + h));
+                    max = max.max(field(4 + h));
+                } else if field(6 + n_h) == gen + 1 {
+                    next_min = next_min.min(field(2 + n_h));
+                    next_max = next_max.max(field(4 + n_h));
+                }
                 seen.counts[cpu] = n;
                 seen.totals[cpu] = t;
             }
@@ -741,6 +751,12 @@ impl Trace {
                 continue;
             }
             seen.idle = 0;
+            if min == u64::MAX {
+                (min, max) = (next_min, next_max);
+            }
+            if min == u64::MAX {
+                min = 0;
+            }
             let mut row = vec![0u8; c.row_size];
             row[..8].copy_from_slice(&ts.to_le_bytes());
             for &(from, to, len) in &c.layout.copies {
@@ -774,6 +790,23 @@ impl Trace {
             c.due = if next <= now { now + c.interval } else { next };
         }
         Ok(())
+    }
+
+    /// Writes each count event's generation where its programs read it.
+    fn publish_generations(&mut self) {
+        let Some(bss) = self
+            .skel
+            .as_mut()
+            .and_then(|s| s.maps.bss_data.as_deref_mut())
+        else {
+            return;
+        };
+        for c in &self.counts.slots {
+            let slot = usize::from(c.slot) % MAX_SLOTS;
+            // SAFETY: a u64 of the mapped .bss the programs read; volatile
+            // so the store is not elided.
+            unsafe { std::ptr::write_volatile(&mut bss.trace_count_gen[slot], c.gen) };
+        }
     }
 
     fn lost_total(&self, slot: u32) -> u64 {

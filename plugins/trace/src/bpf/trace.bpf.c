@@ -252,7 +252,7 @@ static __always_inline void tally(struct kml_trace_scratch *s, __u8 *rec, struct
 {
 	struct trace_count *c, init = {};
 	__u64 lat = 0, gen;
-	__u32 flags = slot->flags;
+	__u32 flags = slot->flags, h;
 
 	__builtin_memcpy(s->key.b, rec + 8, TRACE_COUNT_KEY);
 	if (!(flags & TRACE_KEY_PID))
@@ -264,13 +264,14 @@ static __always_inline void tally(struct kml_trace_scratch *s, __u8 *rec, struct
 	if (flags & TRACE_LATENCY)
 		lat = *(__u64 *)(rec + 8 + TRACE_COUNT_KEY);
 	gen = trace_count_gen[id & (TRACE_MAX_SLOTS - 1)];
+	h = gen & 1;
 	c = bpf_map_lookup_elem(&trace_counts, &s->key);
 	if (!c) {
 		init.count = 1;
 		init.total_ns = lat;
-		init.min_ns = lat;
-		init.max_ns = lat;
-		init.gen = gen;
+		init.min_ns[h] = lat;
+		init.max_ns[h] = lat;
+		init.gen[h] = gen;
 		if (!bpf_map_update_elem(&trace_counts, &s->key, &init, BPF_NOEXIST))
 			return;
 		/* Another CPU added the key meanwhile, or the map is full. */
@@ -280,17 +281,17 @@ static __always_inline void tally(struct kml_trace_scratch *s, __u8 *rec, struct
 			return;
 		}
 	}
-	c->count += 1;
 	c->total_ns += lat;
-	if (c->gen != gen) {
-		c->gen = gen;
-		c->min_ns = lat;
-		c->max_ns = lat;
+	c->count += 1;
+	if (c->gen[h] != gen) {
+		c->gen[h] = gen;
+		c->min_ns[h] = lat;
+		c->max_ns[h] = lat;
 	} else {
-		if (lat < c->min_ns)
-			c->min_ns = lat;
-		if (lat > c->max_ns)
-			c->max_ns = lat;
+		if (lat < c->min_ns[h])
+			c->min_ns[h] = lat;
+		if (lat > c->max_ns[h])
+			c->max_ns[h] = lat;
 	}
 }
 

@@ -100,14 +100,17 @@ struct trace_count_key {
 };
 
 /* Per key and CPU: count and total latency since the key's first event
- * (user space takes differences); least and greatest latency since the
- * slot's generation `gen` began (user space starts one per interval). */
+ * (user space takes differences); least and greatest latency of the
+ * events that saw the slot's generation gen[h], in half h = generation & 1
+ * (user space starts a generation per interval, then reads the half no
+ * longer written). Generations start at 1: a value zeroed by another
+ * CPU's insert matches none. */
 struct trace_count {
 	__u64 count;
 	__u64 total_ns;
-	__u64 min_ns;
-	__u64 max_ns;
-	__u64 gen;
+	__u64 min_ns[2];
+	__u64 max_ns[2];
+	__u64 gen[2];
 };
 
 #endif
