@@ -460,7 +460,10 @@ fn run_count_workload(bin: &Path, calls: u32, threads: u32) -> u32 {
         .output()
         .expect("running the workload");
     assert!(out.status.success());
-    text(&out.stdout).trim().parse().expect("the workload's pid")
+    text(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the workload's pid")
 }
 
 /// A `trace` collection with configuration `toml`, around `workload`.
@@ -590,12 +593,18 @@ interval = "50ms"
         let most = getppid.iter().map(|&r| max[r]).max().expect("rows");
         let spent: i64 = getppid.iter().map(|&r| total[r]).sum();
         assert!(0 < least && least <= most, "{least} {most}");
-        assert!(least * sum <= spent && spent <= most * sum, "{least} {most} {spent}");
+        assert!(
+            least * sum <= spent && spent <= most * sum,
+            "{least} {most} {spent}"
+        );
         let sleeps = of(libc::SYS_clock_nanosleep);
         let slept: i64 = sleeps.iter().map(|&r| count[r]).sum();
         assert_eq!(slept, i64::from(n / 100), "sleeps of {pid}");
         let spent: i64 = sleeps.iter().map(|&r| total[r]).sum();
-        assert!(spent >= 20_000_000 * slept, "{slept} sleeps of 20 ms in {spent} ns");
+        assert!(
+            spent >= 20_000_000 * slept,
+            "{slept} sleeps of 20 ms in {spent} ns"
+        );
         for &r in &sleeps {
             assert!(min[r] >= 20_000_000, "a 20 ms sleep took {} ns", min[r]);
         }
@@ -635,12 +644,22 @@ fn root_trace_count_mode_full_map_counts_lost_events() {
         .as_u64()
         .expect("lost events") as i64;
     let made = i64::from(threads * calls);
-    assert!(all_keys.len() <= 16, "{} keys in a map of 16", all_keys.len());
-    assert!(!threads_seen.is_empty() && counted < made, "{counted} of {made}");
+    assert!(
+        all_keys.len() <= 16,
+        "{} keys in a map of 16",
+        all_keys.len()
+    );
+    assert!(
+        !threads_seen.is_empty() && counted < made,
+        "{counted} of {made}"
+    );
     assert!(lost > 0, "a full map lost nothing: {stderr}");
     // Every call is counted or lost (other processes' calls may be lost
     // too).
-    assert!(counted + lost >= made, "{counted} counted + {lost} lost < {made}");
+    assert!(
+        counted + lost >= made,
+        "{counted} counted + {lost} lost < {made}"
+    );
     // A counted thread's calls are all there: its key was made at its
     // first call.
     let p = ints(&t, "pid");
@@ -855,7 +874,10 @@ fn root_trace_presets_record_their_events() {
         match *preset {
             "page_cache" => {
                 let ino = inode(&file);
-                for t in ["mm_filemap_add_to_page_cache", "mm_filemap_delete_from_page_cache"] {
+                for t in [
+                    "mm_filemap_add_to_page_cache",
+                    "mm_filemap_delete_from_page_cache",
+                ] {
                     let b = rows_of(&dir, t);
                     assert!(
                         !rows_where(&b, "i_ino", ino).is_empty(),
@@ -888,9 +910,12 @@ fn root_trace_presets_record_their_events() {
                 ] {
                     assert!(row_count(&rows_of(&dir, t)) > 0, "{t}: no rows");
                 }
-                let freed: i64 = ints(&rows_of(&dir, "mm_vmscan_memcg_reclaim_end"), "nr_reclaimed")
-                    .iter()
-                    .sum();
+                let freed: i64 = ints(
+                    &rows_of(&dir, "mm_vmscan_memcg_reclaim_end"),
+                    "nr_reclaimed",
+                )
+                .iter()
+                .sum();
                 assert!(freed > 0, "cgroup reclaim freed nothing");
             }
             "migration" => {

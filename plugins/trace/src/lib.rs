@@ -544,10 +544,11 @@ impl Trace {
                         .exit
                         .as_ref()
                         .map(|(s, e)| (s.clone(), e.as_str(), cookie | EXIT_COOKIE));
-                    for (system, event, cookie) in exit
-                        .into_iter()
-                        .chain(std::iter::once((system.clone(), event.as_str(), cookie)))
-                    {
+                    for (system, event, cookie) in exit.into_iter().chain(std::iter::once((
+                        system.clone(),
+                        event.as_str(),
+                        cookie,
+                    ))) {
                         let copy = next_copy(false, format!("{system}:{event}"));
                         let link = tp_progs[copy]
                             .attach_tracepoint_with_opts(
@@ -703,11 +704,15 @@ impl Trace {
             };
             let c = &self.counts.slots[ci];
             let gen = closing[due.iter().position(|&i| i == ci).unwrap_or(0)];
-            let seen = self.counts.seen.entry(key.clone()).or_insert_with(|| KeySeen {
-                counts: vec![0; per_cpu.len()],
-                totals: vec![0; per_cpu.len()],
-                idle: 0,
-            });
+            let seen = self
+                .counts
+                .seen
+                .entry(key.clone())
+                .or_insert_with(|| KeySeen {
+                    counts: vec![0; per_cpu.len()],
+                    totals: vec![0; per_cpu.len()],
+                    idle: 0,
+                });
             let (mut count, mut total) = (0u64, 0u64);
             let (mut min, mut max) = (u64::MAX, 0u64);
             // Extremes of the closing generation, else (every event of the
@@ -761,7 +766,8 @@ impl Trace {
             row[..8].copy_from_slice(&ts.to_le_bytes());
             for &(from, to, len) in &c.layout.copies {
                 let (from, to, len) = (from as usize, to as usize, len as usize);
-                if let (Some(dst), Some(src)) = (row.get_mut(to..to + len), key.get(from..from + len))
+                if let (Some(dst), Some(src)) =
+                    (row.get_mut(to..to + len), key.get(from..from + len))
                 {
                     dst.copy_from_slice(src);
                 }

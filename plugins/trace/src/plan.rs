@@ -1068,9 +1068,8 @@ mod tests {
 
     #[test]
     fn count_events_record_their_keys_only() {
-        let p = ok(
-            "raw_syscalls:sys_enter(id) latency exit=raw_syscalls:sys_exit count by=tgid,id",
-        );
+        let p =
+            ok("raw_syscalls:sys_enter(id) latency exit=raw_syscalls:sys_exit count by=tgid,id");
         let cols: Vec<&str> = p.fetches.iter().map(|f| f.column.as_str()).collect();
         assert_eq!(cols, ["id"]);
         // Without an argument list: every field planned, the keys kept, in

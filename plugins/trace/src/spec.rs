@@ -356,11 +356,9 @@ fn parse_unchecked(text: &str) -> Result<EventSpec, SpecError> {
                 "by" => &mut by_given,
                 "interval" => &mut interval_given,
                 "exit" => &mut exit_given,
-                other => {
-                    return Err(err(format!(
-                        "unknown setting {other:?} after the event (settings: by=, interval=, exit=)"
-                    )))
-                }
+                other => return Err(err(format!(
+                    "unknown setting {other:?} after the event (settings: by=, interval=, exit=)"
+                ))),
             };
             if *given {
                 return Err(err(format!("{name}= is given twice")));
@@ -424,8 +422,12 @@ fn parse_keys<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<Vec<String
 
 /// A count interval, 10ms to 1h.
 fn parse_interval(text: &str) -> Result<u64, String> {
-    let d = kernmlops_sys::duration::parse_duration(text)
-        .map_err(|e| format!("interval={}: {e}", text.chars().take(64).collect::<String>()))?;
+    let d = kernmlops_sys::duration::parse_duration(text).map_err(|e| {
+        format!(
+            "interval={}: {e}",
+            text.chars().take(64).collect::<String>()
+        )
+    })?;
     let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
     if !(MIN_INTERVAL_US..=MAX_INTERVAL_US).contains(&us) {
         return Err(format!(
@@ -982,7 +984,10 @@ mod tests {
         bad("sched:sched_switch count by=", "empty key");
         bad("sched:sched_switch count by=a,a", "twice");
         bad("sched:sched_switch count by=a-b", "not a column name");
-        bad("sched:sched_switch count by=a,b,c,d,e,f,g,h,i", "more than 8");
+        bad(
+            "sched:sched_switch count by=a,b,c,d,e,f,g,h,i",
+            "more than 8",
+        );
         bad("sched:sched_switch count by=a by=b", "given twice");
         bad("sched:sched_switch count interval=1us", "10ms to 1h");
         bad("sched:sched_switch count interval=2h", "10ms to 1h");
