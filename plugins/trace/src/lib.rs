@@ -361,7 +361,7 @@ unsafe impl Send for Trace {}
 impl Drop for Trace {
     fn drop(&mut self) {
         self.ring = None;
-        self.links.clear();
+        self.detach();
         self.lost = None;
         self.counts_map = None;
         self.skel = None;
@@ -586,7 +586,9 @@ impl Trace {
                 ) => {
                     let entry = spec.kind == Kind::Uprobe;
                     let exit = spec.kind == Kind::Uretprobe || l.joined;
-                    for (ret, on) in [(false, entry), (true, exit)] {
+                    // The exit first (and detached last): no entry waits
+                    // for an exit not attached.
+                    for (ret, on) in [(true, exit), (false, entry)] {
                         if !on {
                             continue;
                         }
@@ -798,6 +800,15 @@ impl Trace {
         Ok(())
     }
 
+    /// Detaches every program, the last attached first: a joined event's
+    /// entry goes before its exit, so no entry is left waiting (counted
+    /// lost once a thread's entries pile up) for an exit already gone.
+    fn detach(&mut self) {
+        while let Some(link) = self.links.pop() {
+            drop(link);
+        }
+    }
+
     /// Writes each count event's generation where its programs read it.
     fn publish_generations(&mut self) {
         let Some(bss) = self
@@ -918,7 +929,7 @@ impl ProbeImpl for Trace {
     }
 
     fn stop(&mut self) -> Result<()> {
-        self.links.clear();
+        self.detach();
         // The drain after the stop closes every count event's last interval.
         self.stopped = true;
         Ok(())
@@ -969,4 +980,47 @@ fn program_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<libbpf_rs::libbpf_sys
 export_plugin! {
     description: "Trace anything by name: one typed table per tracepoint or user function named in [probes.trace] events",
     probes: [Trace],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::parse_event;
+
+    fn needed(events: &[&str]) -> std::result::Result<(usize, usize), String> {
+        let specs: Vec<EventSpec> = events
+            .iter()
+            .map(|e| parse_event(e).expect("parses"))
+            .collect();
+        copies_needed(&specs.iter().collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn events_sharing_a_tracepoint_take_copies_of_its_program() {
+        assert_eq!(needed(&["sched:sched_switch"]), Ok((1, 0)));
+        // A joined pair's exit, and the same tracepoint recorded and
+        // counted.
+        assert_eq!(
+            needed(&[
+                "raw_syscalls:sys_enter(id) latency exit=raw_syscalls:sys_exit count",
+                "raw_syscalls:sys_exit",
+                "raw_syscalls:sys_enter",
+                "tp_btf:sched_switch",
+                "raw_tp:sched_switch count",
+            ]),
+            Ok((2, 2))
+        );
+        let five = [
+            "sched:sched_switch",
+            "sched:sched_switch count",
+            "sched:sched_switch count by=cpu",
+            "sched:sched_switch count by=pid",
+            "sched:sched_switch count by=comm",
+        ];
+        let e = needed(&five).expect_err("five on one tracepoint");
+        assert!(
+            e.contains("5 events attach to tracepoint sched:sched_switch: at most 4"),
+            "{e}"
+        );
+    }
 }

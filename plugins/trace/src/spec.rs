@@ -356,9 +356,11 @@ fn parse_unchecked(text: &str) -> Result<EventSpec, SpecError> {
                 "by" => &mut by_given,
                 "interval" => &mut interval_given,
                 "exit" => &mut exit_given,
-                other => return Err(err(format!(
+                other => {
+                    return Err(err(format!(
                     "unknown setting {other:?} after the event (settings: by=, interval=, exit=)"
-                ))),
+                )))
+                }
             };
             if *given {
                 return Err(err(format!("{name}= is given twice")));
