@@ -944,3 +944,74 @@ fn root_trace_presets_record_their_events() {
         }
     }
 }
+
+#[test]
+fn root_trace_count_mode_refusals_are_one_line() {
+    if !require_root("root_trace_count_mode_refusals_are_one_line") {
+        return;
+    }
+    let plugins = plugin_dir("trace-count-bad", &[("trace", "trace")]);
+    let work = temp_dir("trace-count-bad");
+    let out = work.join("data");
+    for (events, needle) in [
+        (
+            vec!["raw_syscalls:sys_enter count by=idd"],
+            "count key idd is no column of this event; keys: id",
+        ),
+        (
+            vec!["sched:sched_switch count interval=5ms"],
+            "a count interval is 10ms to 1h",
+        ),
+        (
+            vec!["raw_syscalls:sys_enter latency"],
+            "latency on a tracepoint needs exit=",
+        ),
+        (
+            vec!["raw_syscalls:sys_enter latency exit=raw_syscalls:sys_exitt"],
+            "nearest in raw_syscalls: sys_exit",
+        ),
+        (
+            vec![],
+            "5 events attach to tracepoint sched:sched_switch: at most 4",
+        ),
+    ] {
+        // Five events on one tracepoint, each with a table of its own.
+        let many = work.join("many.toml");
+        let mut toml = String::from("[probes.trace]\nevents = [\"sched:sched_switch\"]\n");
+        for (i, by) in ["cpu", "pid", "tgid", "comm"].iter().enumerate() {
+            toml.push_str(&format!(
+                "[[probes.trace.event]]\nevent = \"sched:sched_switch count by={by}\"\ntable = \"switches_{i}\"\n"
+            ));
+        }
+        std::fs::write(&many, toml).expect("writing the config");
+        let mut args = if events.is_empty() {
+            vec![
+                "--config",
+                many.to_str().expect("utf8"),
+                "run",
+                "--plugins",
+                "trace",
+            ]
+        } else {
+            vec!["run"]
+        };
+        args.extend([
+            "--plugin-dir",
+            plugins.to_str().expect("utf8"),
+            "--duration",
+            "1s",
+            "--output",
+            out.to_str().expect("utf8"),
+        ]);
+        for e in &events {
+            args.extend(["--trace", e]);
+        }
+        let r = kernmlops(&args);
+        let stderr = text(&r.stderr);
+        assert!(!r.status.success(), "{events:?}: {stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "{events:?}: {stderr}");
+        assert!(errors[0].contains(needle), "{events:?}: {}", errors[0]);
+        assert!(!out.exists(), "a refused run made {}", out.display());
+    }
+}
