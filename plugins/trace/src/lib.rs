@@ -61,8 +61,10 @@ settings! {
     pub struct Config {
         /// Events to trace, one table each: "sys:event" (a tracepoint, every field),
         /// "tp_btf:block_rq_insert(rq->__sector, rq->__data_len)" (BTF paths),
-        /// "uprobe:/path/bin:symbol(arg0, str(arg1)) latency" (a user function). See the
-        /// trace plugin's README for the whole language. With no events, no presets and
+        /// "uprobe:/path/bin:symbol(arg0, str(arg1)) latency" (a user function),
+        /// "syscalls:sys_enter_getppid count by=tgid interval=100ms" (counted per key
+        /// and interval, not a row per event). See the trace plugin's README for the
+        /// whole language. With no events, no presets and
         /// no [[probes.trace.event]]: "sched:sched_process_exec".
         pub events: Vec<String> = Vec::new(),
         /// Shipped sets of events to add: "sched", "block", "syscalls-open", "mm",
