@@ -295,7 +295,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "EVENT", conflicts_with = "baseline")]
     pub(crate) trace: Vec<String>,
     /// Trace a shipped set of events (repeatable or comma-separated): sched,
-    /// block, syscalls-open, mm; added to [probes.trace] presets.
+    /// block, syscalls-open, mm, page_cache, reclaim, migration, cpufreq,
+    /// net, writeback, syscalls; added to [probes.trace] presets.
     #[arg(
         long,
         value_name = "NAME",

@@ -390,3 +390,628 @@ fn root_trace_refuses_kernel_functions_in_one_line() {
         .unwrap_or_else(|| panic!("no line names the event: {stderr}"));
     assert!(line.contains("what works here"), "{line}");
 }
+
+/// Calls getppid(2) `argv[1]` times, sleeping 20 ms after every hundredth
+/// call (so the calls span several count intervals), in `argv[2]` threads
+/// at once when given; prints its pid.
+const COUNT_WORKLOAD: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static int calls;
+
+static void *run(void *unused) {
+    (void)unused;
+    for (int i = 0; i < calls; i++) {
+        getppid();
+        if (i % 100 == 99) {
+            struct timespec d = {0, 20000000};
+            nanosleep(&d, NULL);
+        }
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    calls = atoi(argv[1]);
+    int threads = argc > 2 ? atoi(argv[2]) : 0;
+    if (threads <= 0) {
+        run(NULL);
+    } else {
+        pthread_t t[64];
+        if (threads > 64)
+            threads = 64;
+        for (int i = 0; i < threads; i++)
+            pthread_create(&t[i], NULL, run, NULL);
+        for (int i = 0; i < threads; i++)
+            pthread_join(t[i], NULL);
+    }
+    printf("%d\n", getpid());
+    return 0;
+}
+"#;
+
+/// The count workload's name (its comm).
+const COUNT_NAME: &str = "kmlgetppid";
+
+fn compile_count_workload(work: &Path) -> PathBuf {
+    let src = work.join("getppid.c");
+    let bin = work.join(COUNT_NAME);
+    std::fs::write(&src, COUNT_WORKLOAD).expect("writing the workload");
+    let ok = Command::new("gcc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("running gcc")
+        .success();
+    assert!(ok, "gcc failed");
+    bin
+}
+
+/// Runs the count workload; returns its pid.
+fn run_count_workload(bin: &Path, calls: u32, threads: u32) -> u32 {
+    let out = Command::new(bin)
+        .arg(calls.to_string())
+        .arg(threads.to_string())
+        .output()
+        .expect("running the workload");
+    assert!(out.status.success());
+    text(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the workload's pid")
+}
+
+/// A `trace` collection with configuration `toml`, around `workload`.
+fn traced(name: &str, toml: &str, workload: impl FnOnce(&Path)) -> (PathBuf, String) {
+    let work = temp_dir(name);
+    let cfg = work.join("kernmlops.toml");
+    std::fs::write(&cfg, toml).expect("writing the config");
+    let plugins = plugin_dir(name, &[("trace", "trace")]);
+    let out = work.join("data");
+    let c = Collector::start(&[
+        "--config",
+        cfg.to_str().expect("utf8"),
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "trace",
+        "--output",
+        out.to_str().expect("utf8"),
+    ]);
+    workload(&work);
+    std::thread::sleep(Duration::from_millis(300));
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(done.status.success(), "{}", done.stderr);
+    (done.dir.expect("collection"), done.stderr)
+}
+
+/// The indexes of the rows whose integer column `key` is `value`.
+fn rows_where(batches: &[RecordBatch], key: &str, value: i64) -> Vec<usize> {
+    let keys = ints(batches, key);
+    (0..keys.len()).filter(|&i| keys[i] == value).collect()
+}
+
+#[test]
+fn root_trace_count_mode_counts_every_call_per_key_and_interval() {
+    const TEST: &str = "root_trace_count_mode_counts_every_call_per_key_and_interval";
+    if !require_root(TEST) || !require_tool(TEST, "gcc") {
+        return;
+    }
+    let _serial = serial();
+    let build = temp_dir("trace-count-build");
+    let bin = compile_count_workload(&build);
+    let calls = [700u32, 1300];
+    let mut pids = Vec::new();
+    let (dir, stderr) = traced(
+        "trace-count",
+        r#"[probes.trace]
+events = [
+  "syscalls:sys_enter_getppid count",
+  "raw_syscalls:sys_enter(id) latency exit=raw_syscalls:sys_exit count by=tgid,id",
+]
+
+[[probes.trace.event]]
+event = "syscalls:sys_enter_getppid"
+table = "getppid_by_thread"
+mode = "count"
+by = ["pid", "comm"]
+interval = "50ms"
+"#,
+        |_| {
+            for n in calls {
+                pids.push(run_count_workload(&bin, n, 0));
+            }
+        },
+    );
+    let m = manifest(&dir);
+    for t in ["sys_enter_getppid_count", "getppid_by_thread"] {
+        assert_eq!(
+            m["tables"][t]["lost_events"].as_u64(),
+            Some(0),
+            "{t} lost events: {stderr}"
+        );
+    }
+
+    // Per tgid, every 100 ms: the counts add up to the calls made, over
+    // more than one interval, each interval ending later than the last.
+    let per_tgid = read_table(&dir.join("sys_enter_getppid_count.arrow"));
+    let schema = per_tgid[0].schema();
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, ["collection_id", "ts_uptime_us", "tgid", "count"]);
+    let counts = ints(&per_tgid, "count");
+    let ends = ints(&per_tgid, "ts_uptime_us");
+    for (pid, n) in pids.iter().zip(calls) {
+        let rows = rows_where(&per_tgid, "tgid", i64::from(*pid));
+        let sum: i64 = rows.iter().map(|&r| counts[r]).sum();
+        assert_eq!(sum, i64::from(n), "getppid calls of {pid}: rows {rows:?}");
+        assert!(rows.len() >= 2, "{n} calls in one interval: {rows:?}");
+        assert!(rows.iter().all(|&r| counts[r] > 0));
+        let times: Vec<i64> = rows.iter().map(|&r| ends[r]).collect();
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    }
+
+    // Per thread and comm, every 50 ms: the same sums, under the
+    // workload's name.
+    let per_thread = read_table(&dir.join("getppid_by_thread.arrow"));
+    let counts = ints(&per_thread, "count");
+    let comms = strings(&per_thread, "comm");
+    for (pid, n) in pids.iter().zip(calls) {
+        let rows = rows_where(&per_thread, "pid", i64::from(*pid));
+        let sum: i64 = rows.iter().map(|&r| counts[r]).sum();
+        assert_eq!(sum, i64::from(n), "getppid calls of thread {pid}");
+        assert!(rows.iter().all(|&r| comms[r] == COUNT_NAME));
+        assert!(rows.len() >= 3, "50 ms intervals: {rows:?}");
+    }
+
+    // raw_syscalls entry and exit joined per thread, counted per tgid and
+    // syscall number: every getppid call, and every 20 ms sleep with a
+    // latency of at least 20 ms.
+    let sys = read_table(&dir.join("sys_enter_count.arrow"));
+    let (tgid, id, count) = (ints(&sys, "tgid"), ints(&sys, "id"), ints(&sys, "count"));
+    let (total, min, max) = (
+        ints(&sys, "latency_total_ns"),
+        ints(&sys, "latency_min_ns"),
+        ints(&sys, "latency_max_ns"),
+    );
+    for (pid, n) in pids.iter().zip(calls) {
+        let of = |nr: i64| -> Vec<usize> {
+            (0..tgid.len())
+                .filter(|&r| tgid[r] == i64::from(*pid) && id[r] == nr)
+                .collect()
+        };
+        // Counts and totals add up exactly over the intervals; every call
+        // lies between the least and greatest latency of all the rows.
+        let getppid = of(libc::SYS_getppid);
+        let sum: i64 = getppid.iter().map(|&r| count[r]).sum();
+        assert_eq!(sum, i64::from(n), "joined getppid calls of {pid}");
+        let least = getppid.iter().map(|&r| min[r]).min().expect("rows");
+        let most = getppid.iter().map(|&r| max[r]).max().expect("rows");
+        let spent: i64 = getppid.iter().map(|&r| total[r]).sum();
+        assert!(0 < least && least <= most, "{least} {most}");
+        assert!(
+            least * sum <= spent && spent <= most * sum,
+            "{least} {most} {spent}"
+        );
+        let sleeps = of(libc::SYS_clock_nanosleep);
+        let slept: i64 = sleeps.iter().map(|&r| count[r]).sum();
+        assert_eq!(slept, i64::from(n / 100), "sleeps of {pid}");
+        let spent: i64 = sleeps.iter().map(|&r| total[r]).sum();
+        assert!(
+            spent >= 20_000_000 * slept,
+            "{slept} sleeps of 20 ms in {spent} ns"
+        );
+        for &r in &sleeps {
+            assert!(min[r] >= 20_000_000, "a 20 ms sleep took {} ns", min[r]);
+        }
+    }
+}
+
+#[test]
+fn root_trace_count_mode_full_map_counts_lost_events() {
+    const TEST: &str = "root_trace_count_mode_full_map_counts_lost_events";
+    if !require_root(TEST) || !require_tool(TEST, "gcc") {
+        return;
+    }
+    let _serial = serial();
+    let build = temp_dir("trace-count-full-build");
+    let bin = compile_count_workload(&build);
+    // 40 threads of 50 calls each, keyed by thread, in a map of 16 keys.
+    let (threads, calls) = (40u32, 50u32);
+    let mut pid = 0;
+    let (dir, stderr) = traced(
+        "trace-count-full",
+        "[probes.trace]\nevents = [\"syscalls:sys_enter_getppid count by=pid,tgid\"]\ncount_entries = 16\n",
+        |_| pid = run_count_workload(&bin, calls, threads),
+    );
+    let t = read_table(&dir.join("sys_enter_getppid_count.arrow"));
+    let rows = rows_where(&t, "tgid", i64::from(pid));
+    let counts = ints(&t, "count");
+    let counted: i64 = rows.iter().map(|&r| counts[r]).sum();
+    let threads_seen: std::collections::BTreeSet<i64> = {
+        let p = ints(&t, "pid");
+        rows.iter().map(|&r| p[r]).collect()
+    };
+    let all_keys: std::collections::BTreeSet<(i64, i64)> = {
+        let (p, g) = (ints(&t, "pid"), ints(&t, "tgid"));
+        (0..p.len()).map(|r| (p[r], g[r])).collect()
+    };
+    let lost = manifest(&dir)["tables"]["sys_enter_getppid_count"]["lost_events"]
+        .as_u64()
+        .expect("lost events") as i64;
+    let made = i64::from(threads * calls);
+    assert!(
+        all_keys.len() <= 16,
+        "{} keys in a map of 16",
+        all_keys.len()
+    );
+    assert!(
+        !threads_seen.is_empty() && counted < made,
+        "{counted} of {made}"
+    );
+    assert!(lost > 0, "a full map lost nothing: {stderr}");
+    // Every call is counted or lost (other processes' calls may be lost
+    // too).
+    assert!(
+        counted + lost >= made,
+        "{counted} counted + {lost} lost < {made}"
+    );
+    // A counted thread's calls are all there: its key was made at its
+    // first call.
+    let p = ints(&t, "pid");
+    for th in &threads_seen {
+        let sum: i64 = rows
+            .iter()
+            .filter(|&&r| p[r] == *th)
+            .map(|&r| counts[r])
+            .sum();
+        assert_eq!(sum, i64::from(calls), "thread {th}");
+    }
+}
+
+/// A cgroup v1 memory cgroup of the test's own with a 16 MiB limit,
+/// removed (its processes killed first) on drop.
+struct MemoryLimit(PathBuf);
+
+impl MemoryLimit {
+    fn create(name: &str) -> Option<Self> {
+        let root = Path::new("/sys/fs/cgroup/memory");
+        if !root.join("memory.limit_in_bytes").is_file() {
+            return None;
+        }
+        let dir = root.join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        let limit = Self(dir);
+        std::fs::write(limit.0.join("memory.limit_in_bytes"), "16777216").ok()?;
+        Some(limit)
+    }
+}
+
+impl Drop for MemoryLimit {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.parse::<i32>().ok()) {
+                // SAFETY: killing processes this test put in its own cgroup.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn sh(script: &str) {
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .output()
+        .expect("running sh");
+    assert!(out.status.success(), "{script}: {}", text(&out.stderr));
+}
+
+fn inode(path: &Path) -> i64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).expect("stat").ino() as i64
+}
+
+/// Rows of `table` in the collection (0 when the run did not write it).
+fn rows_of(dir: &Path, table: &str) -> Vec<RecordBatch> {
+    let path = dir.join(format!("{table}.arrow"));
+    assert!(path.is_file(), "no table {table} in {}", dir.display());
+    read_table(&path)
+}
+
+fn row_count(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(RecordBatch::num_rows).sum()
+}
+
+#[test]
+fn root_trace_presets_record_their_events() {
+    const TEST: &str = "root_trace_presets_record_their_events";
+    if !require_root(TEST)
+        || !require_tool(TEST, "gcc")
+        || !require_tool(TEST, "dd")
+        || !require_tool(TEST, "python3")
+    {
+        return;
+    }
+    let _serial = serial();
+    let build = temp_dir("trace-presets-build");
+    let bin = compile_count_workload(&build);
+    let presets: &[(&str, &[&str])] = &[
+        (
+            "page_cache",
+            &[
+                "mm_filemap_add_to_page_cache",
+                "mm_filemap_delete_from_page_cache",
+                "page_cache_sync_ra",
+                "page_cache_async_ra",
+            ],
+        ),
+        (
+            "writeback",
+            &[
+                "writeback_dirty_folio",
+                "writeback_start",
+                "writeback_written",
+                "writeback_single_inode",
+                "balance_dirty_pages",
+            ],
+        ),
+        (
+            "reclaim",
+            &[
+                "mm_vmscan_kswapd_wake",
+                "mm_vmscan_kswapd_sleep",
+                "mm_vmscan_direct_reclaim_begin",
+                "mm_vmscan_direct_reclaim_end",
+                "mm_vmscan_memcg_reclaim_begin",
+                "mm_vmscan_memcg_reclaim_end",
+                "mm_vmscan_lru_shrink_inactive",
+                "mm_compaction_begin",
+                "mm_compaction_end",
+            ],
+        ),
+        (
+            "migration",
+            &[
+                "sched_migrate_task",
+                "sched_move_numa",
+                "sched_swap_numa",
+                "sched_wake_idle_without_ipi",
+            ],
+        ),
+        (
+            "cpufreq",
+            &[
+                "cpu_frequency",
+                "cpu_frequency_limits",
+                "cpu_idle",
+                "cpu_idle_miss",
+            ],
+        ),
+        (
+            "net",
+            &[
+                "net_dev_xmit",
+                "netif_rx",
+                "netif_receive_skb",
+                "tcp_retransmit_skb",
+            ],
+        ),
+        ("syscalls", &["sys_enter_count"]),
+    ];
+    for (preset, tables) in presets {
+        let mut file = PathBuf::new();
+        let mut pid = 0;
+        let mut reclaimed = false;
+        let (dir, stderr) = traced(
+            &format!("trace-preset-{preset}"),
+            &format!("[probes.trace]\npresets = [\"{preset}\"]\n"),
+            |work| {
+                file = work.join("file");
+                let f = file.to_str().expect("utf8");
+                match *preset {
+                    // Written, dropped from the cache, read back (pages
+                    // added, read ahead) and dropped again (deleted).
+                    "page_cache" => sh(&format!(
+                        "dd if=/dev/zero of={f} bs=1M count=16 conv=fsync status=none \
+                         && dd if={f} iflag=nocache count=0 status=none \
+                         && dd if={f} of=/dev/null bs=64K status=none \
+                         && dd if={f} iflag=nocache count=0 status=none"
+                    )),
+                    // Dirtied, then written back by the flusher for syncfs.
+                    "writeback" => sh(&format!(
+                        "dd if=/dev/zero of={f} bs=1M count=16 status=none && sync -f {f}"
+                    )),
+                    // 64 MiB written from a cgroup limited to 16 MiB.
+                    "reclaim" => match MemoryLimit::create("kml-trace-reclaim") {
+                        Some(limit) => {
+                            sh(&format!(
+                                "echo $$ > {}/cgroup.procs && exec dd if=/dev/zero of={f} bs=1M count=64 status=none",
+                                limit.0.display()
+                            ));
+                            reclaimed = true;
+                        }
+                        None => eprintln!("{TEST}: note: no cgroup v1 memory controller to reclaim in"),
+                    },
+                    // Four busy processes on two CPUs.
+                    "migration" => sh(
+                        "for k in 1 2 3 4; do (i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done) & done; wait",
+                    ),
+                    "net" => sh(
+                        "python3 -c 'import socket\n\
+                         s = socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen(1)\n\
+                         c = socket.create_connection(s.getsockname()); a, _ = s.accept()\n\
+                         for i in range(50):\n    c.sendall(b\"x\" * 100); a.recv(100)\n\
+                         c.close(); a.close(); s.close()'",
+                    ),
+                    "syscalls" => pid = run_count_workload(&bin, 500, 0),
+                    _ => std::thread::sleep(Duration::from_millis(500)),
+                }
+            },
+        );
+        assert!(!stderr.contains("error"), "{preset}: {stderr}");
+        let mut summary = Vec::new();
+        for t in *tables {
+            // Every event exists here; one that did not would be a note.
+            if !dir.join(format!("{t}.arrow")).is_file() {
+                assert!(
+                    stderr.contains(&format!(":{t}; left out")),
+                    "{preset}: no table {t} and no note: {stderr}"
+                );
+                continue;
+            }
+            summary.push(format!("{t} {}", row_count(&rows_of(&dir, t))));
+        }
+        eprintln!("{TEST}: {preset}: {}", summary.join(", "));
+        match *preset {
+            "page_cache" => {
+                let ino = inode(&file);
+                for t in [
+                    "mm_filemap_add_to_page_cache",
+                    "mm_filemap_delete_from_page_cache",
+                ] {
+                    let b = rows_of(&dir, t);
+                    assert!(
+                        !rows_where(&b, "i_ino", ino).is_empty(),
+                        "{t}: no row of the file's inode {ino}"
+                    );
+                }
+                let ra: usize = ["page_cache_sync_ra", "page_cache_async_ra"]
+                    .iter()
+                    .map(|t| rows_where(&rows_of(&dir, t), "i_ino", ino).len())
+                    .sum();
+                assert!(ra > 0, "no readahead of the file");
+            }
+            "writeback" => {
+                let ino = inode(&file);
+                for t in ["writeback_dirty_folio", "writeback_single_inode"] {
+                    assert!(
+                        !rows_where(&rows_of(&dir, t), "ino", ino).is_empty(),
+                        "{t}: no row of the file's inode {ino}"
+                    );
+                }
+                for t in ["writeback_start", "writeback_written"] {
+                    assert!(row_count(&rows_of(&dir, t)) > 0, "{t}: no rows");
+                }
+            }
+            "reclaim" if reclaimed => {
+                for t in [
+                    "mm_vmscan_memcg_reclaim_begin",
+                    "mm_vmscan_memcg_reclaim_end",
+                    "mm_vmscan_lru_shrink_inactive",
+                ] {
+                    assert!(row_count(&rows_of(&dir, t)) > 0, "{t}: no rows");
+                }
+                let freed: i64 = ints(
+                    &rows_of(&dir, "mm_vmscan_memcg_reclaim_end"),
+                    "nr_reclaimed",
+                )
+                .iter()
+                .sum();
+                assert!(freed > 0, "cgroup reclaim freed nothing");
+            }
+            "migration" => {
+                assert!(
+                    row_count(&rows_of(&dir, "sched_migrate_task")) > 0,
+                    "no task moved between CPUs"
+                );
+            }
+            "net" => {
+                for t in ["net_dev_xmit", "netif_rx", "netif_receive_skb"] {
+                    let b = rows_of(&dir, t);
+                    let lo = strings(&b, "name").iter().filter(|n| *n == "lo").count();
+                    assert!(lo >= 50, "{t}: {lo} packets on lo");
+                }
+            }
+            "syscalls" => {
+                let b = rows_of(&dir, "sys_enter_count");
+                let (tgid, id, count) = (ints(&b, "tgid"), ints(&b, "id"), ints(&b, "count"));
+                let calls: i64 = (0..tgid.len())
+                    .filter(|&r| tgid[r] == i64::from(pid) && id[r] == libc::SYS_getppid)
+                    .map(|r| count[r])
+                    .sum();
+                assert_eq!(calls, 500, "getppid calls counted per syscall");
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn root_trace_count_mode_refusals_are_one_line() {
+    if !require_root("root_trace_count_mode_refusals_are_one_line") {
+        return;
+    }
+    let plugins = plugin_dir("trace-count-bad", &[("trace", "trace")]);
+    let work = temp_dir("trace-count-bad");
+    let out = work.join("data");
+    for (events, needle) in [
+        (
+            vec!["raw_syscalls:sys_enter count by=idd"],
+            "count key idd is no column of this event; keys: id",
+        ),
+        (
+            vec!["sched:sched_switch count interval=5ms"],
+            "a count interval is 10ms to 1h",
+        ),
+        (
+            vec!["raw_syscalls:sys_enter latency"],
+            "latency on a tracepoint needs exit=",
+        ),
+        (
+            vec!["raw_syscalls:sys_enter latency exit=raw_syscalls:sys_exitt"],
+            "nearest in raw_syscalls: sys_exit",
+        ),
+        (
+            vec![],
+            "5 events attach to tracepoint sched:sched_switch: at most 4",
+        ),
+    ] {
+        // Five events on one tracepoint, each with a table of its own.
+        let many = work.join("many.toml");
+        let mut toml = String::from("[probes.trace]\nevents = [\"sched:sched_switch\"]\n");
+        for (i, by) in ["cpu", "pid", "tgid", "comm"].iter().enumerate() {
+            toml.push_str(&format!(
+                "[[probes.trace.event]]\nevent = \"sched:sched_switch count by={by}\"\ntable = \"switches_{i}\"\n"
+            ));
+        }
+        std::fs::write(&many, toml).expect("writing the config");
+        let mut args = if events.is_empty() {
+            vec![
+                "--config",
+                many.to_str().expect("utf8"),
+                "run",
+                "--plugins",
+                "trace",
+            ]
+        } else {
+            vec!["run"]
+        };
+        args.extend([
+            "--plugin-dir",
+            plugins.to_str().expect("utf8"),
+            "--duration",
+            "1s",
+            "--output",
+            out.to_str().expect("utf8"),
+        ]);
+        for e in &events {
+            args.extend(["--trace", e]);
+        }
+        let r = kernmlops(&args);
+        let stderr = text(&r.stderr);
+        assert!(!r.status.success(), "{events:?}: {stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "{events:?}: {stderr}");
+        assert!(errors[0].contains(needle), "{events:?}: {}", errors[0]);
+        assert!(!out.exists(), "a refused run made {}", out.display());
+    }
+}

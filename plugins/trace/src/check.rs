@@ -50,9 +50,15 @@ pub fn event_specs(
             if events.iter().any(|e| e == event) {
                 continue;
             }
-            let (system, rest) = event.split_once(':').unwrap_or((event, ""));
-            let tracepoint = rest.split('(').next().unwrap_or(rest);
-            if !exists(system, tracepoint) {
+            let spec = crate::spec::parse_event(event).map_err(|e| e.to_string())?;
+            let mut needed = Vec::new();
+            if let Target::Tracepoint { system, event } = &spec.target {
+                needed.push((system.as_str(), event.as_str()));
+            }
+            if let Some((system, event)) = &spec.exit {
+                needed.push((system.as_str(), event.as_str()));
+            }
+            if let Some((system, tracepoint)) = needed.into_iter().find(|(s, e)| !exists(s, e)) {
                 notes.push(format!(
                     "trace preset {name}: this kernel has no tracepoint {system}:{tracepoint}; left out"
                 ));

@@ -31,6 +31,34 @@ pub const SLOT_BYTES: usize = SLOT_HEADER_BYTES + MAX_FIELDS * FETCH_BYTES;
 /// Slot flags (trace.h).
 const TRACE_COMM: u32 = 1;
 const TRACE_LATENCY: u32 = 2;
+const TRACE_COUNT: u32 = 4;
+const TRACE_KEY_PID: u32 = 8;
+const TRACE_KEY_TGID: u32 = 16;
+const TRACE_KEY_CPU: u32 = 32;
+
+/// Bytes of a count event's key (`TRACE_COUNT_KEY`): the record's bytes
+/// from offset 8 (after `ts_uptime_us`), header columns not in the key
+/// zeroed, the slot included.
+pub const COUNT_KEY: u32 = 128;
+/// Where a counted record's key starts.
+const KEY_START: u32 = 8;
+/// A count event's record: its key, then `latency_ns` (outside the key).
+const COUNT_RECORD: u32 = KEY_START + COUNT_KEY + 8;
+
+/// How a count event's rows are made from its kernel map (`trace_counts`):
+/// each row copies its key columns out of the map's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CountLayout {
+    /// (offset in the map's key, offset in the row, bytes), per key column.
+    pub copies: Vec<(u32, u32, u32)>,
+    /// Offset of `count` (u64) in the row.
+    pub count_out: u32,
+    /// Offset of `latency_total_ns`, followed by `latency_min_ns` and
+    /// `latency_max_ns` (u64 each), for latency events.
+    pub latency_out: Option<u32>,
+    /// The interval, microseconds.
+    pub interval_us: u64,
+}
 
 /// An event laid out: its table and its slot's bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +68,8 @@ pub struct Laid {
     pub slot: Vec<u8>,
     /// The entry and exit are joined (latency, or a uprobe's ret).
     pub joined: bool,
+    /// Count mode: how rows are made from the kernel's counts.
+    pub count: Option<CountLayout>,
 }
 
 fn op_code(op: Op) -> u8 {
@@ -101,6 +131,13 @@ pub fn lay_out(plan: &EventPlan, comm: bool) -> Result<Laid, String> {
         ));
     }
     let joined = spec.latency || spec.ret && spec.kind == Kind::Uprobe;
+    let keys = if spec.count { spec.keys() } else { Vec::new() };
+    // A count event records its key only: comm when it is a key.
+    let comm = if spec.count {
+        keys.iter().any(|k| k == "comm")
+    } else {
+        comm
+    };
     let mut cols = vec![
         column(
             "ts_uptime_us",
@@ -151,7 +188,11 @@ pub fn lay_out(plan: &EventPlan, comm: bool) -> Result<Laid, String> {
         flags |= TRACE_COMM;
         end += 16;
     }
-    if joined {
+    if joined && spec.count {
+        // Outside the key, after it.
+        latency_out = (KEY_START + COUNT_KEY) as u16;
+        flags |= TRACE_LATENCY;
+    } else if joined {
         end = end.next_multiple_of(8);
         cols.push(column(
             "latency_ns",
@@ -245,6 +286,25 @@ pub fn lay_out(plan: &EventPlan, comm: bool) -> Result<Laid, String> {
         debug_assert_eq!(b.len(), FETCH_BYTES);
         fetch_bytes.push(b);
     }
+    if spec.count {
+        if end > KEY_START + COUNT_KEY {
+            return Err(format!(
+                "a count key of {} bytes, at most {COUNT_KEY}: key by fewer or shorter columns (string_bytes)",
+                end - KEY_START
+            ));
+        }
+        flags |= TRACE_COUNT;
+        for (name, flag) in [
+            ("pid", TRACE_KEY_PID),
+            ("tgid", TRACE_KEY_TGID),
+            ("cpu", TRACE_KEY_CPU),
+        ] {
+            if keys.iter().any(|k| k == name) {
+                flags |= flag;
+            }
+        }
+        end = COUNT_RECORD;
+    }
     let record_size = end.next_multiple_of(8).max(HEADER);
     let mut slot = Vec::with_capacity(SLOT_BYTES);
     slot.extend_from_slice(&(plan.fetches.len() as u32).to_le_bytes());
@@ -265,6 +325,15 @@ pub fn lay_out(plan: &EventPlan, comm: bool) -> Result<Laid, String> {
         Kind::Uprobe | Kind::Uretprobe => "user function",
         _ => "kernel function",
     };
+    if spec.count {
+        let (table, count) = count_table(spec, &keys, &cols, joined, what)?;
+        return Ok(Laid {
+            table,
+            slot,
+            joined,
+            count: Some(count),
+        });
+    }
     let table = TableDecl {
         name: spec.table.as_str().into(),
         description: format!("trace: one row per {what} event {}", spec.text.trim()).into(),
@@ -275,7 +344,111 @@ pub fn lay_out(plan: &EventPlan, comm: bool) -> Result<Laid, String> {
         table,
         slot,
         joined,
+        count: None,
     })
+}
+
+/// A count event's table: `ts_uptime_us` (the interval's end), its key
+/// columns in the order `by` names them (each string key followed by its
+/// `_truncated` flag), `count`, and for latency events the total, least
+/// and greatest latency. `record` is the kernel record's columns.
+fn count_table(
+    spec: &crate::spec::EventSpec,
+    keys: &[String],
+    record: &[ColumnDecl],
+    joined: bool,
+    what: &str,
+) -> Result<(TableDecl, CountLayout), String> {
+    let mut cols = vec![column(
+        "ts_uptime_us",
+        ColumnKind::U64,
+        0,
+        8,
+        "us",
+        "end of the interval the row counts (CLOCK_BOOTTIME)",
+    )];
+    let mut copies = Vec::new();
+    let mut end = 8u32;
+    for k in keys {
+        let mut names = vec![k.clone()];
+        let truncated = format!("{k}_truncated");
+        if record.iter().any(|c| c.name.as_str() == truncated) {
+            names.push(truncated);
+        }
+        for name in names {
+            let Some(src) = record.iter().find(|c| c.name.as_str() == name) else {
+                return Err(format!("count key {name} is not recorded"));
+            };
+            if src.offset < KEY_START || src.offset + src.size > KEY_START + COUNT_KEY {
+                return Err(format!("count key {name} lies outside the key"));
+            }
+            let align = if src.kind == ColumnKind::STR || src.kind == ColumnKind::BOOL {
+                1
+            } else {
+                src.size.max(1)
+            };
+            end = end.next_multiple_of(align);
+            let mut c = src.clone();
+            c.offset = end;
+            cols.push(c);
+            copies.push((src.offset - KEY_START, end, src.size));
+            end += src.size;
+        }
+    }
+    end = end.next_multiple_of(8);
+    let count_out = end;
+    cols.push(column(
+        "count",
+        ColumnKind::U64,
+        end,
+        8,
+        "",
+        "events with this key in the interval",
+    ));
+    end += 8;
+    let latency_out = joined.then_some(end);
+    if joined {
+        for (name, desc) in [
+            (
+                "latency_total_ns",
+                "sum of the latencies (entry to exit) of the interval's events with this key",
+            ),
+            (
+                "latency_min_ns",
+                "least latency of the interval's events with this key",
+            ),
+            (
+                "latency_max_ns",
+                "greatest latency of the interval's events with this key",
+            ),
+        ] {
+            cols.push(column(name, ColumnKind::U64, end, 8, "ns", desc));
+            end += 8;
+        }
+    }
+    let table = TableDecl {
+        name: spec.table.as_str().into(),
+        description: format!(
+            "trace: {what} events {} counted per {} every {}",
+            spec.text.trim(),
+            keys.join(", "),
+            kernmlops_sys::duration::format_duration(std::time::Duration::from_micros(
+                spec.interval_us
+            ))
+        )
+        .into(),
+        record_size: end,
+        columns: cols.into(),
+    };
+    Ok((
+        table,
+        CountLayout {
+            copies,
+            count_out,
+            latency_out,
+            interval_us: spec.interval_us,
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -327,6 +500,75 @@ mod tests {
             FETCH_BYTES,
             std::mem::size_of::<crate::skel::types::trace_fetch>()
         );
+    }
+
+    #[test]
+    fn count_tables_copy_their_keys_from_the_map_key() {
+        let l = laid(
+            "raw_syscalls:sys_enter(id) latency exit=raw_syscalls:sys_exit count by=tgid,id",
+            true,
+        );
+        kernmlops_plugin_sdk::api::spec::validate_table(&l.table).expect("valid");
+        let names: Vec<&str> = l.table.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "ts_uptime_us",
+                "tgid",
+                "id",
+                "count",
+                "latency_total_ns",
+                "latency_min_ns",
+                "latency_max_ns"
+            ]
+        );
+        let c = l.count.expect("count layout");
+        // tgid: record offset 12, key offset 4; id: record offset 24 (no
+        // comm in a count record unless it is a key), key offset 16.
+        assert_eq!(c.copies, [(4, 8, 4), (16, 16, 8)]);
+        assert_eq!(c.count_out, 24);
+        assert_eq!(c.latency_out, Some(32));
+        assert_eq!(l.table.record_size, 56);
+        let flags = u32::from_le_bytes(l.slot[8..12].try_into().expect("4"));
+        assert_eq!(flags, TRACE_LATENCY | TRACE_COUNT | TRACE_KEY_TGID);
+        let record = u32::from_le_bytes(l.slot[4..8].try_into().expect("4"));
+        assert_eq!(record, COUNT_RECORD);
+        let latency_out = u16::from_le_bytes(l.slot[18..20].try_into().expect("2"));
+        assert_eq!(u32::from(latency_out), KEY_START + COUNT_KEY);
+
+        // comm as a key: the string and its place in the key.
+        let l = laid("sched:sched_process_exec count by=comm,cpu", false);
+        let c = l.count.expect("count layout");
+        assert_eq!(c.copies, [(16, 8, 16), (8, 24, 4)]);
+        assert_eq!(c.latency_out, None);
+        let flags = u32::from_le_bytes(l.slot[8..12].try_into().expect("4"));
+        assert_eq!(flags, TRACE_COMM | TRACE_COUNT | TRACE_KEY_CPU);
+        // A string key brings its truncation flag.
+        let l = laid("sched:sched_process_exec count by=filename", false);
+        let names: Vec<&str> = l.table.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["ts_uptime_us", "filename", "filename_truncated", "count"]
+        );
+    }
+
+    #[test]
+    fn a_count_key_longer_than_the_map_key_is_refused() {
+        let format = |_: &str, event: &str| {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data")
+                .join(format!("{event}.format"));
+            let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+            crate::format::parse(&text).map_err(|e| e.to_string())
+        };
+        let src = Sources {
+            btf: None,
+            format: &format,
+        };
+        let spec = parse_event("sched:sched_process_exec count by=filename,comm").expect("spec");
+        let plan = plan_event(&spec, &src, Options { string_bytes: 256 }).expect("plan");
+        let e = lay_out(&plan, true).expect_err("too long");
+        assert!(e.contains("at most 128"), "{e}");
     }
 
     #[test]

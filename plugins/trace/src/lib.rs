@@ -13,11 +13,12 @@ pub mod presets;
 pub mod spec;
 
 use std::{
+    collections::HashMap,
     mem::MaybeUninit,
     os::fd::AsFd,
     path::PathBuf,
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use kernmlops_plugin_bpf::libbpf_rs::{
@@ -32,7 +33,7 @@ use kernmlops_plugin_sdk::{
 };
 
 use crate::{
-    layout::{lay_out, Laid, MAX_SLOTS, SLOT_OFFSET},
+    layout::{lay_out, CountLayout, Laid, COUNT_KEY, MAX_SLOTS, SLOT_OFFSET},
     plan::{plan_event, EventPlan, Options, Sources},
     spec::{EventSpec, Kind, LongEvent, Target},
 };
@@ -60,25 +61,35 @@ settings! {
     pub struct Config {
         /// Events to trace, one table each: "sys:event" (a tracepoint, every field),
         /// "tp_btf:block_rq_insert(rq->__sector, rq->__data_len)" (BTF paths),
-        /// "uprobe:/path/bin:symbol(arg0, str(arg1)) latency" (a user function). See the
-        /// trace plugin's README for the whole language. With no events, no presets and
+        /// "uprobe:/path/bin:symbol(arg0, str(arg1)) latency" (a user function),
+        /// "syscalls:sys_enter_getppid count by=tgid interval=100ms" (counted per key
+        /// and interval, not a row per event). See the trace plugin's README for the
+        /// whole language. With no events, no presets and
         /// no [[probes.trace.event]]: "sched:sched_process_exec".
         pub events: Vec<String> = Vec::new(),
-        /// Shipped sets of events to add: "sched", "block", "syscalls-open", "mm" (an
-        /// event this kernel lacks is left out with a note).
+        /// Shipped sets of events to add: "sched", "block", "syscalls-open", "mm",
+        /// "page_cache", "reclaim", "migration", "cpufreq", "net", "writeback",
+        /// "syscalls" (an event this kernel lacks is left out with a note).
         pub presets: Vec<String> = Vec::new(),
         /// The long form, one [[probes.trace.event]] per event: event = "...", and
-        /// optionally table = "name", fields = ["a->b", "n=str(arg1)"], ret, latency.
+        /// optionally table = "name", fields = ["a->b", "n=str(arg1)"], ret, latency,
+        /// mode = "count" with by = ["tgid"] and interval = "100ms", exit = "sys:event".
         pub event: Vec<LongEvent> = Vec::new(),
         /// Record the current task's command name (comm) in every row.
         pub comm: bool = true,
         /// Bytes kept of each string field, its NUL included (8 to 256); longer
         /// strings are cut and flagged in <field>_truncated.
         pub string_bytes: u32 = 64,
+        /// Keys the kernel map of count-mode events holds, all such events together
+        /// (16 to 1048576); an event whose key finds no room is counted lost.
+        pub count_entries: u32 = 16384,
     }
     validate(c) {
         if !(8..=256).contains(&c.string_bytes) {
             return Err(format!("string_bytes must be 8 to 256, not {}", c.string_bytes));
+        }
+        if !(16..=1 << 20).contains(&c.count_entries) {
+            return Err(format!("count_entries must be 16 to 1048576, not {}", c.count_entries));
         }
         match check::readable_tracefs() {
             // Where tracefs can be read (as root: every run), each event is
@@ -191,6 +202,7 @@ pub fn plan_all(config: &Config) -> Result<(Vec<EventPlan>, Vec<String>)> {
     let opts = Options {
         string_bytes: config.string_bytes,
     };
+    copies_needed(&specs.iter().collect::<Vec<_>>()).map_err(Error::config)?;
     let mut plans = Vec::new();
     for spec in &specs {
         if spec.kind.is_kernel_function() {
@@ -249,12 +261,93 @@ struct Pending {
     malformed: Vec<u64>,
 }
 
+/// Attach cookie of the tracepoint that ends a joined tracepoint event
+/// (`TRACE_EXIT_COOKIE`).
+const EXIT_COOKIE: u64 = 0x10000;
+
+/// Copies of each tracepoint program (`TRACE_COPIES`): a tracepoint takes
+/// a program once, so this many events can share one tracepoint.
+pub const COPIES: usize = 4;
+
+/// The tracepoints the events attach to, classic (`false`, "sys:event")
+/// or raw (`true`, name), one entry per attachment.
+fn attach_points(specs: &[&EventSpec]) -> Vec<(bool, String)> {
+    let mut out = Vec::new();
+    for spec in specs {
+        match (&spec.kind, &spec.target) {
+            (Kind::Tracepoint, Target::Tracepoint { system, event }) => {
+                out.push((false, format!("{system}:{event}")));
+                if let Some((system, event)) = &spec.exit {
+                    out.push((false, format!("{system}:{event}")));
+                }
+            }
+            (Kind::TpBtf | Kind::RawTp, Target::Name(name)) => out.push((true, name.clone())),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Copies needed of the classic and the raw tracepoint program; an error
+/// naming a tracepoint more events share than there are copies.
+fn copies_needed(specs: &[&EventSpec]) -> std::result::Result<(usize, usize), String> {
+    let mut uses: HashMap<(bool, String), usize> = HashMap::new();
+    for p in attach_points(specs) {
+        *uses.entry(p).or_default() += 1;
+    }
+    if let Some(((_, name), n)) = uses.iter().find(|(_, n)| **n > COPIES) {
+        return Err(format!(
+            "trace: {n} events attach to tracepoint {name}: at most {COPIES}"
+        ));
+    }
+    let most = |raw: bool| {
+        uses.iter()
+            .filter(|((r, _), _)| *r == raw)
+            .map(|(_, n)| *n)
+            .max()
+            .unwrap_or(0)
+    };
+    Ok((most(false), most(true)))
+}
+
+/// A key of a count event idle for this many of its intervals is removed
+/// from the kernel map (a process that ended leaves room for others).
+const IDLE_INTERVALS: u32 = 50;
+
+/// One count event's interval clock.
+struct CountSlot {
+    slot: u16,
+    table: usize,
+    layout: CountLayout,
+    row_size: usize,
+    interval: Duration,
+    due: Instant,
+    gen: u64,
+}
+
+/// What a key's counters were at the last interval's end, per CPU.
+struct KeySeen {
+    counts: Vec<u64>,
+    totals: Vec<u64>,
+    idle: u32,
+}
+
+/// Count events: their slots and the kernel map's last values.
+#[derive(Default)]
+struct Counts {
+    slots: Vec<CountSlot>,
+    seen: HashMap<Vec<u8>, KeySeen>,
+}
+
 /// The running probe. Field order is drop order: ring and links before the
 /// skeleton, the skeleton before its storage.
 pub struct Trace {
     ring: Option<RingBuffer<'static>>,
     links: Vec<Link>,
     lost: Option<MapHandle>,
+    counts_map: Option<MapHandle>,
+    counts: Counts,
+    stopped: bool,
     skel: Option<skel::Loaded>,
     storage: *mut MaybeUninit<OpenObject>,
     pending: Arc<Mutex<Pending>>,
@@ -270,8 +363,9 @@ unsafe impl Send for Trace {}
 impl Drop for Trace {
     fn drop(&mut self) {
         self.ring = None;
-        self.links.clear();
+        self.detach();
         self.lost = None;
+        self.counts_map = None;
         self.skel = None;
         if !self.storage.is_null() {
             // SAFETY: allocated by Box in `start`; the skeleton borrowing it
@@ -298,7 +392,13 @@ fn ring_bytes(args: &StartArgs, tables: &[TableDecl]) -> u32 {
 }
 
 impl Trace {
-    fn load(&mut self, args: &StartArgs, laid: &[Laid], plans: &[EventPlan]) -> Result<()> {
+    fn load(
+        &mut self,
+        args: &StartArgs,
+        laid: &[Laid],
+        plans: &[EventPlan],
+        count_entries: u32,
+    ) -> Result<()> {
         if let Ok(mut log) = LIBBPF_LOG.lock() {
             log.clear();
         }
@@ -337,6 +437,41 @@ impl Trace {
             .trace_depth
             .set_max_entries(waiting)
             .map_err(|e| bpf_error("sizing trace_depth", &e))?;
+        // Only the copies of the tracepoint programs some event needs are
+        // loaded.
+        let specs: Vec<&EventSpec> = plans.iter().map(|p| &p.spec).collect();
+        let (tp, raw) = copies_needed(&specs).map_err(Error::config)?;
+        for (i, prog) in [
+            &mut open.progs.trace_tp,
+            &mut open.progs.trace_tp_1,
+            &mut open.progs.trace_tp_2,
+            &mut open.progs.trace_tp_3,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            prog.set_autoload(i < tp.max(1));
+        }
+        for (i, prog) in [
+            &mut open.progs.trace_raw_tp,
+            &mut open.progs.trace_raw_tp_1,
+            &mut open.progs.trace_raw_tp_2,
+            &mut open.progs.trace_raw_tp_3,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            prog.set_autoload(i < raw.max(1));
+        }
+        let counted = if laid.iter().any(|l| l.count.is_some()) {
+            count_entries
+        } else {
+            1
+        };
+        open.maps
+            .trace_counts
+            .set_max_entries(counted)
+            .map_err(|e| bpf_error("sizing trace_counts", &e))?;
         let loaded = open
             .load()
             .map_err(|e| bpf_error("loading the generic programs", &e))?;
@@ -350,8 +485,27 @@ impl Trace {
         }
         let lost = MapHandle::try_from(&loaded.maps.trace_lost)
             .map_err(|e| bpf_error("opening trace_lost", &e))?;
+        let counts = MapHandle::try_from(&loaded.maps.trace_counts)
+            .map_err(|e| bpf_error("opening trace_counts", &e))?;
         self.skel = Some(loaded);
         self.lost = Some(lost);
+        self.counts_map = Some(counts);
+        let now = Instant::now();
+        for (i, l) in laid.iter().enumerate() {
+            if let Some(c) = &l.count {
+                let interval = Duration::from_micros(c.interval_us);
+                self.counts.slots.push(CountSlot {
+                    slot: u16::try_from(i).unwrap_or(u16::MAX),
+                    table: i,
+                    layout: c.clone(),
+                    row_size: l.table.record_size as usize,
+                    interval,
+                    due: now + interval,
+                    gen: 1,
+                });
+            }
+        }
+        self.publish_generations();
         self.attach(laid, plans)?;
         self.build_ring()
     }
@@ -360,30 +514,60 @@ impl Trace {
         let Some(skel) = self.skel.as_ref() else {
             return Err(Error::new("trace: skeleton already dropped"));
         };
+        let tp_progs = [
+            &skel.progs.trace_tp,
+            &skel.progs.trace_tp_1,
+            &skel.progs.trace_tp_2,
+            &skel.progs.trace_tp_3,
+        ];
+        let raw_progs = [
+            &skel.progs.trace_raw_tp,
+            &skel.progs.trace_raw_tp_1,
+            &skel.progs.trace_raw_tp_2,
+            &skel.progs.trace_raw_tp_3,
+        ];
+        // Attachments made so far per tracepoint: the next takes the next
+        // copy.
+        let mut uses: HashMap<(bool, String), usize> = HashMap::new();
+        let mut next_copy = |raw: bool, name: String| {
+            let n = uses.entry((raw, name)).or_default();
+            *n += 1;
+            (*n - 1).min(COPIES - 1)
+        };
         for (i, (plan, l)) in plans.iter().zip(laid).enumerate() {
             let cookie = i as u64;
             let spec = &plan.spec;
             let fail = |e: libbpf_rs::Error| bpf_error(&format!("attaching {:?}", spec.text), &e);
             match (&spec.kind, &spec.target) {
                 (Kind::Tracepoint, Target::Tracepoint { system, event }) => {
-                    let link = skel
-                        .progs
-                        .trace_tp
-                        .attach_tracepoint_with_opts(
-                            TracepointCategory::Custom(system.clone()),
-                            event,
-                            TracepointOpts {
-                                cookie,
-                                ..TracepointOpts::default()
-                            },
-                        )
-                        .map_err(fail)?;
-                    self.links.push(link);
+                    // The exit of a joined pair first: no entry waits for
+                    // an exit that is not attached yet.
+                    let exit = spec
+                        .exit
+                        .as_ref()
+                        .map(|(s, e)| (s.clone(), e.as_str(), cookie | EXIT_COOKIE));
+                    for (system, event, cookie) in exit.into_iter().chain(std::iter::once((
+                        system.clone(),
+                        event.as_str(),
+                        cookie,
+                    ))) {
+                        let copy = next_copy(false, format!("{system}:{event}"));
+                        let link = tp_progs[copy]
+                            .attach_tracepoint_with_opts(
+                                TracepointCategory::Custom(system),
+                                event,
+                                TracepointOpts {
+                                    cookie,
+                                    ..TracepointOpts::default()
+                                },
+                            )
+                            .map_err(fail)?;
+                        self.links.push(link);
+                    }
                 }
                 (Kind::TpBtf | Kind::RawTp, Target::Name(name)) => {
-                    let link = skel
-                        .progs
-                        .trace_raw_tp
+                    let copy = next_copy(true, name.clone());
+                    let link = raw_progs[copy]
                         .attach_raw_tracepoint_with_opts(
                             name,
                             libbpf_rs::RawTracepointOpts {
@@ -404,7 +588,9 @@ impl Trace {
                 ) => {
                     let entry = spec.kind == Kind::Uprobe;
                     let exit = spec.kind == Kind::Uretprobe || l.joined;
-                    for (ret, on) in [(false, entry), (true, exit)] {
+                    // The exit first (and detached last): no entry waits
+                    // for an exit not attached.
+                    for (ret, on) in [(true, exit), (false, entry)] {
                         if !on {
                             continue;
                         }
@@ -474,6 +660,174 @@ impl Trace {
         Ok(())
     }
 
+    /// Closes the interval of every count event that is due (all of them
+    /// once stopped): its generation advanced (least and greatest latency
+    /// start again), then one row per key whose count grew, from the
+    /// differences of the kernel's per-CPU counters since the last
+    /// interval.
+    fn count_rows(&mut self, batches: &mut [Batch]) -> Result<()> {
+        let now = Instant::now();
+        let stopped = self.stopped;
+        let due: Vec<usize> = (0..self.counts.slots.len())
+            .filter(|&i| stopped || self.counts.slots[i].due <= now)
+            .collect();
+        if due.is_empty() {
+            return Ok(());
+        }
+        // The interval closing is generation `gen`; its extremes are in
+        // half gen & 1, no longer written once the next generation starts.
+        let closing: Vec<u64> = due.iter().map(|&i| self.counts.slots[i].gen).collect();
+        for &i in &due {
+            self.counts.slots[i].gen += 1;
+        }
+        self.publish_generations();
+        let Some(map) = self.counts_map.as_ref() else {
+            return Ok(());
+        };
+        let ts = kernmlops_plugin_sdk::sys::clock::uptime_us();
+        let slot_of_key = |key: &[u8]| {
+            key.get(SLOT_OFFSET - 8..SLOT_OFFSET - 6)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        };
+        for key in map.keys() {
+            if key.len() != COUNT_KEY as usize {
+                continue;
+            }
+            let Some(slot) = slot_of_key(&key) else {
+                continue;
+            };
+            let Some(ci) = due
+                .iter()
+                .copied()
+                .find(|&i| self.counts.slots[i].slot == slot)
+            else {
+                continue;
+            };
+            let Ok(Some(per_cpu)) = map.lookup_percpu(&key, MapFlags::ANY) else {
+                continue;
+            };
+            let c = &self.counts.slots[ci];
+            let gen = closing[due.iter().position(|&i| i == ci).unwrap_or(0)];
+            let seen = self
+                .counts
+                .seen
+                .entry(key.clone())
+                .or_insert_with(|| KeySeen {
+                    counts: vec![0; per_cpu.len()],
+                    totals: vec![0; per_cpu.len()],
+                    idle: 0,
+                });
+            let (mut count, mut total) = (0u64, 0u64);
+            let (mut min, mut max) = (u64::MAX, 0u64);
+            // Extremes of the closing generation, else (every event of the
+            // interval came after its end, before this read) of the next.
+            let (mut next_min, mut next_max) = (u64::MAX, 0u64);
+            let half = |g: u64| usize::from(g & 1 == 1);
+            for (cpu, v) in per_cpu.iter().enumerate() {
+                let field = |i: usize| {
+                    v.get(i * 8..i * 8 + 8)
+                        .and_then(|b| b.try_into().ok())
+                        .map_or(0, u64::from_ne_bytes)
+                };
+                let (n, t) = (field(0), field(1));
+                if cpu >= seen.counts.len() {
+                    seen.counts.resize(cpu + 1, 0);
+                    seen.totals.resize(cpu + 1, 0);
+                }
+                let dn = n.wrapping_sub(seen.counts[cpu]);
+                if dn == 0 {
+                    continue;
+                }
+                count += dn;
+                total = total.wrapping_add(t.wrapping_sub(seen.totals[cpu]));
+                // count, total, min[2], max[2], gen[2]
+                let (h, n_h) = (half(gen), half(gen + 1));
+                if field(6 + h) == gen {
+                    min = min.min(field(2 + h));
+                    max = max.max(field(4 + h));
+                } else if field(6 + n_h) == gen + 1 {
+                    next_min = next_min.min(field(2 + n_h));
+                    next_max = next_max.max(field(4 + n_h));
+                }
+                seen.counts[cpu] = n;
+                seen.totals[cpu] = t;
+            }
+            if count == 0 {
+                seen.idle += 1;
+                if seen.idle >= IDLE_INTERVALS && map.delete(&key).is_ok() {
+                    self.counts.seen.remove(&key);
+                }
+                continue;
+            }
+            seen.idle = 0;
+            if min == u64::MAX {
+                (min, max) = (next_min, next_max);
+            }
+            if min == u64::MAX {
+                min = 0;
+            }
+            let mut row = vec![0u8; c.row_size];
+            row[..8].copy_from_slice(&ts.to_le_bytes());
+            for &(from, to, len) in &c.layout.copies {
+                let (from, to, len) = (from as usize, to as usize, len as usize);
+                if let (Some(dst), Some(src)) =
+                    (row.get_mut(to..to + len), key.get(from..from + len))
+                {
+                    dst.copy_from_slice(src);
+                }
+            }
+            let out = c.layout.count_out as usize;
+            if let Some(dst) = row.get_mut(out..out + 8) {
+                dst.copy_from_slice(&count.to_le_bytes());
+            }
+            if let Some(lat) = c.layout.latency_out {
+                let lat = lat as usize;
+                for (i, v) in [total, min, max].into_iter().enumerate() {
+                    if let Some(dst) = row.get_mut(lat + i * 8..lat + i * 8 + 8) {
+                        dst.copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+            if let Some(batch) = batches.get_mut(c.table) {
+                batch.data.extend_from_slice(&row);
+                batch.records += 1;
+            }
+        }
+        for &i in &due {
+            let c = &mut self.counts.slots[i];
+            // The next end, without a catch-up burst after a late drain.
+            let next = c.due + c.interval;
+            c.due = if next <= now { now + c.interval } else { next };
+        }
+        Ok(())
+    }
+
+    /// Detaches every program, the last attached first: a joined event's
+    /// entry goes before its exit, so no entry is left waiting (counted
+    /// lost once a thread's entries pile up) for an exit already gone.
+    fn detach(&mut self) {
+        while let Some(link) = self.links.pop() {
+            drop(link);
+        }
+    }
+
+    /// Writes each count event's generation where its programs read it.
+    fn publish_generations(&mut self) {
+        let Some(bss) = self
+            .skel
+            .as_mut()
+            .and_then(|s| s.maps.bss_data.as_deref_mut())
+        else {
+            return;
+        };
+        for c in &self.counts.slots {
+            let slot = usize::from(c.slot) % MAX_SLOTS;
+            // SAFETY: a u64 of the mapped .bss the programs read; volatile
+            // so the store is not elided.
+            unsafe { std::ptr::write_volatile(&mut bss.trace_count_gen[slot], c.gen) };
+        }
+    }
+
     fn lost_total(&self, slot: u32) -> u64 {
         let Some(lost) = self.lost.as_ref() else {
             return 0;
@@ -515,6 +869,9 @@ impl ProbeImpl for Trace {
             ring: None,
             links: Vec::new(),
             lost: None,
+            counts_map: None,
+            counts: Counts::default(),
+            stopped: false,
             skel: None,
             storage: Box::into_raw(Box::new(MaybeUninit::uninit())),
             pending: Arc::new(Mutex::new(pending)),
@@ -522,7 +879,7 @@ impl ProbeImpl for Trace {
             notes,
         };
         if !plans.is_empty() {
-            probe.load(args, &laid, &plans)?;
+            probe.load(args, &laid, &plans, config.count_entries)?;
         }
         Ok(probe)
     }
@@ -535,6 +892,11 @@ impl ProbeImpl for Trace {
                 self.tables.len()
             )));
         }
+        // Wake for the next count interval's end.
+        let timeout = match self.counts.slots.iter().map(|c| c.due).min() {
+            Some(due) => timeout.min(due.saturating_duration_since(Instant::now())),
+            None => timeout,
+        };
         if let Some(ring) = self.ring.as_ref() {
             // A stop interrupts the wait with a signal (EINTR): not an error.
             let polled = ring.poll_raw(timeout);
@@ -561,6 +923,7 @@ impl ProbeImpl for Trace {
             p.records[i] = 0;
         }
         drop(p);
+        self.count_rows(batches)?;
         for (i, batch) in batches.iter_mut().enumerate() {
             batch.lost_total = self.lost_total(i as u32);
         }
@@ -568,7 +931,9 @@ impl ProbeImpl for Trace {
     }
 
     fn stop(&mut self) -> Result<()> {
-        self.links.clear();
+        self.detach();
+        // The drain after the stop closes every count event's last interval.
+        self.stopped = true;
         Ok(())
     }
 
@@ -617,4 +982,47 @@ fn program_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<libbpf_rs::libbpf_sys
 export_plugin! {
     description: "Trace anything by name: one typed table per tracepoint or user function named in [probes.trace] events",
     probes: [Trace],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::parse_event;
+
+    fn needed(events: &[&str]) -> std::result::Result<(usize, usize), String> {
+        let specs: Vec<EventSpec> = events
+            .iter()
+            .map(|e| parse_event(e).expect("parses"))
+            .collect();
+        copies_needed(&specs.iter().collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn events_sharing_a_tracepoint_take_copies_of_its_program() {
+        assert_eq!(needed(&["sched:sched_switch"]), Ok((1, 0)));
+        // A joined pair's exit, and the same tracepoint recorded and
+        // counted.
+        assert_eq!(
+            needed(&[
+                "raw_syscalls:sys_enter(id) latency exit=raw_syscalls:sys_exit count",
+                "raw_syscalls:sys_exit",
+                "raw_syscalls:sys_enter",
+                "tp_btf:sched_switch",
+                "raw_tp:sched_switch count",
+            ]),
+            Ok((2, 2))
+        );
+        let five = [
+            "sched:sched_switch",
+            "sched:sched_switch count",
+            "sched:sched_switch count by=cpu",
+            "sched:sched_switch count by=pid",
+            "sched:sched_switch count by=comm",
+        ];
+        let e = needed(&five).expect_err("five on one tracepoint");
+        assert!(
+            e.contains("5 events attach to tracepoint sched:sched_switch: at most 4"),
+            "{e}"
+        );
+    }
 }

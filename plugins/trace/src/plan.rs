@@ -181,11 +181,6 @@ pub fn plan_event(
         event: spec.text.clone(),
         problem,
     };
-    if spec.count {
-        return Err(err(
-            "count mode is not implemented yet: record one row per event (drop count)".into(),
-        ));
-    }
     let mut plan = EventPlan {
         spec: spec.clone(),
         fetches: Vec::new(),
@@ -252,7 +247,57 @@ pub fn plan_event(
             return Err(err(format!("{kind}: does not take {target:?}")));
         }
     }
+    if let Some((system, event)) = &spec.exit {
+        // The exit tracepoint must exist; its fields are not recorded.
+        (src.format)(system, event).map_err(|e| err(format!("exit={system}:{event}: {e}")))?;
+    }
+    if spec.count {
+        keep_keys(&mut plan).map_err(err)?;
+    }
     Ok(plan)
+}
+
+/// Columns every event's record has, which a count event may key by.
+pub const HEADER_KEYS: [&str; 4] = ["pid", "tgid", "cpu", "comm"];
+
+/// A count event records its key fields only: the fetches of the columns
+/// `by` names (a header column, or a field, also by its `_field` name where
+/// it clashes with a header column), in the order named. Fields left out
+/// of the key are not read.
+fn keep_keys(plan: &mut EventPlan) -> Result<(), String> {
+    let keys = plan.spec.keys();
+    let mut kept = Vec::new();
+    for k in &keys {
+        if HEADER_KEYS.contains(&k.as_str()) {
+            continue;
+        }
+        let found = plan.fetches.iter().position(|f| {
+            f.column == *k
+                || (HEADER_KEYS.contains(&f.column.as_str()) && format!("{}_field", f.column) == *k)
+        });
+        match found {
+            Some(i) => kept.push(plan.fetches[i].clone()),
+            None => {
+                let names: Vec<String> = HEADER_KEYS
+                    .iter()
+                    .map(|h| (*h).to_owned())
+                    .chain(plan.fetches.iter().map(|f| {
+                        if HEADER_KEYS.contains(&f.column.as_str()) {
+                            format!("{}_field", f.column)
+                        } else {
+                            f.column.clone()
+                        }
+                    }))
+                    .collect();
+                return Err(format!(
+                    "count key {k} is no column of this event; keys: {}",
+                    nearest(k, names.iter().map(String::as_str), 16)
+                ));
+            }
+        }
+    }
+    plan.fetches = kept;
+    Ok(())
 }
 
 /// Parameter names of BTF tracepoint `name`: the `btf_trace_<name>`
@@ -972,7 +1017,10 @@ mod tests {
             &["no field prev_pd", "prev_pid"],
         );
         bad("sched:sched_switch(str(prev_pid))", &["not a pointer"]);
-        bad("sched:sched_switch count", &["count mode"]);
+        bad(
+            "sched:sched_switch count by=prev_pidd",
+            &["count key prev_pidd", "prev_pid"],
+        );
         bad("raw_tp:sched_switch(prev)", &["arg0"]);
     }
 
@@ -1016,6 +1064,31 @@ mod tests {
         let r = ok("uretprobe:/bin/true:main");
         assert_eq!(r.fetches[0].arg, ARG_RET);
         bad("uprobe:/bin/true:main(arg9)", &["arg0 to arg5"]);
+    }
+
+    #[test]
+    fn count_events_record_their_keys_only() {
+        let p =
+            ok("raw_syscalls:sys_enter(id) latency exit=raw_syscalls:sys_exit count by=tgid,id");
+        let cols: Vec<&str> = p.fetches.iter().map(|f| f.column.as_str()).collect();
+        assert_eq!(cols, ["id"]);
+        // Without an argument list: every field planned, the keys kept, in
+        // the order named.
+        let p = ok("raw_syscalls:sys_enter count by=args_1,cpu,id");
+        let cols: Vec<&str> = p.fetches.iter().map(|f| f.column.as_str()).collect();
+        assert_eq!(cols, ["args_1", "id"]);
+        assert!(ok("sched:sched_switch count").fetches.is_empty());
+        let p = ok("sched:sched_process_exec count by=pid_field");
+        assert_eq!(p.fetches.len(), 1);
+        assert_eq!(p.fetches[0].column, "pid");
+        bad(
+            "raw_syscalls:sys_enter count by=idd",
+            &["count key idd", "keys: id", "tgid"],
+        );
+        bad(
+            "raw_syscalls:sys_enter(id) latency exit=raw_syscalls:sys_exitt count",
+            &["exit=raw_syscalls:sys_exitt"],
+        );
     }
 
     #[test]

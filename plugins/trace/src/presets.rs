@@ -45,6 +45,79 @@ pub const PRESETS: &[Preset] = &[
             "vmscan:mm_vmscan_direct_reclaim_end",
         ],
     },
+    Preset {
+        name: "page_cache",
+        description: "pages added to and deleted from the page cache, and readahead",
+        events: &[
+            "filemap:mm_filemap_add_to_page_cache",
+            "filemap:mm_filemap_delete_from_page_cache",
+            "readahead:page_cache_sync_ra",
+            "readahead:page_cache_async_ra",
+        ],
+    },
+    Preset {
+        name: "reclaim",
+        description: "kswapd, direct and cgroup reclaim, the inactive list shrunk, and compaction",
+        events: &[
+            "vmscan:mm_vmscan_kswapd_wake",
+            "vmscan:mm_vmscan_kswapd_sleep",
+            "vmscan:mm_vmscan_direct_reclaim_begin",
+            "vmscan:mm_vmscan_direct_reclaim_end",
+            "vmscan:mm_vmscan_memcg_reclaim_begin",
+            "vmscan:mm_vmscan_memcg_reclaim_end",
+            "vmscan:mm_vmscan_lru_shrink_inactive",
+            "compaction:mm_compaction_begin",
+            "compaction:mm_compaction_end",
+        ],
+    },
+    Preset {
+        name: "migration",
+        description: "tasks moved between CPUs (load balancing, wake-up placement) and NUMA nodes, and idle CPUs woken without an interrupt",
+        events: &[
+            "sched:sched_migrate_task",
+            "sched:sched_move_numa",
+            "sched:sched_swap_numa",
+            "sched:sched_wake_idle_without_ipi",
+        ],
+    },
+    Preset {
+        name: "cpufreq",
+        description: "CPU frequency changes and limits, idle state entries and exits",
+        events: &[
+            "power:cpu_frequency",
+            "power:cpu_frequency_limits",
+            "power:cpu_idle",
+            "power:cpu_idle_miss",
+        ],
+    },
+    Preset {
+        name: "net",
+        description: "packets sent by a device, received (queued and processed), and TCP retransmits",
+        events: &[
+            "net:net_dev_xmit",
+            "net:netif_rx",
+            "net:netif_receive_skb",
+            "tcp:tcp_retransmit_skb(skaddr, state, sport, dport, family, err)",
+        ],
+    },
+    Preset {
+        name: "writeback",
+        description: "folios dirtied, writeback work started and done, inodes written, and writers throttled",
+        events: &[
+            "writeback:writeback_dirty_folio",
+            "writeback:writeback_start",
+            "writeback:writeback_written",
+            "writeback:writeback_single_inode",
+            "writeback:balance_dirty_pages",
+        ],
+    },
+    Preset {
+        name: "syscalls",
+        description: "every system call's count and latency per process and syscall number, every 100 ms",
+        events: &[
+            "raw_syscalls:sys_enter(id) latency exit=raw_syscalls:sys_exit count by=tgid,id",
+        ],
+    },
 ];
 
 /// The names of the shipped presets, comma-separated.
@@ -77,7 +150,12 @@ mod tests {
         let mut all = Vec::new();
         for p in PRESETS {
             assert!(!p.events.is_empty(), "{}", p.name);
-            all.extend(p.events.iter().map(|e| (*e).to_owned()));
+            // An event two presets share is traced once.
+            for e in p.events {
+                if !all.iter().any(|a| a == e) {
+                    all.push((*e).to_owned());
+                }
+            }
         }
         // Together too: every table name is distinct across presets.
         parse_all(&all, &[]).unwrap_or_else(|e| panic!("{e}"));
@@ -86,7 +164,12 @@ mod tests {
     #[test]
     fn unknown_preset_lists_the_known_ones() {
         let e = find("schde").expect_err("unknown");
-        assert!(e.contains("sched, block, syscalls-open, mm"), "{e}");
+        assert!(
+            e.contains(
+                "sched, block, syscalls-open, mm, page_cache, reclaim, migration, cpufreq, net, writeback, syscalls"
+            ),
+            "{e}"
+        );
         assert!(find("sched").is_ok());
     }
 }

@@ -15,8 +15,15 @@
 //!         | PATH ":" SYMBOL ["+" OFF] (uprobe, uretprobe)
 //! arg     = [alias "="] ("str(" path ")" | path)
 //! path    = IDENT {("->" | ".") IDENT}
-//! flag    = ret | latency | count
+//! flag    = ret | latency | count | "by=" KEY {"," KEY}
+//!         | "interval=" DURATION | "exit=" SYSTEM ":" EVENT
 //! ```
+//!
+//! `count` records no row per event: per key (`by`, default `tgid`) and
+//! interval (default 100ms) one row with the number of events (and, with
+//! `latency`, their total, least and greatest duration). `exit=` joins a
+//! tracepoint with the tracepoint that ends it (`raw_syscalls:sys_enter
+//! latency exit=raw_syscalls:sys_exit`).
 
 use std::fmt;
 
@@ -28,6 +35,15 @@ pub const MAX_PATH_STEPS: usize = 8;
 pub const MAX_FIELDS: usize = 32;
 /// Longest event string accepted.
 pub const MAX_EVENT_LEN: usize = 4096;
+/// Most key columns of a count event.
+pub const MAX_KEYS: usize = 8;
+/// A count event's interval when none is given.
+pub const DEFAULT_INTERVAL_US: u64 = 100_000;
+/// Shortest and longest count interval.
+pub const MIN_INTERVAL_US: u64 = 10_000;
+pub const MAX_INTERVAL_US: u64 = 3_600_000_000;
+/// The key of a count event when none is given.
+pub const DEFAULT_KEY: &str = "tgid";
 
 /// The kind of attach an event names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -159,8 +175,27 @@ pub struct EventSpec {
     pub latency: bool,
     /// Count per key and interval instead of a row per event.
     pub count: bool,
+    /// Count mode: the key columns (`tgid`, `pid`, `cpu`, `comm` or
+    /// fields), in table order; empty means [`DEFAULT_KEY`].
+    pub by: Vec<String>,
+    /// Count mode: the interval, microseconds.
+    pub interval_us: u64,
+    /// A tracepoint's latency: the tracepoint (system, event) that ends
+    /// what this one starts, joined per thread.
+    pub exit: Option<(String, String)>,
     /// The table's name.
     pub table: String,
+}
+
+impl EventSpec {
+    /// The key columns of a count event (`by`, or [`DEFAULT_KEY`]).
+    pub fn keys(&self) -> Vec<String> {
+        if self.by.is_empty() {
+            vec![DEFAULT_KEY.to_owned()]
+        } else {
+            self.by.clone()
+        }
+    }
 }
 
 /// Why an event string was refused: one line naming the event and the
@@ -189,8 +224,23 @@ pub struct LongEvent {
     pub ret: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub latency: bool,
+    /// The same as `mode = "count"`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub count: bool,
+    /// `"rows"` (the default: one row per event) or `"count"` (one row per
+    /// key and interval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Count mode: the key columns (default `["tgid"]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by: Vec<String>,
+    /// Count mode: the interval (`"100ms"`, the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// A tracepoint's latency: the tracepoint that ends it
+    /// (`"raw_syscalls:sys_exit"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<String>,
 }
 
 /// Characters allowed in identifiers (C names).
@@ -233,6 +283,21 @@ pub fn snake(name: &str) -> String {
 
 /// Parses one event string.
 pub fn parse_event(text: &str) -> Result<EventSpec, SpecError> {
+    let mut spec = parse_unchecked(text)?;
+    let err = |problem: String| SpecError {
+        event: text.chars().take(200).collect(),
+        problem,
+    };
+    check_flags(&spec).map_err(err)?;
+    if spec.count {
+        spec.table.push_str("_count");
+    }
+    Ok(spec)
+}
+
+/// Parses one event string, its flags not yet checked together (the long
+/// form adds its own first); `by`/`interval` without `count` refused.
+fn parse_unchecked(text: &str) -> Result<EventSpec, SpecError> {
     let err = |problem: String| SpecError {
         event: text.chars().take(200).collect(),
         problem,
@@ -277,18 +342,44 @@ pub fn parse_event(text: &str) -> Result<EventSpec, SpecError> {
         ret: false,
         latency: false,
         count: false,
+        by: Vec::new(),
+        interval_us: DEFAULT_INTERVAL_US,
+        exit: None,
     };
     if let Some(args) = args {
         spec.fields = Some(parse_args(args).map_err(err)?);
     }
+    let (mut by_given, mut interval_given, mut exit_given) = (false, false, false);
     for flag in rest.split_whitespace() {
+        if let Some((name, value)) = flag.split_once('=') {
+            let given = match name {
+                "by" => &mut by_given,
+                "interval" => &mut interval_given,
+                "exit" => &mut exit_given,
+                other => {
+                    return Err(err(format!(
+                    "unknown setting {other:?} after the event (settings: by=, interval=, exit=)"
+                )))
+                }
+            };
+            if *given {
+                return Err(err(format!("{name}= is given twice")));
+            }
+            *given = true;
+            match name {
+                "by" => spec.by = parse_keys(value.split(',')).map_err(err)?,
+                "interval" => spec.interval_us = parse_interval(value).map_err(err)?,
+                _ => spec.exit = Some(parse_exit(value).map_err(err)?),
+            }
+            continue;
+        }
         let slot = match flag {
             "ret" => &mut spec.ret,
             "latency" => &mut spec.latency,
             "count" => &mut spec.count,
             other => {
                 return Err(err(format!(
-                    "unknown flag {other:?} after the event (flags: ret, latency, count)"
+                    "unknown flag {other:?} after the event (flags: ret, latency, count, by=, interval=, exit=)"
                 )))
             }
         };
@@ -297,11 +388,70 @@ pub fn parse_event(text: &str) -> Result<EventSpec, SpecError> {
         }
         *slot = true;
     }
-    check_flags(&spec).map_err(err)?;
-    if spec.count {
-        spec.table.push_str("_count");
+    if !spec.count && (by_given || interval_given) {
+        return Err(err(
+            "by= and interval= are for count mode: add the flag count".into(),
+        ));
     }
     Ok(spec)
+}
+
+/// Count keys: names, distinct, at most [`MAX_KEYS`].
+fn parse_keys<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<Vec<String>, String> {
+    let mut keys: Vec<String> = Vec::new();
+    for n in names {
+        let n = n.trim();
+        if !is_ident(n) {
+            return Err(if n.is_empty() {
+                "by= has an empty key".to_owned()
+            } else {
+                format!("count key {n:?} is not a column name")
+            });
+        }
+        if keys.iter().any(|k| k == n) {
+            return Err(format!("count key {n} is given twice"));
+        }
+        if keys.len() == MAX_KEYS {
+            return Err(format!("more than {MAX_KEYS} count keys"));
+        }
+        keys.push(n.to_owned());
+    }
+    if keys.is_empty() {
+        return Err("by= names no key".into());
+    }
+    Ok(keys)
+}
+
+/// A count interval, 10ms to 1h.
+fn parse_interval(text: &str) -> Result<u64, String> {
+    let d = kernmlops_sys::duration::parse_duration(text).map_err(|e| {
+        format!(
+            "interval={}: {e}",
+            text.chars().take(64).collect::<String>()
+        )
+    })?;
+    let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    if !(MIN_INTERVAL_US..=MAX_INTERVAL_US).contains(&us) {
+        return Err(format!(
+            "interval={}: a count interval is 10ms to 1h",
+            text.chars().take(64).collect::<String>()
+        ));
+    }
+    Ok(us)
+}
+
+/// `exit=SYSTEM:EVENT` (an optional `tp:` prefix).
+fn parse_exit(text: &str) -> Result<(String, String), String> {
+    let body = text.strip_prefix("tp:").unwrap_or(text);
+    match body.split_once(':') {
+        Some((system, event)) if is_symbol(system) && is_symbol(event) => {
+            Ok((system.to_owned(), event.to_owned()))
+        }
+        _ => Err(format!(
+            "exit={}: not a tracepoint system:event",
+            text.chars().take(64).collect::<String>()
+        )),
+    }
 }
 
 fn parse_head(head: &str) -> Result<(Kind, Target), String> {
@@ -413,9 +563,26 @@ fn check_flags(spec: &EventSpec) -> Result<(), String> {
             }
         ));
     }
-    if spec.latency && !matches!(k, Kind::Func | Kind::Fentry | Kind::Kprobe | Kind::Uprobe) {
+    if spec.exit.is_some() && !(k == Kind::Tracepoint && spec.latency) {
+        return Err(
+            "exit= names the tracepoint that ends a tracepoint's latency: it needs a tracepoint (sys:event) and the flag latency"
+                .into(),
+        );
+    }
+    if spec.latency && k == Kind::Tracepoint && spec.exit.is_none() {
+        return Err(
+            "latency on a tracepoint needs exit=SYSTEM:EVENT, the tracepoint that ends it (raw_syscalls:sys_enter latency exit=raw_syscalls:sys_exit)"
+                .into(),
+        );
+    }
+    if spec.latency
+        && !matches!(
+            k,
+            Kind::Func | Kind::Fentry | Kind::Kprobe | Kind::Uprobe | Kind::Tracepoint
+        )
+    {
         return Err(format!(
-            "latency joins a function's entry and exit: use func:, fentry:, kprobe: or uprobe:, not {k}:"
+            "latency joins a function's entry and exit: use func:, fentry:, kprobe: or uprobe: (or a tracepoint with exit=), not {k}:"
         ));
     }
     if let Some(fields) = &spec.fields {
@@ -561,7 +728,7 @@ fn parse_path(path: &str) -> Result<(String, Vec<(String, bool)>), String> {
 
 /// Parses a long-form event: its event string, then its fields and flags.
 pub fn parse_long(long: &LongEvent) -> Result<EventSpec, SpecError> {
-    let mut spec = parse_event(&long.event)?;
+    let mut spec = parse_unchecked(&long.event)?;
     let err = |problem: String| SpecError {
         event: long.event.chars().take(200).collect(),
         problem,
@@ -574,15 +741,46 @@ pub fn parse_long(long: &LongEvent) -> Result<EventSpec, SpecError> {
     }
     spec.ret |= long.ret;
     spec.latency |= long.latency;
-    spec.count |= long.count && !spec.table.ends_with("_count");
-    if long.count && !spec.table.ends_with("_count") {
-        spec.table.push_str("_count");
+    let count = match long.mode.as_deref() {
+        None => long.count,
+        Some("count") => true,
+        Some("rows") if !long.count => false,
+        Some("rows") => return Err(err("mode = \"rows\" and count = true disagree".into())),
+        Some(other) => {
+            return Err(err(format!(
+                "mode {:?}: the modes are \"rows\" and \"count\"",
+                other.chars().take(64).collect::<String>()
+            )))
+        }
+    };
+    spec.count |= count;
+    if !long.by.is_empty() {
+        if !spec.by.is_empty() {
+            return Err(err("by is given in the event and as by = [...]".into()));
+        }
+        spec.by = parse_keys(long.by.iter().map(String::as_str)).map_err(err)?;
+    }
+    if let Some(i) = &long.interval {
+        spec.interval_us = parse_interval(i).map_err(err)?;
+    }
+    if let Some(x) = &long.exit {
+        if spec.exit.is_some() {
+            return Err(err("exit is given in the event and as exit = ...".into()));
+        }
+        spec.exit = Some(parse_exit(x).map_err(err)?);
+    }
+    if !spec.count && (!long.by.is_empty() || long.interval.is_some()) {
+        return Err(err(
+            "by and interval are for count mode: add mode = \"count\"".into(),
+        ));
     }
     if let Some(t) = &long.table {
         if !kernmlops_sys::names::is_snake_case(t) {
             return Err(err(format!("table name {t:?} is not lowercase snake_case")));
         }
         t.clone_into(&mut spec.table);
+    } else if spec.count {
+        spec.table.push_str("_count");
     }
     check_flags(&spec).map_err(err)?;
     Ok(spec)
@@ -768,6 +966,97 @@ mod tests {
     }
 
     #[test]
+    fn count_mode_keys_intervals_and_exits() {
+        let e = ok("syscalls:sys_enter_getppid count");
+        assert!(e.count && e.by.is_empty() && e.keys() == ["tgid"]);
+        assert_eq!(e.interval_us, DEFAULT_INTERVAL_US);
+        assert_eq!(e.table, "sys_enter_getppid_count");
+        let e = ok("raw_syscalls:sys_enter(id) latency exit=raw_syscalls:sys_exit count by=tgid,id interval=250ms");
+        assert_eq!(e.keys(), ["tgid", "id"]);
+        assert_eq!(e.interval_us, 250_000);
+        assert_eq!(
+            e.exit,
+            Some(("raw_syscalls".to_owned(), "sys_exit".to_owned()))
+        );
+        assert!(e.latency && e.count);
+        let e = ok("uprobe:/bin/x:f(arg0) latency count by=arg0,comm");
+        assert_eq!(e.keys(), ["arg0", "comm"]);
+        bad("sched:sched_switch by=prev_pid", "for count mode");
+        bad("sched:sched_switch interval=1s", "for count mode");
+        bad("sched:sched_switch count by=", "empty key");
+        bad("sched:sched_switch count by=a,a", "twice");
+        bad("sched:sched_switch count by=a-b", "not a column name");
+        bad(
+            "sched:sched_switch count by=a,b,c,d,e,f,g,h,i",
+            "more than 8",
+        );
+        bad("sched:sched_switch count by=a by=b", "given twice");
+        bad("sched:sched_switch count interval=1us", "10ms to 1h");
+        bad("sched:sched_switch count interval=2h", "10ms to 1h");
+        bad("sched:sched_switch count interval=soon", "interval=soon");
+        bad("sched:sched_switch count nope=1", "unknown setting");
+        bad("sched:sched_switch latency", "needs exit=");
+        bad("sched:sched_switch exit=sched:sched_wakeup", "flag latency");
+        bad("uprobe:/bin/x:f latency exit=a:b", "needs a tracepoint");
+        bad("sched:sched_switch latency exit=nope", "not a tracepoint");
+        let long = parse_long(&LongEvent {
+            event: "syscalls:sys_enter_getppid".into(),
+            mode: Some("count".into()),
+            by: vec!["pid".into(), "cpu".into()],
+            interval: Some("1s".into()),
+            ..LongEvent::default()
+        })
+        .expect("long count");
+        assert!(long.count && long.keys() == ["pid", "cpu"] && long.interval_us == 1_000_000);
+        assert_eq!(long.table, "sys_enter_getppid_count");
+        let long = parse_long(&LongEvent {
+            event: "raw_syscalls:sys_enter(id) latency".into(),
+            exit: Some("raw_syscalls:sys_exit".into()),
+            ..LongEvent::default()
+        })
+        .expect("long exit");
+        assert!(long.exit.is_some() && !long.count);
+        for (l, needle) in [
+            (
+                LongEvent {
+                    event: "sched:sched_switch".into(),
+                    mode: Some("tally".into()),
+                    ..LongEvent::default()
+                },
+                "the modes are",
+            ),
+            (
+                LongEvent {
+                    event: "sched:sched_switch".into(),
+                    by: vec!["tgid".into()],
+                    ..LongEvent::default()
+                },
+                "for count mode",
+            ),
+            (
+                LongEvent {
+                    event: "sched:sched_switch".into(),
+                    mode: Some("rows".into()),
+                    count: true,
+                    ..LongEvent::default()
+                },
+                "disagree",
+            ),
+            (
+                LongEvent {
+                    event: "sched:sched_switch count by=tgid".into(),
+                    by: vec!["pid".into()],
+                    ..LongEvent::default()
+                },
+                "by is given",
+            ),
+        ] {
+            let e = parse_long(&l).expect_err(needle).to_string();
+            assert!(e.contains(needle) && !e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
     fn snake_names() {
         assert_eq!(snake("processCommand"), "processcommand");
         assert_eq!(snake("foo.isra.0"), "foo_isra_0");
@@ -788,6 +1077,7 @@ mod tests {
             "uprobe:/usr/bin/redis-server:processCommand(arg0) latency",
             "syscalls:sys_enter_openat(n=str(filename), flags) count",
             "tp_btf:x(a->b.c->d->e->f)",
+            "raw_syscalls:sys_enter(id) latency exit=raw_syscalls:sys_exit count by=tgid,id interval=100ms",
         ];
         let alphabet: Vec<char> = "():,->. =_str0x+/\\\"'\t\u{e9}\u{0}()->ab"
             .chars()

@@ -44,6 +44,7 @@ struct kml_trace_scratch {
 	struct kml_trace_buf buf;
 	__u64 args[TRACE_MAX_ARGS];
 	__u64 ret;
+	struct trace_count_key key;
 };
 
 struct {
@@ -69,9 +70,22 @@ struct {
 	__type(value, __u32);
 } trace_depth SEC(".maps");
 
+/* Count mode: per key (slot included) and CPU, sized by user space. A full
+ * map counts the event lost. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct trace_count_key);
+	__type(value, struct trace_count);
+} trace_counts SEC(".maps");
+
+/* Count mode: each slot's current interval, advanced by user space. */
+volatile __u64 trace_count_gen[TRACE_MAX_SLOTS];
+
 /* Keep the shared types in BTF so the skeleton generates them. */
 struct trace_slot _trace_slot = {};
 struct trace_entry_key _trace_entry_key = {};
+struct trace_count _trace_count = {};
 
 static __always_inline void count(void *map, __u32 slot)
 {
@@ -232,6 +246,65 @@ static __always_inline void send(__u8 *rec, struct trace_slot *slot, __u32 id)
 		count(&trace_lost, id);
 }
 
+/* Count mode: the record's key counted, with its latency. */
+static __always_inline void tally(struct kml_trace_scratch *s, __u8 *rec, struct trace_slot *slot,
+				  __u32 id)
+{
+	struct trace_count *c, init = {};
+	__u64 lat = 0, gen;
+	__u32 flags = slot->flags, h;
+
+	__builtin_memcpy(s->key.b, rec + 8, TRACE_COUNT_KEY);
+	if (!(flags & TRACE_KEY_PID))
+		*(__u32 *)(s->key.b + 0) = 0;
+	if (!(flags & TRACE_KEY_TGID))
+		*(__u32 *)(s->key.b + 4) = 0;
+	if (!(flags & TRACE_KEY_CPU))
+		*(__u32 *)(s->key.b + 8) = 0;
+	if (flags & TRACE_LATENCY)
+		lat = *(__u64 *)(rec + 8 + TRACE_COUNT_KEY);
+	gen = trace_count_gen[id & (TRACE_MAX_SLOTS - 1)];
+	h = gen & 1;
+	c = bpf_map_lookup_elem(&trace_counts, &s->key);
+	if (!c) {
+		init.count = 1;
+		init.total_ns = lat;
+		init.min_ns[h] = lat;
+		init.max_ns[h] = lat;
+		init.gen[h] = gen;
+		if (!bpf_map_update_elem(&trace_counts, &s->key, &init, BPF_NOEXIST))
+			return;
+		/* Another CPU added the key meanwhile, or the map is full. */
+		c = bpf_map_lookup_elem(&trace_counts, &s->key);
+		if (!c) {
+			count(&trace_lost, id);
+			return;
+		}
+	}
+	c->total_ns += lat;
+	c->count += 1;
+	if (c->gen[h] != gen) {
+		c->gen[h] = gen;
+		c->min_ns[h] = lat;
+		c->max_ns[h] = lat;
+	} else {
+		if (lat < c->min_ns[h])
+			c->min_ns[h] = lat;
+		if (lat > c->max_ns[h])
+			c->max_ns[h] = lat;
+	}
+}
+
+/* A finished record: counted (count mode) or sent. */
+static __always_inline void finish(struct kml_trace_scratch *s, __u8 *rec, struct trace_slot *slot,
+				   __u32 id)
+{
+	if (slot->flags & TRACE_COUNT)
+		tally(s, rec, slot, id);
+	else
+		send(rec, slot, id);
+}
+
 static __always_inline bool wanted(void)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -250,13 +323,78 @@ static __always_inline struct kml_trace_scratch *scratch(void)
 static __always_inline void emit(struct kml_trace_scratch *s, struct trace_slot *slot, __u32 id)
 {
 	build(slot, id, s->buf.rec, s->args, s->ret, 2, bpf_ktime_get_boot_ns());
-	send(s->buf.rec, slot, id);
+	finish(s, s->buf.rec, slot, id);
 }
 
-SEC("tp")
-int trace_tp(void *ctx)
+/* Entry of a joined event: the record, built now, waits for the exit. */
+static __always_inline void join_entry(struct kml_trace_scratch *s, struct trace_slot *slot, __u32 id)
 {
-	__u32 id = bpf_get_attach_cookie(ctx);
+	struct trace_entry_key key = {};
+	__u32 *depth, first = 1;
+	__u64 now = bpf_ktime_get_boot_ns();
+
+	build(slot, id, s->buf.rec, s->args, 0, 0, now);
+	*(__u64 *)(s->buf.rec + (slot->latency_out & (TRACE_MAX_RECORD - 1))) = now;
+	key.pid_tgid = bpf_get_current_pid_tgid();
+	key.slot = id;
+	depth = bpf_map_lookup_elem(&trace_depth, &key);
+	if (depth) {
+		if (*depth >= TRACE_MAX_DEPTH) {
+			count(&trace_lost, id);
+			return;
+		}
+		key.depth = *depth;
+		*depth += 1;
+	} else {
+		bpf_map_update_elem(&trace_depth, &key, &first, BPF_ANY);
+	}
+	if (bpf_map_update_elem(&trace_inflight, &key, &s->buf, BPF_ANY))
+		count(&trace_lost, id);
+}
+
+/* Exit of a joined event: the entry's record completed with the duration
+ * and (phase 1) the return value. */
+static __always_inline void join_exit(struct kml_trace_scratch *s, struct trace_slot *slot, __u32 id)
+{
+	struct trace_entry_key key = {};
+	struct kml_trace_buf *entry;
+	__u32 *depth;
+	__u64 *started;
+
+	key.pid_tgid = bpf_get_current_pid_tgid();
+	key.slot = id;
+	depth = bpf_map_lookup_elem(&trace_depth, &key);
+	if (!depth || *depth == 0) {
+		count(&trace_unmatched, id);
+		return;
+	}
+	*depth -= 1;
+	key.depth = *depth;
+	entry = bpf_map_lookup_elem(&trace_inflight, &key);
+	if (!entry) {
+		count(&trace_unmatched, id);
+		return;
+	}
+	started = (__u64 *)(entry->rec + (slot->latency_out & (TRACE_MAX_RECORD - 1)));
+	*started = bpf_ktime_get_boot_ns() - *started;
+	{
+		struct fetch_ctx c = {
+			.slot = slot, .rec = entry->rec, .args = s->args, .ret = s->ret, .phase = 1,
+		};
+
+		bpf_loop(slot->nfields, fetch_one, &c, 0);
+	}
+	finish(s, entry->rec, slot, id);
+	bpf_map_delete_elem(&trace_inflight, &key);
+}
+
+/* One tracepoint takes a program once: events sharing a tracepoint (a
+ * pair's exit, the same tracepoint counted and recorded) attach copies,
+ * TRACE_COPIES of each kind; user space loads only the copies it needs. */
+static __always_inline int tp_body(void *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 id = cookie & (TRACE_EXIT_COOKIE - 1);
 	struct trace_slot *slot = slot_of(id);
 	struct kml_trace_scratch *s;
 
@@ -264,12 +402,16 @@ int trace_tp(void *ctx)
 		return KML_TP_PASS;
 	s->args[0] = (__u64)ctx;
 	s->ret = 0;
-	emit(s, slot, id);
+	if (cookie & TRACE_EXIT_COOKIE)
+		join_exit(s, slot, id);
+	else if (slot->flags & TRACE_LATENCY)
+		join_entry(s, slot, id);
+	else
+		emit(s, slot, id);
 	return KML_TP_PASS;
 }
 
-SEC("raw_tp")
-int trace_raw_tp(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int raw_tp_body(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 id = bpf_get_attach_cookie(ctx);
 	struct trace_slot *slot = slot_of(id);
@@ -290,6 +432,28 @@ int trace_raw_tp(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
+#define TRACE_TP_COPY(name)                                                                        \
+	SEC("tp")                                                                                  \
+	int name(void *ctx)                                                                        \
+	{                                                                                          \
+		return tp_body(ctx);                                                               \
+	}
+#define TRACE_RAW_TP_COPY(name)                                                                    \
+	SEC("raw_tp")                                                                              \
+	int name(struct bpf_raw_tracepoint_args *ctx)                                              \
+	{                                                                                          \
+		return raw_tp_body(ctx);                                                           \
+	}
+
+TRACE_TP_COPY(trace_tp)
+TRACE_TP_COPY(trace_tp_1)
+TRACE_TP_COPY(trace_tp_2)
+TRACE_TP_COPY(trace_tp_3)
+TRACE_RAW_TP_COPY(trace_raw_tp)
+TRACE_RAW_TP_COPY(trace_raw_tp_1)
+TRACE_RAW_TP_COPY(trace_raw_tp_2)
+TRACE_RAW_TP_COPY(trace_raw_tp_3)
+
 static __always_inline void regs_args(struct kml_trace_scratch *s, struct pt_regs *ctx)
 {
 	s->args[0] = PT_REGS_PARM1(ctx);
@@ -306,37 +470,15 @@ int trace_uprobe(struct pt_regs *ctx)
 	__u32 id = bpf_get_attach_cookie(ctx);
 	struct trace_slot *slot = slot_of(id);
 	struct kml_trace_scratch *s;
-	struct trace_entry_key key = {};
-	__u32 *depth, first = 1;
-	__u64 now;
 
 	if (!slot || !wanted() || !(s = scratch()))
 		return 0;
 	regs_args(s, ctx);
 	s->ret = 0;
-	if (!(slot->flags & TRACE_LATENCY)) {
+	if (slot->flags & TRACE_LATENCY)
+		join_entry(s, slot, id);
+	else
 		emit(s, slot, id);
-		return 0;
-	}
-	/* Entry of a joined event: keep the record for the exit. */
-	now = bpf_ktime_get_boot_ns();
-	build(slot, id, s->buf.rec, s->args, 0, 0, now);
-	*(__u64 *)(s->buf.rec + (slot->latency_out & (TRACE_MAX_RECORD - 1))) = now;
-	key.pid_tgid = bpf_get_current_pid_tgid();
-	key.slot = id;
-	depth = bpf_map_lookup_elem(&trace_depth, &key);
-	if (depth) {
-		if (*depth >= TRACE_MAX_DEPTH) {
-			count(&trace_lost, id);
-			return 0;
-		}
-		key.depth = *depth;
-		*depth += 1;
-	} else {
-		bpf_map_update_elem(&trace_depth, &key, &first, BPF_ANY);
-	}
-	if (bpf_map_update_elem(&trace_inflight, &key, &s->buf, BPF_ANY))
-		count(&trace_lost, id);
 	return 0;
 }
 
@@ -346,43 +488,15 @@ int trace_uretprobe(struct pt_regs *ctx)
 	__u32 id = bpf_get_attach_cookie(ctx);
 	struct trace_slot *slot = slot_of(id);
 	struct kml_trace_scratch *s;
-	struct trace_entry_key key = {};
-	struct kml_trace_buf *entry;
-	__u32 *depth;
-	__u64 *started;
 
 	if (!slot || !wanted() || !(s = scratch()))
 		return 0;
 	s->ret = PT_REGS_RC(ctx);
-	if (!(slot->flags & TRACE_LATENCY)) {
-		regs_args(s, ctx);
-		emit(s, slot, id);
+	if (slot->flags & TRACE_LATENCY) {
+		join_exit(s, slot, id);
 		return 0;
 	}
-	key.pid_tgid = bpf_get_current_pid_tgid();
-	key.slot = id;
-	depth = bpf_map_lookup_elem(&trace_depth, &key);
-	if (!depth || *depth == 0) {
-		count(&trace_unmatched, id);
-		return 0;
-	}
-	*depth -= 1;
-	key.depth = *depth;
-	entry = bpf_map_lookup_elem(&trace_inflight, &key);
-	if (!entry) {
-		count(&trace_unmatched, id);
-		return 0;
-	}
-	started = (__u64 *)(entry->rec + (slot->latency_out & (TRACE_MAX_RECORD - 1)));
-	*started = bpf_ktime_get_boot_ns() - *started;
-	{
-		struct fetch_ctx c = {
-			.slot = slot, .rec = entry->rec, .args = s->args, .ret = s->ret, .phase = 1,
-		};
-
-		bpf_loop(slot->nfields, fetch_one, &c, 0);
-	}
-	send(entry->rec, slot, id);
-	bpf_map_delete_elem(&trace_inflight, &key);
+	regs_args(s, ctx);
+	emit(s, slot, id);
 	return 0;
 }

@@ -45,6 +45,24 @@ enum trace_op {
 /* Slot flags. */
 #define TRACE_COMM 1
 #define TRACE_LATENCY 2
+/* Count mode: the record is counted in `trace_counts`, not sent; the key
+ * holds the header's pid, tgid and cpu only where these flags say. */
+#define TRACE_COUNT 4
+#define TRACE_KEY_PID 8
+#define TRACE_KEY_TGID 16
+#define TRACE_KEY_CPU 32
+
+/* Count mode: the key is the record's TRACE_COUNT_KEY bytes from offset 8
+ * (pid, tgid, cpu, the slot, comm when a key, the key fields); a joined
+ * event's latency_ns is at 8 + TRACE_COUNT_KEY, outside it. */
+#define TRACE_COUNT_KEY 128
+
+/* Attach cookie of a tracepoint that ends a joined tracepoint event
+ * (exit=): the slot | TRACE_EXIT_COOKIE. */
+#define TRACE_EXIT_COOKIE 0x10000
+
+/* Copies of the tracepoint programs: events one tracepoint can take. */
+#define TRACE_COPIES 4
 
 struct trace_fetch {
 	__u32 last;
@@ -75,6 +93,24 @@ struct trace_entry_key {
 	__u64 pid_tgid;
 	__u32 slot;
 	__u32 depth;
+};
+
+struct trace_count_key {
+	__u8 b[TRACE_COUNT_KEY];
+};
+
+/* Per key and CPU: count and total latency since the key's first event
+ * (user space takes differences); least and greatest latency of the
+ * events that saw the slot's generation gen[h], in half h = generation & 1
+ * (user space starts a generation per interval, then reads the half no
+ * longer written). Generations start at 1: a value zeroed by another
+ * CPU's insert matches none. */
+struct trace_count {
+	__u64 count;
+	__u64 total_ns;
+	__u64 min_ns[2];
+	__u64 max_ns[2];
+	__u64 gen[2];
 };
 
 #endif
