@@ -527,3 +527,178 @@ fn root_trace_thirteen_tracepoints_agree_with_perf_record() {
     }
     eprintln!("events compared: {}", report.join(", "));
 }
+
+/// Puts a scheduler on a block device's queue for the test, and the old
+/// one back on drop.
+struct Scheduler {
+    file: std::path::PathBuf,
+    old: String,
+}
+
+impl Scheduler {
+    fn set(disk: &str, name: &str) -> Self {
+        let file = std::path::PathBuf::from(format!("/sys/block/{disk}/queue/scheduler"));
+        let text = std::fs::read_to_string(&file).expect("reading the queue's scheduler");
+        let old = text
+            .split_whitespace()
+            .find_map(|s| s.strip_prefix('[')?.strip_suffix(']'))
+            .expect("a scheduler in use")
+            .to_owned();
+        std::fs::write(&file, name).expect("setting the queue's scheduler");
+        let now = std::fs::read_to_string(&file).expect("reading the queue's scheduler");
+        assert!(now.contains(&format!("[{name}]")), "{now}");
+        Self { file, old }
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.file, &self.old);
+    }
+}
+
+/// A column of integers (any width) as u64.
+fn u64s(batches: &[RecordBatch], name: &str) -> Vec<u64> {
+    values(batches, name)
+        .into_iter()
+        .map(|v| match v {
+            Val::Int(i) => i as u64,
+            Val::Str(s) => panic!("{name}: {s:?} is not an integer"),
+        })
+        .collect()
+}
+
+/// `tp_btf:block_rq_insert` with pointer chains (`rq->__sector`,
+/// `rq->__data_len`, `rq->cmd_flags`, and `rq->part->bd_dev` to tell the
+/// disk) under fio's direct random reads and writes on a loop device of
+/// the test's own, with `block_io` in the same run.
+///
+/// "Agree" means: the loop device's queue has a scheduler (mq-deadline),
+/// so every request passes `block_rq_insert` before it is issued; fio runs
+/// one job of synchronous I/O, so at most one request is queued at a time
+/// and none can merge, which the device's merge counters in
+/// /proc/diskstats confirm (unchanged over the run). Then each request is
+/// issued exactly as it was inserted, and the multiset of (sector, bytes,
+/// cmd_flags) of the device's `block_rq_insert` rows equals that of its
+/// `block_io` rows (`sector`, `bytes`, `flags`), which count as many
+/// requests as the kernel's own counters.
+#[test]
+fn root_trace_block_rq_insert_agrees_with_block_io() {
+    const NAME: &str = "root_trace_block_rq_insert_agrees_with_block_io";
+    if !require_root(NAME) || !require_tool(NAME, "fio") || !require_tool(NAME, "losetup") {
+        return;
+    }
+    let _serial = serial();
+    let work = temp_dir("trace-rq-insert");
+    let backing = work.join("disk.img");
+    std::fs::File::create(&backing)
+        .and_then(|f| f.set_len(32 << 20))
+        .expect("creating the loop device's file");
+    let dev = LoopDevice::attach(&backing);
+    let _sched = Scheduler::set(&dev.name(), "mq-deadline");
+    let (major, minor) = dev.major_minor();
+    // Whatever probes a new disk (udev, blkid) is done before the window.
+    std::thread::sleep(Duration::from_millis(500));
+
+    let cfg = work.join("kernmlops.toml");
+    std::fs::write(
+        &cfg,
+        "[probes.trace]\nevents = [\"tp_btf:block_rq_insert(rq->__sector, rq->__data_len, rq->cmd_flags, rq->part->bd_dev)\"]\n",
+    )
+    .expect("writing the config");
+    let plugins = plugin_dir(
+        "trace-rq-insert",
+        &[("trace", "trace"), ("block_io", "block_io")],
+    );
+    let out = work.join("data");
+    let c = Collector::start(&[
+        "--config",
+        cfg.to_str().expect("utf8"),
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "trace,block_io",
+        "--output",
+        out.to_str().expect("utf8"),
+    ]);
+    let before = dev.diskstats();
+    let fio = Command::new("fio")
+        .args([
+            "--name=kml_trace_rq_insert",
+            "--direct=1",
+            "--rw=randrw",
+            "--bs=4k",
+            "--size=8m",
+            "--ioengine=psync",
+            "--numjobs=1",
+            "--thread",
+            "--output-format=json",
+        ])
+        .arg(format!("--filename={}", dev.path.display()))
+        .output()
+        .expect("running fio");
+    assert!(fio.status.success(), "fio: {}", text(&fio.stderr));
+    std::thread::sleep(Duration::from_millis(200));
+    let after = dev.diskstats();
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(done.status.success(), "{}", done.stderr);
+    let dir = done.dir.expect("collection");
+
+    let (reads, read_merges, writes, write_merges) = (
+        after[0] - before[0],
+        after[1] - before[1],
+        after[4] - before[4],
+        after[5] - before[5],
+    );
+    assert_eq!((read_merges, write_merges), (0, 0), "merges on the device");
+    assert!(reads + writes >= 2048, "fio's 8 MiB in 4 KiB requests");
+
+    let ins = read_table(&dir.join("block_rq_insert.arrow"));
+    let kdev = (major << 20) | minor;
+    let dev_col = u64s(&ins, "rq_part_bd_dev");
+    let (sector, len) = (u64s(&ins, "rq_sector"), u64s(&ins, "rq_data_len"));
+    let flags = u64s(&ins, "rq_cmd_flags");
+    let mut inserted: Vec<(u64, u64, u64)> = (0..dev_col.len())
+        .filter(|&i| dev_col[i] == kdev)
+        .map(|i| (sector[i], len[i], flags[i]))
+        .collect();
+    let io = read_table(&dir.join("block_io.arrow"));
+    let (maj, min) = (
+        column_u64(&io, "device_major"),
+        column_u64(&io, "device_minor"),
+    );
+    let (io_sector, io_bytes) = (column_u64(&io, "sector"), column_u64(&io, "bytes"));
+    let io_flags = column_u64(&io, "flags");
+    let mut issued: Vec<(u64, u64, u64)> = (0..maj.len())
+        .filter(|&i| (maj[i], min[i]) == (major, minor))
+        .map(|i| (io_sector[i], io_bytes[i], io_flags[i]))
+        .collect();
+    assert_eq!(
+        issued.len() as u64,
+        reads + writes,
+        "block_io rows of the device vs the kernel's counters"
+    );
+    assert!(
+        inserted.iter().all(|&(_, l, _)| l == 4096),
+        "fio's requests are 4 KiB"
+    );
+    inserted.sort_unstable();
+    issued.sort_unstable();
+    assert_eq!(
+        inserted.len(),
+        issued.len(),
+        "inserted vs completed requests"
+    );
+    assert_eq!(
+        inserted, issued,
+        "(sector, bytes, cmd_flags) of inserted and completed requests"
+    );
+    let m = manifest(&dir);
+    for t in ["block_rq_insert", "block_io"] {
+        assert_eq!(
+            m["tables"][t]["lost_events"].as_u64(),
+            Some(0),
+            "{t} lost events"
+        );
+    }
+}
