@@ -132,7 +132,7 @@ fn bpftrace(out: &Path) -> Result<Child> {
         Command::new("bpftrace")
             .args([
                 "-e",
-                "tracepoint:sched:sched_switch { printf(\"%d %d %d\\n\", args.prev_pid, args.next_pid, args.prev_state); }",
+                "tracepoint:sched:sched_switch { printf(\"%d %d %d\\n\", args->prev_pid, args->next_pid, args->prev_state); }",
                 "-o",
             ])
             .arg(out)
