@@ -319,8 +319,18 @@ fn root_trace_graphs_draw_every_trace_table() {
     // Without a setting the field is latency_ns, which neither table has.
     let plain = temp_dir("graphs-trace-plain");
     check_files("trace", &render_with::<TraceTables>(&dir, &plain, "{}"), 2);
-    // A field that is not a column name is one clear error.
+    // A field that is not a column name, or that no table has, is one
+    // clear error.
     assert!(TraceTables::new(&start_args(r#"{"field": "../x"}"#)).is_err());
+    let tables_read = kernmlops::graph::collection_input(&dir, &tables).expect("reading tables");
+    let e = TraceTables::new(&start_args(r#"{"field": "nosuch"}"#))
+        .expect("a column name")
+        .render(GraphData::new(&tables_read), &plain)
+        .expect_err("no table has it");
+    assert!(
+        e.to_string().contains("no trace table has a column nosuch"),
+        "{e}"
+    );
 
     let m = manifest(&dir);
     for table in &tables {

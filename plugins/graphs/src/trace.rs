@@ -26,6 +26,9 @@ pub const PERCENTILES: &[(&str, f64)] = &[("p50", 0.50), ("p90", 0.90), ("p99", 
 /// Every trace table: rate per CPU, and the distribution of one field.
 pub struct TraceTables {
     field: String,
+    /// The field was named in the settings (not the default): a field no
+    /// table has is then an error.
+    named: bool,
 }
 
 impl GraphImpl for TraceTables {
@@ -43,6 +46,7 @@ impl GraphImpl for TraceTables {
             kernmlops_plugin_sdk::serde_json::from_str(text)
                 .map_err(|e| Error::new(format!("graph trace settings: {e}")))?
         };
+        let named = config.get("field").is_some();
         let field = match config.get("field") {
             None => DEFAULT_FIELD.to_owned(),
             Some(v) => {
@@ -59,13 +63,25 @@ impl GraphImpl for TraceTables {
                 f.to_owned()
             }
         };
-        Ok(Self { field })
+        Ok(Self { field, named })
     }
 
     fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
         let c = Collection::new(data)?;
+        let tables = c.tables_of_probe("trace")?;
+        if self.named
+            && !tables
+                .iter()
+                .any(|t| c.table(t).is_ok_and(|t| t.has(&self.field)))
+        {
+            return Err(Error::new(format!(
+                "graph trace: no trace table has a column {} (tables: {})",
+                self.field,
+                tables.join(", ")
+            )));
+        }
         let mut files = Vec::new();
-        for table in c.tables_of_probe("trace")? {
+        for table in tables {
             let t = c.table(&table)?;
             let ts = t.u64s("ts_uptime_us")?;
             if ts.is_empty() {
