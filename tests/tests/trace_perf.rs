@@ -359,6 +359,15 @@ fn perf_pid_of_dead_task(
     perf
 }
 
+/// Recordings made before one where neither tool lost or doubled an event
+/// is given up on.
+const ATTEMPTS: usize = 3;
+
+/// Every tracepoint compared, event for event, per CPU, between `trace`
+/// and `perf record`. A recording where either tool lost events (perf's
+/// `LOST` counts, the tables' `lost_events`) or perf delivered a sample
+/// twice cannot compare and is made again, up to [`ATTEMPTS`] times; in a
+/// complete one, any difference fails the test.
 #[test]
 fn root_trace_thirteen_tracepoints_agree_with_perf_record() {
     const NAME: &str = "root_trace_thirteen_tracepoints_agree_with_perf_record";
@@ -366,7 +375,38 @@ fn root_trace_thirteen_tracepoints_agree_with_perf_record() {
         return;
     }
     let _serial = serial();
-    let work = temp_dir("trace-perf-many");
+    let mut incomplete = Vec::new();
+    for attempt in 0..ATTEMPTS {
+        match compare_once(attempt) {
+            Ok(report) => {
+                eprintln!("events compared: {report}");
+                return;
+            }
+            Err(why) => {
+                eprintln!("recording {attempt} incomplete: {why}");
+                incomplete.push(why);
+            }
+        }
+    }
+    panic!("no complete recording in {ATTEMPTS}: {incomplete:?}");
+}
+
+/// The sum of the `LOST` counts `perf report --stats` shows.
+fn perf_lost(perf_data: &Path) -> u64 {
+    let out = Command::new("perf")
+        .args(["report", "--stats", "-i"])
+        .arg(perf_data)
+        .output()
+        .expect("perf report --stats");
+    text(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("LOST"))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn compare_once(attempt: usize) -> Result<String, String> {
+    let work = temp_dir(&format!("trace-perf-many-{attempt}"));
     let cfg = work.join("kernmlops.toml");
     let list: Vec<String> = EVENTS.iter().map(|e| format!("  \"{e}\",\n")).collect();
     std::fs::write(
@@ -377,7 +417,7 @@ fn root_trace_thirteen_tracepoints_agree_with_perf_record() {
         ),
     )
     .expect("writing the config");
-    let plugins = plugin_dir("trace-perf-many", &[("trace", "trace")]);
+    let plugins = plugin_dir(&format!("trace-perf-many-{attempt}"), &[("trace", "trace")]);
     let out = work.join("data");
     // The collector's own events are kept, as perf keeps them.
     let c = Collector::start(&[
@@ -401,7 +441,7 @@ fn root_trace_thirteen_tracepoints_agree_with_perf_record() {
         .arg("-o")
         .arg(&perf_data)
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .expect("perf record");
     let mut perf = KillOnDrop(perf);
@@ -414,19 +454,24 @@ fn root_trace_thirteen_tracepoints_agree_with_perf_record() {
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: signalling a child we spawned.
     unsafe { libc::kill(perf.id() as i32, libc::SIGINT) };
-    let status = perf.0.wait().expect("waiting for perf");
-    let mut perf_err = String::new();
-    if let Some(mut e) = perf.0.stderr.take() {
-        let _ = e.read_to_string(&mut perf_err);
-    }
-    assert!(
-        !perf_err.contains("lost"),
-        "perf lost events, no comparison possible: {perf_err}"
-    );
-    let _ = status;
+    let _ = perf.0.wait().expect("waiting for perf");
     let done = c.signal_and_wait(libc::SIGINT);
     assert!(done.status.success(), "{}", done.stderr);
     let dir = done.dir.expect("collection");
+    let lost = perf_lost(&perf_data);
+    if lost > 0 {
+        return Err(format!("perf lost {lost} events"));
+    }
+    let m = manifest(&dir);
+    for event in EVENTS {
+        let table = event.split_once(':').expect("sys:event").1;
+        let lost = m["tables"][table]["lost_events"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{table}: no lost_events in the manifest"));
+        if lost > 0 {
+            return Err(format!("trace lost {lost} {table} events"));
+        }
+    }
 
     let script = work.join("dump.py");
     std::fs::write(&script, PERF_DUMP).expect("writing the perf script handler");
@@ -440,8 +485,15 @@ fn root_trace_thirteen_tracepoints_agree_with_perf_record() {
         .output()
         .expect("perf script");
     assert!(out.status.success(), "perf script: {}", text(&out.stderr));
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&dump)
-        .expect("reading perf's events")
+    let dumped = std::fs::read_to_string(&dump).expect("reading perf's events");
+    // A sample delivered twice: the same event, CPU, time to the
+    // nanosecond and fields.
+    let mut seen = std::collections::HashSet::new();
+    let doubled = dumped.lines().filter(|l| !seen.insert(*l)).count();
+    if doubled > 0 {
+        return Err(format!("perf delivered {doubled} samples twice"));
+    }
+    let lines: Vec<serde_json::Value> = dumped
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
@@ -458,15 +510,9 @@ fn root_trace_thirteen_tracepoints_agree_with_perf_record() {
         })
         .collect();
 
-    let m = manifest(&dir);
     let mut report = Vec::new();
     for event in EVENTS {
         let table = event.split_once(':').expect("sys:event").1;
-        assert_eq!(
-            m["tables"][table]["lost_events"].as_u64(),
-            Some(0),
-            "{table} lost events"
-        );
         let ours = trace_rows(&dir, event);
         let theirs = perf_rows(&lines, event, offset);
         let (a, b) = quiet_window(&ours, t0, t1);
@@ -525,7 +571,7 @@ fn root_trace_thirteen_tracepoints_agree_with_perf_record() {
         report.push(format!("{table} {compared}"));
         assert!(compared > 0, "{event}: no event in the window");
     }
-    eprintln!("events compared: {}", report.join(", "));
+    Ok(report.join(", "))
 }
 
 /// Puts a scheduler on a block device's queue for the test, and the old
