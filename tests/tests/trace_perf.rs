@@ -362,15 +362,15 @@ fn perf_pid_of_dead_task(
     perf
 }
 
-/// Recordings made before one where neither tool lost or doubled an event
-/// is given up on.
+/// Recordings made before one where neither tool lost an event is given
+/// up on.
 const ATTEMPTS: usize = 3;
 
 /// Every tracepoint compared, event for event, per CPU, between `trace`
 /// and `perf record`. A recording where either tool lost events (perf's
-/// `LOST` counts, the tables' `lost_events`) or perf delivered a sample
-/// twice cannot compare and is made again, up to [`ATTEMPTS`] times; in a
-/// complete one, any difference fails the test.
+/// `LOST` counts, the tables' `lost_events`) cannot compare and is made
+/// again, up to [`ATTEMPTS`] times; in a complete one, any difference
+/// fails the test.
 #[test]
 fn root_trace_thirteen_tracepoints_agree_with_perf_record() {
     const NAME: &str = "root_trace_thirteen_tracepoints_agree_with_perf_record";
@@ -489,15 +489,16 @@ fn compare_once(attempt: usize) -> Result<String, String> {
         .expect("perf script");
     assert!(out.status.success(), "perf script: {}", text(&out.stderr));
     let dumped = std::fs::read_to_string(&dump).expect("reading perf's events");
-    // A sample delivered twice: the same event, CPU, time to the
-    // nanosecond and fields.
+    // perf sometimes delivers a sample twice: the same event, CPU, time to
+    // the nanosecond, thread and fields, which two events of the kernel
+    // never share (each reads the clock anew). The copy is dropped; were
+    // two real events ever merged so, trace would have one more and the
+    // test fail, never pass wrongly.
     let mut seen = std::collections::HashSet::new();
-    let doubled = dumped.lines().filter(|l| !seen.insert(*l)).count();
-    if doubled > 0 {
-        return Err(format!("perf delivered {doubled} samples twice"));
-    }
-    let lines: Vec<serde_json::Value> = dumped
-        .lines()
+    let unique: Vec<&str> = dumped.lines().filter(|l| seen.insert(*l)).collect();
+    let doubled = dumped.lines().count() - unique.len();
+    let lines: Vec<serde_json::Value> = unique
+        .iter()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
     let offset = boot_minus_mono_ns();
@@ -578,7 +579,10 @@ fn compare_once(attempt: usize) -> Result<String, String> {
         report.push(format!("{table} {compared}"));
         assert!(compared > 0, "{event}: no event in the window");
     }
-    Ok(report.join(", "))
+    Ok(format!(
+        "{} (perf samples delivered twice, dropped: {doubled})",
+        report.join(", ")
+    ))
 }
 
 /// Puts a scheduler on a block device's queue for the test, and the old
