@@ -8,7 +8,10 @@
 //! `perf script` Python handler (no print-format rendering), so every field
 //! compares as the kernel wrote it: per event and CPU, the same number of
 //! events, in the same order, with equal values in every field, strings
-//! included, and equal pid, tgid and CPU.
+//! included, and equal pid, tgid and CPU. Two things of perf's are allowed
+//! for: a sample it delivers twice is dropped, and switches away from the
+//! idle task, some of which its classic tracepoint path misses on this
+//! kernel (README, "Performance"), need only all be in trace's.
 
 use std::{
     collections::BTreeMap,
@@ -344,12 +347,15 @@ fn perf_pid_of_dead_task(
     let none = Val::Int(i128::from(u32::MAX));
     let mut perf = perf.clone();
     if perf.vals.get("header:pid") == Some(&none) {
-        assert_eq!(event, "sched:sched_switch", "perf has no pid: {perf:?}");
-        let prev = perf.vals["field:prev_pid"].clone();
-        perf.vals.insert("header:pid".into(), prev);
+        // A switch names its thread; elsewhere (an exiting thread's last
+        // wake-ups) perf has nothing to compare with.
+        let pid = match perf.vals.get("field:prev_pid") {
+            Some(prev) if event == "sched:sched_switch" => prev.clone(),
+            _ => ours.vals["header:pid"].clone(),
+        };
+        perf.vals.insert("header:pid".into(), pid);
     }
     if perf.vals.get("header:tgid") == Some(&none) {
-        assert_eq!(event, "sched:sched_switch", "perf has no tgid: {perf:?}");
         let Val::Int(pid) = perf.vals["header:pid"] else {
             panic!("pid")
         };
@@ -532,8 +538,27 @@ fn compare_once(attempt: usize) -> Result<String, String> {
             .map(|e| e.cpu)
             .collect();
         for cpu in cpus {
-            let o = of_cpu(&ours, cpu, a, b);
-            let t = of_cpu(&theirs, cpu, a, b);
+            let mut o = of_cpu(&ours, cpu, a, b);
+            let mut t = of_cpu(&theirs, cpu, a, b);
+            if *event == "sched:sched_switch" {
+                // perf's classic tracepoint path misses some switches away
+                // from the idle task (README, "Performance": the kernel
+                // quirk), which BPF sees: those compare as a subset, every
+                // one perf saw is in trace's, and the rest event for event.
+                let idle = |e: &&Ev| e.vals.get("field:prev_pid") == Some(&Val::Int(0));
+                let mut ours_idle: Vec<_> = o.iter().filter(|e| idle(e)).map(|e| &e.vals).collect();
+                for p in t.iter().filter(|e| idle(e)) {
+                    let at = ours_idle
+                        .iter()
+                        .position(|v| **v == p.vals)
+                        .unwrap_or_else(|| {
+                            panic!("{event} on CPU {cpu}: perf's {p:?} is not in trace's")
+                        });
+                    ours_idle.remove(at);
+                }
+                o.retain(|e| !idle(e));
+                t.retain(|e| !idle(e));
+            }
             if o.len() != t.len() {
                 let first = o
                     .iter()
