@@ -122,6 +122,10 @@ Reading tracepoints' formats needs root.")]
         /// Folder holding collections [default: collect.output].
         #[arg(long)]
         data: Option<PathBuf>,
+        /// The numeric column whose distribution the `trace` graph draws
+        /// for each trace table that has it [default: latency_ns].
+        #[arg(long, value_name = "COLUMN")]
+        trace_field: Option<String>,
     },
     /// Make the table files of a crashed collection readable again.
     Repair {

@@ -122,16 +122,31 @@ pub(crate) fn graph(
     ctx: &Context,
     data: Option<PathBuf>,
     collection: Option<String>,
+    trace_field: Option<String>,
 ) -> Result<ExitCode> {
     let dir = resolve_collection(ctx, data, collection)?;
-    render_graphs(ctx, &dir)
+    let mut settings = std::collections::BTreeMap::new();
+    if let Some(f) = trace_field {
+        settings.insert("trace".to_owned(), serde_json::json!({ "field": f }));
+    }
+    render_graphs_with(ctx, &dir, &settings)
 }
 
 /// Renders the graphs of the collection in `dir`.
 pub(crate) fn render_graphs(ctx: &Context, dir: &Path) -> Result<ExitCode> {
+    render_graphs_with(ctx, dir, &Default::default())
+}
+
+/// Renders the graphs of the collection in `dir`, with settings by graph
+/// name.
+fn render_graphs_with(
+    ctx: &Context,
+    dir: &Path,
+    settings: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> Result<ExitCode> {
     let registry = ctx.registry()?;
-    let rendered =
-        kernmlops::graph::render_collection(&registry, dir).map_err(anyhow::Error::msg)?;
+    let rendered = kernmlops::graph::render_collection_with(&registry, dir, settings)
+        .map_err(anyhow::Error::msg)?;
     if rendered.is_empty() {
         kernmlops::outln!(
             "no graph applies to {} (see `kernmlops plugins` for graphs and their tables)",

@@ -121,7 +121,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             format.or_parquet(parquet),
         ),
         Command::Dump { data, collection } => data::dump(&ctx, data, collection),
-        Command::Graph { collection, data } => data::graph(&ctx, data, collection),
+        Command::Graph {
+            collection,
+            data,
+            trace_field,
+        } => data::graph(&ctx, data, collection, trace_field),
         Command::Experiment(args) => {
             experiment::run(&ctx, cli.config, cli.allow_insecure_plugins, args)
         }

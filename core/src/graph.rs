@@ -56,9 +56,37 @@ fn tables_for(decl: &GraphDecl, dir: &Path) -> Result<Option<Vec<String>>, Graph
     tables_matching(&tables, &with, dir)
 }
 
-/// The tables of `dir` named in `tables`, plus those whose columns (besides
-/// `collection_id`) are exactly `with_columns`; `None` when the graph does
-/// not apply (see [`tables_for`]).
+/// A graph's declared table `probe:<name>` stands for every table the
+/// manifest says probe `<name>` wrote (tables declared at run time, such
+/// as the `trace` probe's, one per event).
+pub const PROBE_TABLES_PREFIX: &str = "probe:";
+
+/// The tables on disk that the manifest of `dir` attributes to `probe`,
+/// sorted by name.
+fn tables_of_probe(dir: &Path, probe: &str, on_disk: &[String]) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(dir.join("manifest.json")) else {
+        return Vec::new();
+    };
+    let Ok(m) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return Vec::new();
+    };
+    let Some(tables) = m.get("tables").and_then(|t| t.as_object()) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = tables
+        .iter()
+        .filter(|(_, e)| e.get("probe").and_then(|p| p.as_str()) == Some(probe))
+        .map(|(name, _)| name.clone())
+        .filter(|name| on_disk.contains(name))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The tables of `dir` named in `tables` (`probe:<name>`: every table of
+/// that probe, see [`PROBE_TABLES_PREFIX`]), plus those whose columns
+/// (besides `collection_id`) are exactly `with_columns`; `None` when the
+/// graph does not apply (see [`tables_for`]).
 pub fn tables_matching(
     names: &[&str],
     with_columns: &[&str],
@@ -67,6 +95,18 @@ pub fn tables_matching(
     let on_disk = collection::table_names(dir)?;
     let mut tables = Vec::new();
     for t in names {
+        if let Some(probe) = t.strip_prefix(PROBE_TABLES_PREFIX) {
+            let of_probe = tables_of_probe(dir, probe, &on_disk);
+            if of_probe.is_empty() {
+                return Ok(None);
+            }
+            for name in of_probe {
+                if !tables.contains(&name) {
+                    tables.push(name);
+                }
+            }
+            continue;
+        }
         if !on_disk.iter().any(|d| d == t) {
             return Ok(None);
         }
@@ -191,10 +231,22 @@ pub fn render_one(
     input: &GraphInput,
     out_dir: &Path,
 ) -> Result<Vec<PathBuf>, String> {
+    render_one_with(plugin, graph, input, out_dir, &Default::default())
+}
+
+/// [`render_one`] with settings by graph name (each graph gets its own
+/// entry as its `config_json`, `{}` without one).
+pub fn render_one_with(
+    plugin: &Plugin,
+    graph: &str,
+    input: &GraphInput,
+    out_dir: &Path,
+    settings: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> Result<Vec<PathBuf>, String> {
     let out_text = out_dir
         .to_str()
         .ok_or_else(|| format!("{} is not a UTF-8 path", out_dir.display()))?;
-    let args = start_args(graph, &RunOptions::default(), &Default::default());
+    let args = start_args(graph, &RunOptions::default(), settings);
     let mut g = plugin
         .start_graph(graph, &args)
         .map_err(|e| e.to_string())?;
@@ -236,6 +288,16 @@ pub fn render_collection(
     registry: &Registry,
     collection: &Path,
 ) -> Result<Vec<Rendered>, GraphError> {
+    render_collection_with(registry, collection, &Default::default())
+}
+
+/// [`render_collection`] with settings by graph name (as
+/// [`render_one_with`] takes them).
+pub fn render_collection_with(
+    registry: &Registry,
+    collection: &Path,
+    settings: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> Result<Vec<Rendered>, GraphError> {
     if !collection.join("manifest.json").is_file() {
         return Err(GraphError::NotACollection(collection.to_owned()));
     }
@@ -253,7 +315,7 @@ pub fn render_collection(
             let name = g.name.to_string();
             let outcome = collection_input(collection, &tables)
                 .map_err(|e| e.to_string())
-                .and_then(|input| render_one(plugin, &name, &input, &out_dir));
+                .and_then(|input| render_one_with(plugin, &name, &input, &out_dir, settings));
             out.push(Rendered {
                 graph: name,
                 plugin: plugin.name().to_owned(),

@@ -252,6 +252,19 @@ impl Plugin {
         policy: &Policy,
         warnings: &mut Vec<String>,
     ) -> Result<Self, LoadError> {
+        let file = Self::prepare(file, path, policy, warnings)?;
+        Self::from_prepared(file, path)
+    }
+
+    /// Everything before the library's code runs: the trust checks, the
+    /// sealed private copy and the ELF check. Returns what to load. Runs
+    /// for many plugins at once (see [`Registry::load_dir_with`]).
+    fn prepare(
+        file: File,
+        path: &Path,
+        policy: &Policy,
+        warnings: &mut Vec<String>,
+    ) -> Result<File, LoadError> {
         if let Err(e) = trust::check_file(&file, policy) {
             if !policy.allow_insecure {
                 return Err(e.into());
@@ -274,7 +287,12 @@ impl Plugin {
             }
         };
         trust::check_elf(&file, ROOT_MODULE_SYMBOL)?;
+        Ok(file)
+    }
 
+    /// Loads a file [`Plugin::prepare`] returned: the ABI check and every
+    /// declaration.
+    fn from_prepared(file: File, path: &Path) -> Result<Self, LoadError> {
         // From here on the library's code runs. Never closed: see the
         // module documentation.
         let file: &'static File = Box::leak(Box::new(file));
@@ -571,9 +589,41 @@ fn memfd_error(e: &io::Error) -> LoadError {
     ))
 }
 
-/// Copies every byte of `from` (positional reads) to the start of `to`;
-/// returns how many.
+/// Copies every byte of `from` (positional reads) to the start of `to`, a
+/// new memory file; returns how many. The kernel copies from the page
+/// cache into the memory file itself (`sendfile`: one copy, not two
+/// through a buffer); reads and writes where it cannot.
 fn copy_bytes(from: &File, to: &File) -> Result<u64, LoadError> {
+    let mut offset: libc::off_t = 0;
+    loop {
+        // SAFETY: both descriptors are open files this function borrows;
+        // sendfile reads `from` at `offset` (its own position untouched)
+        // and writes at `to`'s position, 0 for a new memory file.
+        let n = unsafe { libc::sendfile(to.as_raw_fd(), from.as_raw_fd(), &mut offset, 1 << 30) };
+        if n > 0 {
+            continue;
+        }
+        if n == 0 {
+            return u64::try_from(offset).map_err(|_| LoadError::Copy("negative offset".into()));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EINVAL | libc::ENOSYS) if offset == 0 => {
+                return copy_bytes_buffered(from, to)
+            }
+            _ => {
+                return Err(LoadError::Copy(format!(
+                    "writing its private copy: {}",
+                    kernmlops_sys::private::strip_os_error(&e)
+                )))
+            }
+        }
+    }
+}
+
+/// [`copy_bytes`] through a buffer.
+fn copy_bytes_buffered(from: &File, to: &File) -> Result<u64, LoadError> {
     let mut buf = vec![0u8; 1 << 16];
     let mut offset = 0u64;
     loop {
@@ -922,36 +972,53 @@ impl Registry {
                 .filter(|n| n.as_bytes().ends_with(b".so"))
                 .collect();
         names.sort();
-        let mut candidates = Vec::new();
-        for name in names {
-            let path = dir.join(&name);
-            let file = match trust::open_file_at(&folder, &name) {
-                Ok(f) => f,
-                Err(e) => {
-                    match skipped_entry(&path, &e) {
-                        Some(warning) => reg.warnings.push(warning),
-                        None => reg.failures.push((path, e.into())),
-                    }
-                    continue;
-                }
-            };
-            match file.metadata() {
-                Ok(m) if m.is_file() => {}
-                Ok(_) => {
-                    reg.warnings.push(format!(
-                        "ignoring {}: not a regular file",
-                        Shown(path.clone())
-                    ));
-                    continue;
-                }
-                Err(e) => {
-                    reg.failures.push((path, e.into()));
-                    continue;
+        // Checking and copying each file is most of the time a start-up
+        // takes; it runs on a few threads, the files shared out in turn.
+        // Loading the copies (the libraries' code runs) stays on this
+        // thread, in name order, as do the messages.
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, PREPARE_THREADS)
+            .min(names.len().max(1));
+        let prepared: Vec<(PathBuf, Prepared)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (names, folder) = (&names, &folder);
+                    scope.spawn(move || {
+                        names
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| i % threads == t)
+                            .map(|(i, name)| (i, prepare_entry(dir, folder, name, policy)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let mut all: Vec<(usize, (PathBuf, Prepared))> = Vec::with_capacity(names.len());
+            for w in workers {
+                match w.join() {
+                    Ok(done) => all.extend(done),
+                    Err(panic) => std::panic::resume_unwind(panic),
                 }
             }
-            match Plugin::from_file(file, &path, policy, &mut reg.warnings) {
-                Ok(p) => candidates.push(p),
-                Err(e) => reg.failures.push((path, e)),
+            all.sort_by_key(|(i, _)| *i);
+            all.into_iter().map(|(_, p)| p).collect()
+        });
+        let mut candidates = Vec::new();
+        for (path, outcome) in prepared {
+            match outcome {
+                Prepared::Skipped(warning) => reg.warnings.push(warning),
+                Prepared::Failed(e, warnings) => {
+                    reg.warnings.extend(warnings);
+                    reg.failures.push((path, e));
+                }
+                Prepared::Ready(file, warnings) => {
+                    reg.warnings.extend(warnings);
+                    match Plugin::from_prepared(file, &path) {
+                        Ok(p) => candidates.push(p),
+                        Err(e) => reg.failures.push((path, e)),
+                    }
+                }
             }
         }
         reg.settle_conflicts(candidates);
@@ -1117,6 +1184,55 @@ impl Registry {
 
 /// A folder entry that is no plugin and only deserves a warning: a
 /// dangling or looping symlink. `None` for real errors.
+/// Most threads checking and copying plugin files at start-up.
+const PREPARE_THREADS: usize = 4;
+
+/// One `*.so` entry of a plugin folder, checked and copied.
+enum Prepared {
+    /// Not a plugin to load (a dangling link, not a regular file): a
+    /// warning.
+    Skipped(String),
+    /// Refused, with the warnings so far.
+    Failed(LoadError, Vec<String>),
+    /// The sealed copy to load, with warnings.
+    Ready(File, Vec<String>),
+}
+
+/// Opens `name` in `folder` (the folder `dir`) and runs
+/// [`Plugin::prepare`] on it.
+fn prepare_entry(
+    dir: &Path,
+    folder: &File,
+    name: &std::ffi::OsStr,
+    policy: &Policy,
+) -> (PathBuf, Prepared) {
+    let path = dir.join(name);
+    let file = match trust::open_file_at(folder, name) {
+        Ok(f) => f,
+        Err(e) => {
+            let outcome = match skipped_entry(&path, &e) {
+                Some(warning) => Prepared::Skipped(warning),
+                None => Prepared::Failed(e.into(), Vec::new()),
+            };
+            return (path, outcome);
+        }
+    };
+    match file.metadata() {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => {
+            let warning = format!("ignoring {}: not a regular file", Shown(path.clone()));
+            return (path, Prepared::Skipped(warning));
+        }
+        Err(e) => return (path, Prepared::Failed(e.into(), Vec::new())),
+    }
+    let mut warnings = Vec::new();
+    let outcome = match Plugin::prepare(file, &path, policy, &mut warnings) {
+        Ok(file) => Prepared::Ready(file, warnings),
+        Err(e) => Prepared::Failed(e, warnings),
+    };
+    (path, outcome)
+}
+
 fn skipped_entry(path: &Path, e: &io::Error) -> Option<String> {
     let target = std::fs::read_link(path)
         .map(|t| Shown(t).to_string())

@@ -467,3 +467,65 @@ impl Drop for TestCgroup {
         }
     }
 }
+
+/// A loop device over a file of the test's own, detached on drop.
+pub struct LoopDevice {
+    /// `/dev/loopN`.
+    pub path: PathBuf,
+}
+
+impl LoopDevice {
+    /// Attaches `backing` to the first free loop device.
+    pub fn attach(backing: &Path) -> Self {
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(backing)
+            .output()
+            .expect("running losetup");
+        assert!(
+            out.status.success(),
+            "losetup --find --show failed:\n{}",
+            text(&out.stderr)
+        );
+        Self {
+            path: PathBuf::from(text(&out.stdout).trim()),
+        }
+    }
+
+    /// `loopN`, as /proc/diskstats and sysfs name it.
+    pub fn name(&self) -> String {
+        self.path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .expect("a loop device has a name")
+    }
+
+    /// The device's major and minor numbers, from sysfs.
+    pub fn major_minor(&self) -> (u64, u64) {
+        let dev = std::fs::read_to_string(format!("/sys/block/{}/dev", self.name()))
+            .expect("reading the device's number");
+        let (major, minor) = dev.trim().split_once(':').expect("major:minor");
+        (major.parse().expect("major"), minor.parse().expect("minor"))
+    }
+
+    /// The device's line of /proc/diskstats, fields from the fourth on
+    /// (Documentation/admin-guide/iostats.rst: reads, reads merged, ...).
+    pub fn diskstats(&self) -> Vec<u64> {
+        let name = self.name();
+        let all = std::fs::read_to_string("/proc/diskstats").expect("reading /proc/diskstats");
+        let line = all
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(name.as_str()))
+            .unwrap_or_else(|| panic!("{name} is not in /proc/diskstats"));
+        line.split_whitespace()
+            .skip(3)
+            .map(|f| f.parse().unwrap_or_else(|e| panic!("{line:?}: {e}")))
+            .collect()
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
+    }
+}

@@ -251,3 +251,111 @@ fn root_run_with_graphs_writes_png_and_svg() {
         "graphs whose tables are absent are not drawn:\n{stdout}"
     );
 }
+
+/// Renders `G` in-process with its settings as `config_json`.
+fn render_with<G: GraphImpl>(dir: &Path, out: &Path, config_json: &str) -> Vec<PathBuf> {
+    let tables = kernmlops::graph::tables_matching(G::TABLES, G::TABLES_WITH_COLUMNS, dir)
+        .expect("listing tables")
+        .expect("the graph applies");
+    let input = kernmlops::graph::collection_input(dir, &tables).expect("reading tables");
+    let mut g = G::new(&start_args(config_json)).expect("creating graph");
+    g.render(GraphData::new(&input), out).expect("rendering")
+}
+
+/// A real `trace` collection (sched_switch, and sys_enter_write under
+/// writes of two sizes): the host offers the trace graph exactly the
+/// tables the manifest gives the trace probe; each gets a rate figure and,
+/// for the column named by the `field` setting, a distribution figure
+/// (valid PNG and SVG); per CPU, the plotted rate over its bins adds up to
+/// the table's own row count.
+#[test]
+fn root_trace_graphs_draw_every_trace_table() {
+    use graphs::trace::{bin_us, event_rate, TraceTables};
+    if !require_root("root_trace_graphs_draw_every_trace_table") {
+        return;
+    }
+    let dir = {
+        let _serial = serial();
+        let plugins = plugin_dir("graphs-trace", &[("trace", "trace")]);
+        let output = temp_dir("graphs-trace-out");
+        let c = Collector::start(&[
+            "--trace",
+            "sched:sched_switch",
+            "--trace",
+            "syscalls:sys_enter_write",
+            "--plugin-dir",
+            plugins.to_str().expect("utf8"),
+            "--plugins",
+            "trace",
+            "--duration",
+            "3s",
+            "--output",
+            output.to_str().expect("utf8"),
+        ]);
+        disk_io(&temp_dir("graphs-trace-io"));
+        let done = c.wait();
+        assert!(done.status.success(), "kernmlops failed:\n{}", done.stderr);
+        done.dir.expect("collection folder printed")
+    };
+    let tables = kernmlops::graph::tables_matching(TraceTables::TABLES, &[], &dir)
+        .expect("listing tables")
+        .expect("the trace graph applies");
+    assert_eq!(tables, ["sched_switch", "sys_enter_write"]);
+
+    let out = dir.join("graphs");
+    let files = render_with::<TraceTables>(&dir, &out, r#"{"field": "count"}"#);
+    // Two rates, and the distribution of sys_enter_write's count.
+    check_files("trace", &files, 3);
+    for stem in [
+        "trace_sched_switch_rate",
+        "trace_sys_enter_write_rate",
+        "trace_sys_enter_write_count",
+    ] {
+        assert!(
+            out.join(format!("{stem}.png")).is_file() && out.join(format!("{stem}.svg")).is_file(),
+            "{stem}: {files:?}"
+        );
+    }
+    // Without a setting the field is latency_ns, which neither table has.
+    let plain = temp_dir("graphs-trace-plain");
+    check_files("trace", &render_with::<TraceTables>(&dir, &plain, "{}"), 2);
+    // A field that is not a column name, or that no table has, is one
+    // clear error.
+    assert!(TraceTables::new(&start_args(r#"{"field": "../x"}"#)).is_err());
+    let tables_read = kernmlops::graph::collection_input(&dir, &tables).expect("reading tables");
+    let e = TraceTables::new(&start_args(r#"{"field": "nosuch"}"#))
+        .expect("a column name")
+        .render(GraphData::new(&tables_read), &plain)
+        .expect_err("no table has it");
+    assert!(
+        e.to_string().contains("no trace table has a column nosuch"),
+        "{e}"
+    );
+
+    let m = manifest(&dir);
+    for table in &tables {
+        let batches = read_table(&dir.join(format!("{table}.arrow")));
+        let ts = column_u64(&batches, "ts_uptime_us");
+        let cpu = column_u64(&batches, "cpu");
+        assert_eq!(m["tables"][table]["rows"].as_u64(), Some(ts.len() as u64));
+        assert!(ts.len() > 10, "{table}: {} rows", ts.len());
+        let bin = bin_us(&ts);
+        let rates = event_rate(&ts, &cpu, bin);
+        let mut total = 0u64;
+        for (c, points) in &rates {
+            let plotted: f64 = points.iter().map(|(_, r)| r * bin as f64 / 1e6).sum();
+            let rows = cpu.iter().filter(|x| *x == c).count();
+            assert!(
+                (plotted - rows as f64).abs() < 1e-6,
+                "{table} cpu {c}: plotted {plotted} events, table {rows}"
+            );
+            // Every bin of the table's span is drawn, so the line shows
+            // quiet periods as zero.
+            let span =
+                (ts.iter().max().expect("rows") / bin) - (ts.iter().min().expect("rows") / bin) + 1;
+            assert_eq!(points.len() as u64, span, "{table} cpu {c}");
+            total += rows as u64;
+        }
+        assert_eq!(total, ts.len() as u64, "{table}: every row on some CPU");
+    }
+}

@@ -1,5 +1,6 @@
 //! The collector's footprint, as a new user meets it: time from process
-//! start to "collecting" with every probe plugin attached (probes starting in
+//! start to "collecting" with every probe plugin attached (also with
+//! `procfs`, `cpu_time` and a `trace` of ten tracepoints; probes starting in
 //! parallel, and one after another as before, `KERNMLOPS_SERIAL_START`, the
 //! two interleaved in one run), the wall time of
 //! a `--duration 1ms` run of the default probes, peak RSS of the default
@@ -23,10 +24,27 @@ use kernmlops_benchmarks::{median, release_host, run_checked, sched_pipe, worksp
 const ALL_PROBES: &str = "quanta_runtime,process_trace,process_metadata,file_data,block_io,mm_rss_stat,collapse_huge_pages,memory_usage,perf";
 const DEFAULT_PROBES: &str = "quanta_runtime,process_trace";
 
+/// Ten tracepoints for the `trace` probe, as a configuration file.
+const TEN_EVENTS: &str = "[probes.trace]\nevents = [\"sched:sched_switch\", \"sched:sched_wakeup\", \"sched:sched_process_fork\", \"block:block_rq_issue\", \"block:block_rq_complete\", \"kmem:mm_page_alloc\", \"writeback:writeback_dirty_folio\", \"net:net_dev_xmit\", \"net:netif_receive_skb\", \"syscalls:sys_enter_write\"]\n";
+
 /// Milliseconds from spawning `kernmlops run` to its "collecting" line;
 /// `serial`: probes start one after another.
 fn startup_ms(bin: &Path, out: &Path, probes: &str, serial: bool) -> Result<f64> {
+    startup_ms_with(bin, out, probes, serial, None)
+}
+
+/// [`startup_ms`] with a configuration file.
+fn startup_ms_with(
+    bin: &Path,
+    out: &Path,
+    probes: &str,
+    serial: bool,
+    config: Option<&Path>,
+) -> Result<f64> {
     let mut run = Command::new(bin);
+    if let Some(c) = config {
+        run.arg("--config").arg(c);
+    }
     run.args(["run", "--plugins", probes, "--duration", "1ms", "--output"])
         .arg(out);
     if serial {
@@ -88,7 +106,18 @@ fn main() -> Result<()> {
 
     let (mut all_start, mut default_start, mut short) = (vec![], vec![], vec![]);
     let mut all_serial = vec![];
+    let mut all_trace = vec![];
+    let ten = out.join("ten-events.toml");
+    std::fs::write(&ten, TEN_EVENTS)?;
+    let all_and_trace = format!("{ALL_PROBES},procfs,cpu_time,trace");
     for _ in 0..runs {
+        all_trace.push(startup_ms_with(
+            &bin,
+            &out,
+            &all_and_trace,
+            false,
+            Some(&ten),
+        )?);
         all_start.push(startup_ms(&bin, &out, ALL_PROBES, false)?);
         all_serial.push(startup_ms(&bin, &out, ALL_PROBES, true)?);
         default_start.push(startup_ms(&bin, &out, DEFAULT_PROBES, false)?);
@@ -109,6 +138,8 @@ fn main() -> Result<()> {
             "runs": runs,
             "plugin_kib": sizes,
             "startup_all_probes_ms_median": median(&mut all_start).round(),
+            "startup_every_probe_and_ten_event_trace_ms_median": median(&mut all_trace).round(),
+            "startup_every_probe_and_ten_event_trace_ms": all_trace,
             "startup_all_probes_one_after_another_ms_median": median(&mut all_serial).round(),
             "startup_all_probes_parallel_over_one_after_another":
                 (median(&mut all_start) / median(&mut all_serial) * 100.0).round() / 100.0,

@@ -91,6 +91,26 @@ impl<'a> Collection<'a> {
         self.data.table(name)
     }
 
+    /// The tables given that the manifest says `probe` wrote (sorted by
+    /// name).
+    pub fn tables_of_probe(&self, probe: &str) -> Result<Vec<String>> {
+        let m = self.data.manifest()?;
+        let mut names: Vec<String> = self
+            .data
+            .tables()
+            .map(|t| t.name().to_owned())
+            .filter(|t| {
+                m.get("tables")
+                    .and_then(|ts| ts.get(t))
+                    .and_then(|e| e.get("probe"))
+                    .and_then(|p| p.as_str())
+                    == Some(probe)
+            })
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     /// The perf counter tables given (sorted by name).
     pub fn perf_tables(&self) -> Vec<String> {
         let mut want: Vec<&str> = PERF_COLUMNS.to_vec();

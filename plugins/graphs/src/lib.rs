@@ -1,6 +1,7 @@
 //! Graph plugins: figures of a collection's tables (quanta run length and
 //! queued time, memory usage, block I/O queue depth and latency, perf
-//! counter rates), each written as a PNG and an SVG.
+//! counter rates, trace tables' event rates and latency), each written as
+//! a PNG and an SVG.
 
 use std::path::{Path, PathBuf};
 
@@ -10,15 +11,16 @@ mod data;
 mod experiment;
 mod plot;
 pub mod power;
+pub mod trace;
 
 use data::{group, Collection};
 use plot::{Axis, Drawable, Figure, Kind, Series};
 pub use plot::{FONT_PATH, MAX_POINTS, SIZE};
 
 export_plugin! {
-    description: "Graphs: quanta run length and queued time, memory usage, block I/O queue depth and latency, perf counter rates",
+    description: "Graphs: quanta run length and queued time, memory usage, block I/O queue depth and latency, perf counter rates, trace event rates and latency",
     probes: [],
-    graphs: [QuantaRuntime, QuantaQueued, MemoryUsage, BlockIo, PerfCounters, experiment::ExperimentResults, power::Power, power::EnergyByProcess],
+    graphs: [QuantaRuntime, QuantaQueued, MemoryUsage, BlockIo, PerfCounters, experiment::ExperimentResults, power::Power, power::EnergyByProcess, trace::TraceTables],
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
