@@ -319,6 +319,7 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
     let max_runs = max_runs(args.max_runs, &spec)?;
     // Counted before anything is built or checked.
     plan::check_size(&spec.file, &spec.variables, spec.repeats, max_runs)?;
+    crate::roles::preflight(&spec, slurm.as_ref())?;
     let dir = ExpDir::new(args.dir.clone().unwrap_or_else(|| default_dir(&spec.name)));
     if dir.root.exists() {
         check_folder(&dir.root, env)?;
