@@ -328,25 +328,26 @@ fn role(name: &str, raw: RawRole) -> std::result::Result<Role, KeyError> {
         Some(_) => return err("benchmark", "empty: name the role's workload benchmark (see `kernmlops plugins`)".into()),
         None => return err("benchmark", "missing: name the role's workload benchmark (see `kernmlops plugins`), or \"script\" with script = \"PATH\"".into()),
     };
-    let script =
-        match (benchmark.as_str(), raw.script) {
-            ("script", Some(s)) if !s.trim().is_empty() => Some(s),
-            ("script", Some(_)) => {
-                return err("script", "empty: the path of the script to run".into())
-            }
-            ("script", None) => return err(
+    let script = match (benchmark.as_str(), raw.script) {
+        ("script", Some(s)) if !s.trim().is_empty() => Some(s),
+        ("script", Some(_)) => return err("script", "empty: the path of the script to run".into()),
+        ("script", None) => {
+            return err(
                 "script",
                 "missing: a role with benchmark = \"script\" names its script (script = \"PATH\")"
                     .into(),
-            ),
-            (_, Some(_)) => return err(
+            )
+        }
+        (_, Some(_)) => {
+            return err(
                 "script",
                 format!(
                     "only a \"script\" benchmark runs a script, and this role runs {benchmark:?}"
                 ),
-            ),
-            (_, None) => None,
-        };
+            )
+        }
+        (_, None) => None,
+    };
     if let Some(probes) = &raw.probes {
         let mut seen = std::collections::HashSet::new();
         for p in probes {
