@@ -1,6 +1,7 @@
 //! `scripts/slurm-local up --nodes 2`: a Slurm cluster of two nodes on this
 //! machine, each slurmd in its own network and host-name namespace on a
-//! private bridge. Jobs see two host names and two addresses, a server on
+//! private bridge. Jobs see two host names and two addresses, a batch job
+//! on node 1 reaches node 2 with srun, a server on
 //! one node answers a client on the other over the bridge, and `down`
 //! leaves no namespace, link, daemon or file, also after an `up` that
 //! failed or was killed part way. Experiment files with bad roles are one
@@ -231,6 +232,31 @@ fn root_slurm_local_two_nodes_have_own_names_and_addresses_and_talk_over_the_bri
     names.sort();
     assert_eq!(names, ["kml-n1", "kml-n2"]);
     assert!(!names.contains(&host_name().as_str()));
+
+    // A batch job of two nodes runs its script on the first and reaches
+    // the second with srun from there (from inside node 1's namespaces).
+    let batch = temp_dir("slurm-local-batch");
+    std::fs::write(
+        batch.join("job.sh"),
+        "#!/bin/sh\necho \"batch on $(hostname)\"\nsrun --nodes=2 --ntasks=2 hostname | sort\n",
+    )
+    .expect("batch script");
+    let output = batch.join("job.log");
+    cluster.ok(
+        "sbatch",
+        &[
+            "--wait",
+            "--nodes=2",
+            "--exclusive",
+            &format!("--output={}", output.display()),
+            &format!("--chdir={}", batch.display()),
+            s(&batch.join("job.sh")),
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(&output).expect("job output"),
+        "batch on kml-n1\nkml-n1\nkml-n2\n"
+    );
 
     // Each node has its own bridge address (and loopback) and no default
     // route; the host has only the bridge's host side in that /24.
