@@ -233,6 +233,21 @@ fn root_slurm_local_two_nodes_have_own_names_and_addresses_and_talk_over_the_bri
     assert_eq!(names, ["kml-n1", "kml-n2"]);
     assert!(!names.contains(&host_name().as_str()));
 
+    // `exec` runs a command in a node's namespaces.
+    let out = cluster.place.script(&[
+        "exec",
+        "kml-n2",
+        "sh",
+        "-c",
+        "hostname; ip -4 -o addr show dev eth0",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let seen = text(&out.stdout);
+    assert!(
+        seen.starts_with("kml-n2\n") && seen.contains(&format!(" {net}.2/24 ")),
+        "{seen}"
+    );
+
     // A batch job of two nodes runs its script on the first and reaches
     // the second with srun from there (from inside node 1's namespaces).
     let batch = temp_dir("slurm-local-batch");
