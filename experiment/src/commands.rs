@@ -327,7 +327,10 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
     let existing = existing_record(&dir, env)?;
     let plugin_dir = resolve_plugin_dir(env, None)?;
     let registry = env.registry(&plugin_dir)?;
-    let (base, variables, identity) = check_experiment(&spec, &registry, env, &policy)?;
+    let (mut base, variables, identity) = check_experiment(&spec, &registry, env, &policy)?;
+    if !spec.roles.is_empty() {
+        crate::roles_run::add_to_base(&spec, &mut base, &policy)?;
+    }
     let (seed, seed_from) = match (spec.seed, &existing) {
         (Some(s), _) => (s, "file"),
         (None, Some(r)) => (r.seed, r.seed_from.as_str()),
@@ -534,6 +537,9 @@ fn check_runs(
     identity: &Identity,
     runs: &[PlannedRun],
 ) -> Result<()> {
+    if !spec.roles.is_empty() {
+        return crate::roles_run::check_runs(registry, spec, identity.power.as_deref(), runs);
+    }
     let checked_run = Checked {
         probes: &identity.probes,
         benchmark: &identity.benchmark,

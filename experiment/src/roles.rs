@@ -560,35 +560,101 @@ fn count_partition_nodes(text: &str, partition: Option<&str>) -> (String, usize)
 
 /// What `experiment run` does with a file that has roles, before anything
 /// is written: with the Slurm executor, more roles than the partition has
-/// nodes are refused; then, as this version does not yet run roles, the
-/// file is refused with that reason (nothing is run or submitted).
+/// nodes are refused, and then the file itself (this version runs roles
+/// only with `--executor local`); warm-up runs are refused (they are not
+/// run with roles yet). Nothing is run or submitted.
 pub fn preflight(spec: &Spec, slurm: Option<&SlurmOptions>) -> Result<()> {
     if spec.roles.is_empty() {
         return Ok(());
+    }
+    let refuse = |key: &str, message: String| ExperimentError::Invalid {
+        file: spec.file.clone(),
+        key: key.into(),
+        message,
+    };
+    if spec.warmup > 0 {
+        return Err(refuse(
+            "warmup",
+            format!("{}: warm-up runs are not run with roles yet; remove warmup (nothing was run or submitted)", spec.warmup),
+        ));
     }
     if let Some(options) = slurm {
         let (partition, nodes) = partition_nodes(options.partition.as_deref())?;
         spec.roles
             .check_nodes(&partition, nodes)
-            .map_err(|message| ExperimentError::Invalid {
-                file: spec.file.clone(),
-                key: "roles".into(),
-                message: format!("{message}; nothing was submitted"),
-            })?;
+            .map_err(|message| refuse("roles", format!("{message}; nothing was submitted")))?;
+        return Err(refuse(
+            "roles",
+            format!(
+                "{} roles checked (start order {}), but Slurm does not run roles yet: use --executor local (every role on this machine); nothing was submitted",
+                spec.roles.len(),
+                spec.roles
+                    .start_order()
+                    .map(|r| r.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
     }
-    Err(ExperimentError::Invalid {
-        file: spec.file.clone(),
-        key: "roles".into(),
-        message: format!(
-            "{} roles checked (start order {}), but this version does not run roles yet; nothing was run or submitted",
-            spec.roles.len(),
-            spec.roles
-                .start_order()
-                .map(|r| r.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    })
+    Ok(())
+}
+
+impl Roles {
+    /// The roles as the `roles` table of a run's configuration, each as
+    /// its `[roles.NAME]` table was written (`script` as given to it:
+    /// the caller resolves it).
+    pub fn to_config(&self) -> toml::Table {
+        let mut out = toml::Table::new();
+        for r in &self.roles {
+            let mut t = toml::Table::new();
+            t.insert("benchmark".into(), r.benchmark.clone().into());
+            if let Some(s) = &r.script {
+                t.insert("script".into(), s.clone().into());
+            }
+            if let Some(p) = &r.probes {
+                t.insert("probes".into(), p.clone().into());
+            }
+            if !r.after.is_empty() {
+                t.insert("after".into(), r.after.clone().into());
+            }
+            if r.result {
+                t.insert("result".into(), true.into());
+            }
+            if !r.parameters.is_empty() {
+                t.insert("parameters".into(), r.parameters.clone().into());
+            }
+            if let Some(ready) = &r.ready {
+                let mut rt = toml::Table::new();
+                match &ready.check {
+                    ReadyCheck::Port(p) => rt.insert("port".into(), i64::from(*p).into()),
+                    ReadyCheck::File(f) => rt.insert("file".into(), f.clone().into()),
+                    ReadyCheck::Line(l) => rt.insert("line".into(), l.clone().into()),
+                };
+                rt.insert("timeout_s".into(), i64::from(ready.timeout_s).into());
+                t.insert("ready".into(), rt.into());
+            }
+            out.insert(r.name.clone(), t.into());
+        }
+        out
+    }
+
+    /// The roles of a run's configuration (its `roles` table, as
+    /// [`Roles::to_config`] wrote it and variables set), checked again.
+    /// `None` when the configuration has no roles.
+    pub fn from_config(config: &toml::Table) -> Option<std::result::Result<Self, String>> {
+        let table = match config.get("roles")? {
+            toml::Value::Table(t) => t,
+            _ => return Some(Err("roles: not a table of roles".into())),
+        };
+        let mut declared = Vec::new();
+        for (name, value) in table {
+            match RawRole::deserialize(value.clone()) {
+                Ok(raw) => declared.push((name.clone(), raw)),
+                Err(e) => return Some(Err(format!("roles.{name}: {}", e.message()))),
+            }
+        }
+        Some(Self::from_raw(declared, None, None).map_err(|(k, m)| format!("{k}: {m}")))
+    }
 }
 
 #[cfg(test)]
