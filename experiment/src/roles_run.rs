@@ -615,9 +615,8 @@ mod tests {
         let mut config = toml::Table::new();
         config.insert("roles".into(), r.to_config().into());
         // A variable roles.client.parameters.clients = 8.
-        if let Some(toml::Value::Table(c)) = config
-            .get_mut("roles")
-            .and_then(|t| t.get_mut("client"))
+        if let Some(toml::Value::Table(c)) =
+            config.get_mut("roles").and_then(|t| t.get_mut("client"))
         {
             c.insert("parameters".into(), toml::toml! { clients = 8 }.into());
         }
@@ -625,7 +624,10 @@ mod tests {
         let order: Vec<&str> = back.start_order().map(|r| r.name.as_str()).collect();
         assert_eq!(order, ["server", "client"]);
         let client = back.get("client").expect("client");
-        assert_eq!(client.parameters.get("clients"), Some(&toml::Value::from(8)));
+        assert_eq!(
+            client.parameters.get("clients"),
+            Some(&toml::Value::from(8))
+        );
         let server = back.get("server").expect("server");
         assert_eq!(
             server.ready.as_ref().map(|x| (&x.check, x.timeout_s)),
