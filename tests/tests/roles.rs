@@ -3,8 +3,10 @@
 //! as the measured server, redis-benchmark as its client) over two values
 //! of a variable and two repeats give every run the server's collection
 //! and the client's result, named with their node in the run's manifest,
-//! and one results row per run; a role that never becomes ready fails its
-//! run with the reason after its timeout and leaves no process behind.
+//! and one results row per run; roles ready by a line of their output and
+//! by a file start in dependency order and see every role's address; a
+//! role that never becomes ready fails its run with the reason after its
+//! timeout and leaves no process behind.
 
 use std::{
     net::TcpListener,
@@ -237,7 +239,7 @@ fn root_roles_a_role_never_ready_fails_its_run_after_the_timeout_leaving_nothing
     let client = work.join("client.sh");
     std::fs::write(
         &client,
-        "#!/bin/sh\necho '{\"name\": \"c\", \"@result\": {\"value\": 1}}'\n",
+        "#!/bin/sh\necho '{\"name\": \"c\", \"component\": \"test\", \"@result\": {\"value\": 1}}'\n",
     )
     .expect("script");
     let chmod = Command::new("chmod")
@@ -299,6 +301,129 @@ fn root_roles_a_role_never_ready_fails_its_run_after_the_timeout_leaving_nothing
     assert!(left.is_empty(), "left running: {left:?}");
     // results.parquet has the failed run's row with its reason.
     assert!(dir.join("results.parquet").is_file());
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&plugins);
+}
+
+#[test]
+fn root_roles_ready_by_line_and_by_file_start_in_order_and_see_each_other() {
+    let test = "root_roles_ready_by_line_and_by_file_start_in_order_and_see_each_other";
+    if !require_root(test) {
+        return;
+    }
+    let plugins = plugins("roles-line-file");
+    let work = temp_dir("roles-line-file");
+    let seen = work.join("seen");
+    // `logger` is ready once it printed its line (after a second), `marker`
+    // once the file `up` is in its collection (KML_OUTPUT_DIR), after
+    // `logger`; `client` waits for both and writes down what it sees.
+    let logger = work.join("logger.sh");
+    std::fs::write(
+        &logger,
+        "#!/bin/sh\nsleep 1\necho \"logger listening at $(date +%s%N)\" >&2\nwhile :; do sleep 1; done\n",
+    )
+    .expect("script");
+    let marker = work.join("marker.sh");
+    std::fs::write(
+        &marker,
+        format!(
+            "#!/bin/sh\necho \"marker $(date +%s%N)\" >> {seen:?}\nsleep 1\ntouch \"$KML_OUTPUT_DIR/up\"\nwhile :; do sleep 1; done\n"
+        ),
+    )
+    .expect("script");
+    let client = work.join("client.sh");
+    std::fs::write(
+        &client,
+        format!(
+            "#!/bin/sh\n{{ echo \"client $(date +%s%N)\"; env | grep '^KML_ROLE' | sort; }} >> {seen:?}\n\
+             echo '{{\"name\": \"c\", \"component\": \"test\", \"@result\": {{\"value\": 1}}}}'\n"
+        ),
+    )
+    .expect("script");
+    let chmod = Command::new("chmod")
+        .arg("755")
+        .args([&logger, &marker, &client])
+        .status();
+    assert!(chmod.is_ok_and(|s| s.success()));
+    let file = work.join("three.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"three\"\nrepeats = 1\n\
+             [config.benchmarks.script]\ndrop_page_cache = false\n\
+             [roles.client]\nbenchmark = \"script\"\nscript = {:?}\nprobes = []\n\
+             after = [\"marker\", \"logger\"]\nresult = true\n\
+             [roles.marker]\nbenchmark = \"script\"\nscript = {:?}\nprobes = []\n\
+             after = \"logger\"\nready = {{ file = \"up\", timeout_s = 20 }}\n\
+             [roles.logger]\nbenchmark = \"script\"\nscript = {:?}\nprobes = []\n\
+             ready = {{ line = \"logger listening\", timeout_s = 20 }}\n",
+            s(&client),
+            s(&marker),
+            s(&logger)
+        ),
+    )
+    .expect("experiment file");
+    let dir = work.join("exp");
+    let out = {
+        let _serial = serial();
+        experiment(
+            &plugins,
+            &["run", s(&file), "--dir", s(&dir), "--no-graphs"],
+        )
+    };
+    let both = format!("{}\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{both}");
+    assert!(both.contains("1 runs: 1 done"), "{both}");
+    let run = &runs(&dir)[0];
+    let m = read_json(&run.join("manifest.json"));
+    for role in ["logger", "marker"] {
+        let r = &m["roles"][role];
+        assert!(
+            r["ready_after_s"].as_f64().is_some_and(|s| s >= 0.9),
+            "{role} became ready only after its second: {m}"
+        );
+        assert_eq!(r["stopped_by_run"], true, "{m}");
+    }
+    assert!(run.join("marker/up").is_file());
+    // The logger's line was in its output before the marker started, and
+    // the marker's file before the client started.
+    let logged = std::fs::read_to_string(run.join("logger/benchmark.stderr")).expect("stderr");
+    let at = |text: &str, word: &str| -> u128 {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(word)
+                    .and_then(|r| r.split_whitespace().last())
+                    .and_then(|n| n.parse().ok())
+            })
+            .unwrap_or_else(|| panic!("no {word} line in {text}"))
+    };
+    let order = std::fs::read_to_string(&seen).expect("seen");
+    let logger_ready = at(&logged, "logger listening");
+    let marker_started = at(&order, "marker ");
+    let client_started = at(&order, "client ");
+    assert!(logger_ready < marker_started, "{logged}\n{order}");
+    assert!(marker_started + 900_000_000 < client_started, "{order}");
+    // Every role's address, in every role's environment.
+    for role in ["LOGGER", "MARKER", "CLIENT"] {
+        assert!(
+            order.contains(&format!("KML_ROLE_{role}_HOST=127.0.0.1")),
+            "{order}"
+        );
+        assert!(order.contains(&format!("KML_ROLE_{role}_NODE={}", hostname())));
+    }
+    assert!(order.contains("KML_ROLE=client"), "{order}");
+    let mut listed: Vec<&str> = order
+        .lines()
+        .find_map(|l| l.strip_prefix("KML_ROLES="))
+        .unwrap_or_else(|| panic!("no KML_ROLES: {order}"))
+        .split(',')
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["client", "logger", "marker"]);
+    for script in ["logger.sh", "marker.sh"] {
+        let left = processes_with(s(&work.join(script)));
+        assert!(left.is_empty(), "left running: {left:?}");
+    }
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&plugins);
 }
