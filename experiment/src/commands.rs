@@ -469,13 +469,19 @@ fn check_experiment(
     };
     let cfg =
         check_config(registry, &base, &benchmark_only).map_err(|m| invalid(spec, "config", m))?;
-    let probes = spec
-        .probes
-        .clone()
-        .unwrap_or_else(|| cfg.collect.plugins.clone());
-    registry
-        .resolve(&probes)
-        .map_err(|m| invalid(spec, "probes", m))?;
+    let probes = if spec.roles.is_empty() {
+        let probes = spec
+            .probes
+            .clone()
+            .unwrap_or_else(|| cfg.collect.plugins.clone());
+        registry
+            .resolve(&probes)
+            .map_err(|m| invalid(spec, "probes", m))?;
+        probes
+    } else {
+        // Each role's, checked per role (roles_run::check_runs).
+        crate::roles_run::identity_probes(&spec.roles, &cfg.collect.plugins)
+    };
     let identity = Identity {
         benchmark: spec.benchmark.clone(),
         probes,

@@ -109,6 +109,22 @@ pub fn role_config(run_config: &toml::Table, role: &Role) -> toml::Table {
     config
 }
 
+/// The probes of an experiment with roles, as its identity records them:
+/// `ROLE:PROBE` for each probe of each role (a role without `probes`
+/// has the configuration's `collect.plugins`).
+pub fn identity_probes(roles: &Roles, default: &[String]) -> Vec<String> {
+    roles
+        .declared()
+        .flat_map(|r| {
+            r.probes
+                .as_deref()
+                .unwrap_or(default)
+                .iter()
+                .map(move |p| format!("{}:{p}", r.name))
+        })
+        .collect()
+}
+
 /// The roles of a planned run's configuration, `None` without roles.
 pub fn of(config: &toml::Table) -> Option<std::result::Result<Roles, String>> {
     Roles::from_config(config)
@@ -640,6 +656,10 @@ mod tests {
         assert_eq!(s["command"], toml::Value::from(vec!["/bin/cli"]));
         assert_eq!(s["parameters"]["clients"], toml::Value::from(8));
         assert!(of(&toml::Table::new()).is_none());
+        assert_eq!(
+            identity_probes(&r, &["process_trace".to_owned()]),
+            ["server:quanta_runtime"]
+        );
     }
 
     #[test]
