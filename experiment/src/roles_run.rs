@@ -221,10 +221,11 @@ fn role_env(roles: &Roles) -> Vec<(String, String)> {
     env
 }
 
-/// The files of a role that hold its output: its log and what its
-/// benchmark printed (`*.stdout`, `*.stderr` in its collection).
-fn output_files(log: &Path, collection: &Path) -> Vec<PathBuf> {
-    let mut files = vec![log.to_owned()];
+/// The files of a role that hold its output: what its benchmark printed
+/// (`*.stdout`, `*.stderr` in its collection). Not its log, whose lines
+/// name the role, its paths and its probes.
+fn output_files(collection: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
     let mut dirs = vec![(collection.to_owned(), 0)];
     while let Some((d, depth)) = dirs.pop() {
         let Ok(entries) = std::fs::read_dir(&d) else {
@@ -269,7 +270,7 @@ fn has_line(files: &[PathBuf], text: &str) -> bool {
 }
 
 /// Whether a role is ready now.
-fn is_ready(check: &ReadyCheck, collection: &Path, log: &Path) -> bool {
+fn is_ready(check: &ReadyCheck, collection: &Path) -> bool {
     match check {
         ReadyCheck::Port(p) => TcpStream::connect_timeout(
             &SocketAddr::from((Ipv4Addr::LOCALHOST, *p)),
@@ -277,7 +278,7 @@ fn is_ready(check: &ReadyCheck, collection: &Path, log: &Path) -> bool {
         )
         .is_ok(),
         ReadyCheck::File(f) => collection.join(f).exists(),
-        ReadyCheck::Line(text) => has_line(&output_files(log, collection), text),
+        ReadyCheck::Line(text) => has_line(&output_files(collection), text),
     }
 }
 
@@ -474,7 +475,7 @@ pub fn perform(
                 signalled = true;
                 break 'start;
             }
-            if is_ready(&ready.check, &collection, &log) {
+            if is_ready(&ready.check, &collection) {
                 r.ready_s = Some(r.started.elapsed().as_secs_f64());
                 break;
             }
@@ -678,20 +679,23 @@ mod tests {
     fn readiness_by_port_file_and_line() {
         let tmp = std::env::temp_dir().join(format!("kml-roles-ready-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(tmp.join("sub")).expect("tmp");
-        let log = tmp.join("role.log");
-        std::fs::write(&log, "starting\n").expect("log");
-        assert!(!is_ready(&ReadyCheck::Line("ready".into()), &tmp, &log));
+        // Made fresh here (create_dir fails on anything left in its place).
+        std::fs::create_dir(&tmp).expect("tmp");
+        std::fs::create_dir(tmp.join("sub")).expect("tmp/sub");
+        // Not the role's log (it names the role and its paths).
+        std::fs::write(tmp.join("x.log"), "ready\n").expect("log");
+        std::fs::write(tmp.join("sub/benchmark.stdout"), "starting\n").expect("w");
+        assert!(!is_ready(&ReadyCheck::Line("ready".into()), &tmp));
         std::fs::write(tmp.join("sub/benchmark.stderr"), "x\nserver ready on 1\n").expect("w");
-        assert!(is_ready(&ReadyCheck::Line("ready on".into()), &tmp, &log));
-        assert!(!is_ready(&ReadyCheck::File("up".into()), &tmp, &log));
+        assert!(is_ready(&ReadyCheck::Line("ready on".into()), &tmp));
+        assert!(!is_ready(&ReadyCheck::File("up".into()), &tmp));
         std::fs::write(tmp.join("up"), "").expect("w");
-        assert!(is_ready(&ReadyCheck::File("up".into()), &tmp, &log));
+        assert!(is_ready(&ReadyCheck::File("up".into()), &tmp));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        assert!(is_ready(&ReadyCheck::Port(port), &tmp, &log));
+        assert!(is_ready(&ReadyCheck::Port(port), &tmp));
         drop(listener);
-        assert!(!is_ready(&ReadyCheck::Port(port), &tmp, &log));
+        assert!(!is_ready(&ReadyCheck::Port(port), &tmp));
         let _ = std::fs::remove_dir_all(&tmp);
     }
 }
