@@ -17,11 +17,12 @@ fi
 # workloads the benchmarks run (fio, stress-ng, redis, memcached), the
 # font graphs are drawn with, libpfm4, which the perf probe and
 # perf-list load at run time to resolve model-specific event names, and
-# Slurm with munge (scripts/slurm-local runs a one-node cluster from them
-# for the Slurm executor's tests; no system service is started).
+# Slurm with munge (scripts/slurm-local runs a cluster from them for the
+# Slurm executor's tests, its nodes in namespaces made with iproute2's ip
+# and util-linux's nsenter and unshare; no system service is started).
 packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc util-linux python3 python3-pip
     fio stress-ng redis-server redis-tools memcached libmemcached-tools fonts-dejavu-core
-    libpfm4 slurm-wlm munge)
+    libpfm4 slurm-wlm munge iproute2)
 optional=(bpftool)
 if grep -qi ubuntu /etc/os-release 2>/dev/null; then
     optional+=(linux-tools-common "linux-tools-$(uname -r)")

@@ -321,6 +321,7 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
     let max_runs = max_runs(args.max_runs, &spec)?;
     // Counted before anything is built or checked.
     plan::check_size(&spec.file, &spec.variables, spec.repeats, max_runs)?;
+    crate::roles::preflight(&spec, slurm.as_ref())?;
     let dir = ExpDir::new(args.dir.clone().unwrap_or_else(|| default_dir(&spec.name)));
     if dir.root.exists() {
         check_folder(&dir.root, env)?;
@@ -331,8 +332,11 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
     // The device first: its knobs are checked on it. Dropped (a loop
     // device unmounted and removed) when this returns, however it returns.
     let device = ready_device(spec.device.as_ref(), &spec.file, slurm.is_some())?;
-    let (base, variables, identity) =
+    let (mut base, variables, identity) =
         check_experiment(&spec, &registry, env, &policy, device.as_ref())?;
+    if !spec.roles.is_empty() {
+        crate::roles_run::add_to_base(&spec, &mut base, &policy)?;
+    }
     let (seed, seed_from) = match (spec.seed, &existing) {
         (Some(s), _) => (s, "file"),
         (None, Some(r)) => (r.seed, r.seed_from.as_str()),
@@ -502,29 +506,35 @@ fn check_experiment(
     };
     let cfg = check_config(registry, &concrete(&base, device), &benchmark_only)
         .map_err(|m| invalid(spec, "config", m))?;
-    // A `probes` variable that applies in every run leaves no run to the
-    // experiment's own probes.
-    let swept_everywhere = variables.iter().any(|v| v.is_probes() && v.when.is_empty());
-    let probes = match &spec.probes {
-        Some(p) => p.clone(),
-        None if swept_everywhere => Vec::new(),
-        None => cfg.collect.plugins.clone(),
-    };
-    registry
-        .resolve(&probes)
-        .map_err(|m| invalid(spec, "probes", m))?;
-    for var in variables.iter().filter(|v| v.is_probes()) {
-        for level in &var.levels {
-            let set = spec::probe_set(&level.value).unwrap_or_default();
-            registry.resolve(&set).map_err(|m| {
-                invalid(
-                    spec,
-                    &format!("variables.{}", var.name),
-                    format!("{}: {m}", spec::probe_set_name(&set)),
-                )
-            })?;
+    let probes = if spec.roles.is_empty() {
+        // A `probes` variable that applies in every run leaves no run to the
+        // experiment's own probes.
+        let swept_everywhere = variables.iter().any(|v| v.is_probes() && v.when.is_empty());
+        let probes = match &spec.probes {
+            Some(p) => p.clone(),
+            None if swept_everywhere => Vec::new(),
+            None => cfg.collect.plugins.clone(),
+        };
+        registry
+            .resolve(&probes)
+            .map_err(|m| invalid(spec, "probes", m))?;
+        for var in variables.iter().filter(|v| v.is_probes()) {
+            for level in &var.levels {
+                let set = spec::probe_set(&level.value).unwrap_or_default();
+                registry.resolve(&set).map_err(|m| {
+                    invalid(
+                        spec,
+                        &format!("variables.{}", var.name),
+                        format!("{}: {m}", spec::probe_set_name(&set)),
+                    )
+                })?;
+            }
         }
-    }
+        probes
+    } else {
+        // Each role's, checked per role (roles_run::check_runs).
+        crate::roles_run::identity_probes(&spec.roles, &cfg.collect.plugins)
+    };
     let identity = Identity {
         benchmark: spec.benchmark.clone(),
         probes,
@@ -587,6 +597,9 @@ fn check_runs(
     runs: &[PlannedRun],
     device: Option<&ActiveDevice>,
 ) -> Result<()> {
+    if !spec.roles.is_empty() {
+        return crate::roles_run::check_runs(registry, spec, identity.power.as_deref(), runs);
+    }
     let mut seen = std::collections::HashSet::new();
     for r in runs {
         if !seen.insert(r.combo_id.as_str()) {

@@ -220,15 +220,29 @@ pub fn perform_run(
     write_atomic(&config_path, config.as_bytes())?;
 
     let started = Instant::now();
-    let status = launch(
-        ctx,
-        run.probes(&ctx.identity),
-        &run_dir,
-        &config_path,
-        &dir.log(id),
-        Some(id),
-        tick,
-    )?;
+    let roles = match json_to_toml(&run.config) {
+        Some(toml::Value::Table(config)) => super::roles_run::of(&config).map(|r| (config, r)),
+        _ => None,
+    };
+    let status = match roles {
+        // A run with roles: each role its own `kernmlops run`.
+        Some((config, roles)) => {
+            let roles = roles.map_err(|message| ExperimentError::Corrupt {
+                path: config_path.clone(),
+                message,
+            })?;
+            super::roles_run::perform(ctx, id, &run_dir, &config, &roles, tick)?
+        }
+        None => launch(
+            ctx,
+            run.probes(&ctx.identity),
+            &run_dir,
+            &config_path,
+            &dir.log(id),
+            Some(id),
+            tick,
+        )?,
+    };
     drop(lock);
     let mut observed = state::observe_run(dir, run);
     if !status.success() && observed.state == RunState::Pending {

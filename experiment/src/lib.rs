@@ -19,6 +19,9 @@
 //! - [`state`]: where each planned run stands, read from its folder.
 //! - [`executor`]: the [`executor::Executor`] trait and the local executor;
 //!   [`executor::perform_run`] carries out one planned run.
+//! - [`roles`]: `[roles.NAME]` tables (several programs per run, each on
+//!   its own node), their checks and start order; [`roles_run`] runs
+//!   them on this machine (`--executor local`).
 //! - [`slurm`]: the Slurm executor (one job array per submission, a task
 //!   per run on an exclusive node) and Slurm's view of the runs.
 //! - [`results`]: `results.parquet` / `results.arrow`, one row per run.
@@ -49,6 +52,8 @@ pub mod record;
 pub mod report;
 pub mod results;
 pub mod rng;
+pub mod roles;
+pub mod roles_run;
 pub mod slurm;
 pub mod spec;
 pub mod state;

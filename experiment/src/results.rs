@@ -367,6 +367,22 @@ impl Results {
                 run_col(&|_, m, _| m["tables"][t]["lost_events"].clone()),
             );
         }
+        // Runs with roles: each role's node.
+        let mut role_names: Vec<String> = rows
+            .iter()
+            .flat_map(|(_, m, _)| m["roles"].as_object().into_iter().flatten())
+            .map(|(k, _)| k.clone())
+            .collect();
+        role_names.sort();
+        role_names.dedup();
+        for r in &role_names {
+            push(
+                format!("node_{r}"),
+                Role::Run,
+                Some(ColumnType::String),
+                run_col(&|_, m, _| m["roles"][r]["node"].clone()),
+            );
+        }
         // Energy per power zone (`--power`): joules, the zone's kind
         // (measured or modelled) and scope in the field's metadata.
         let mut zones: Vec<(String, String, String, String)> = Vec::new();

@@ -472,16 +472,16 @@ fn cancel(job_ids: &[String]) {
 
 /// What a Slurm tool printed.
 #[derive(Debug)]
-struct ToolOutput {
-    success: bool,
-    stdout: String,
-    stderr: String,
+pub(crate) struct ToolOutput {
+    pub(crate) success: bool,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl ToolOutput {
     /// stderr (else stdout) as one line: Slurm's `tool: error:` prefixes
     /// dropped, lines joined with "; ".
-    fn error_text(&self) -> String {
+    pub(crate) fn error_text(&self) -> String {
         let text = if self.stderr.trim().is_empty() {
             &self.stdout
         } else {
@@ -505,7 +505,7 @@ impl ToolOutput {
 }
 
 /// Runs a Slurm tool found in `PATH`, for at most `timeout`.
-fn tool(program: &str, args: &[String], timeout: Duration) -> Result<ToolOutput> {
+pub(crate) fn tool(program: &str, args: &[String], timeout: Duration) -> Result<ToolOutput> {
     let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())

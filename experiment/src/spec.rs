@@ -54,7 +54,10 @@ use std::{collections::BTreeMap, path::Path};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
-use super::{ExperimentError, Result};
+use super::{
+    roles::{RawRole, Roles},
+    ExperimentError, Result,
+};
 
 /// Runs per variable combination when the file does not say.
 pub const DEFAULT_REPEATS: u32 = 3;
@@ -288,13 +291,16 @@ pub struct Spec {
     pub max_runs: usize,
     /// The block device measured (`[device]`, see [`crate::device`]).
     pub device: Option<crate::device::DeviceSpec>,
+    /// `[roles.NAME]` tables (see [`super::roles`]); with roles,
+    /// `benchmark` is the result role's.
+    pub roles: Roles,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSpec {
     name: String,
-    benchmark: String,
+    benchmark: Option<String>,
     probes: Option<Vec<String>>,
     power: Option<toml::Value>,
     #[serde(default)]
@@ -307,6 +313,8 @@ struct RawSpec {
     #[serde(default)]
     variables: BTreeMap<String, toml::Spanned<RawVariable>>,
     device: Option<crate::device::DeviceSpec>,
+    #[serde(default)]
+    roles: BTreeMap<String, toml::Spanned<RawRole>>,
 }
 
 #[derive(Deserialize)]
@@ -418,12 +426,33 @@ impl Spec {
                 ),
             ));
         }
-        if raw.benchmark.is_empty() {
-            return Err(invalid(
+        // Roles in the order the file declares them.
+        let mut declared_roles: Vec<(String, toml::Spanned<RawRole>)> =
+            raw.roles.into_iter().collect();
+        declared_roles.sort_by_key(|(_, r)| r.span().start);
+        let roles = Roles::from_raw(
+            declared_roles
+                .into_iter()
+                .map(|(n, r)| (n, r.into_inner()))
+                .collect(),
+            raw.benchmark.as_deref(),
+            raw.probes.as_ref(),
+        )
+        .map_err(|(key, message)| invalid(&key, message))?;
+        let benchmark = match (raw.benchmark, roles.result()) {
+            (_, Some(role)) => role.benchmark.clone(),
+            (Some(b), None) if !b.is_empty() => b,
+            (Some(_), None) => {
+                return Err(invalid(
+                    "benchmark",
+                    "empty: name the workload benchmark (see `kernmlops plugins`)".into(),
+                ))
+            }
+            (None, None) => return Err(invalid(
                 "benchmark",
-                "empty: name the workload benchmark (see `kernmlops plugins`)".into(),
-            ));
-        }
+                "missing field `benchmark`: name the workload benchmark (see `kernmlops plugins`), or give [roles.NAME] tables".into(),
+            )),
+        };
         let count = |key: &str, v: Option<i64>, default: u64, min: i64, max: u64| -> Result<u64> {
             match v {
                 None => Ok(default),
@@ -474,7 +503,7 @@ impl Spec {
         let mut variables: Vec<Variable> = Vec::new();
         for (name, raw_var) in declared {
             let at = format!("variables.{name}");
-            let var = variable(&name, raw_var.into_inner(), &raw.benchmark, &variables).map_err(
+            let var = variable(&name, raw_var.into_inner(), &benchmark, &variables).map_err(
                 |(key, message)| {
                     invalid(
                         &if key.is_empty() {
@@ -486,6 +515,9 @@ impl Spec {
                     )
                 },
             )?;
+            roles
+                .check_key(&var.key)
+                .map_err(|message| invalid(&format!("{at}.key"), message))?;
             variables.push(var);
         }
         let swept: Vec<&Variable> = variables.iter().filter(|v| v.is_probes()).collect();
@@ -519,11 +551,26 @@ impl Spec {
                 ),
             ));
         }
+        if !roles.is_empty() {
+            if let Some(v) = swept.first() {
+                return Err(invalid(
+                    &format!("variables.{}", v.name),
+                    "a probes variable with roles: set each role's probes instead".into(),
+                ));
+            }
+            if raw.device.is_some() {
+                return Err(invalid(
+                    "device",
+                    "a [device] with roles is not supported yet: name the device in a role's configuration"
+                        .into(),
+                ));
+            }
+        }
         Ok(Self {
             file: file.to_owned(),
             text: text.to_owned(),
             name: raw.name,
-            benchmark: raw.benchmark,
+            benchmark,
             probes: raw.probes,
             power,
             config: raw.config,
@@ -534,6 +581,7 @@ impl Spec {
             variables,
             max_runs,
             device: raw.device,
+            roles,
         })
     }
 }

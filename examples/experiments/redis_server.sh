@@ -1,0 +1,9 @@
+#!/bin/sh
+# The server role of redis_roles.toml: Debian's redis-server in the
+# foreground, on the address and port its role has (KML_ROLE_SERVER_HOST,
+# KML_ROLE_SERVER_PORT, from the role's `ready` port). It runs until the
+# run stops it, once the client role is done; it prints no result (the
+# run's result is the client's).
+set -eu
+exec redis-server --bind "$KML_ROLE_SERVER_HOST" --port "$KML_ROLE_SERVER_PORT" \
+    --save '' --appendonly no --protected-mode yes
