@@ -299,6 +299,25 @@ pub fn run_command(
     collection: &Path,
     config: &Path,
 ) -> Command {
+    collect_command(
+        ctx,
+        &ctx.identity.benchmark,
+        Some(probes),
+        collection,
+        config,
+    )
+}
+
+/// The `kernmlops run` command line of `benchmark` collected into
+/// `collection`: with `probes` those probes (`--baseline` for none),
+/// without them the configuration's own.
+pub(crate) fn collect_command(
+    ctx: &RunContext,
+    benchmark: &str,
+    probes: Option<&[String]>,
+    collection: &Path,
+    config: &Path,
+) -> Command {
     let mut cmd = Command::new(&ctx.exe);
     if ctx.allow_insecure_plugins {
         cmd.arg("--allow-insecure-plugins");
@@ -311,16 +330,29 @@ pub fn run_command(
         .arg("--collection-dir")
         .arg(collection)
         .arg("--benchmark")
-        .arg(&ctx.identity.benchmark);
-    if probes.is_empty() {
-        cmd.arg("--baseline");
-    } else {
-        cmd.arg("--plugins").arg(probes.join(","));
+        .arg(benchmark);
+    match probes {
+        Some([]) => {
+            cmd.arg("--baseline");
+        }
+        Some(probes) => {
+            cmd.arg("--plugins").arg(probes.join(","));
+        }
+        None => {}
     }
     if let Some(power) = &ctx.identity.power {
         cmd.arg("--power").arg(power.join(","));
     }
     cmd
+}
+
+/// A command as its log shows it: the program and its arguments.
+pub(crate) fn shown(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// How long a run may take to stop by itself once the experiment was told
@@ -347,16 +379,12 @@ fn launch(
         .open(log)
         .map_err(ExperimentError::io(log))?;
     let mut cmd = run_command(ctx, probes, collection, config);
-    let shown: Vec<String> = std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
     writeln!(
         out,
         "== {} on {}: {}",
         kernmlops_sys::clock::rfc3339(kernmlops_sys::clock::unix_us()),
         hostname(),
-        shown.join(" ")
+        shown(&cmd)
     )
     .map_err(ExperimentError::io(log))?;
     let err = out.try_clone().map_err(ExperimentError::io(log))?;

@@ -28,7 +28,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr, TcpStream},
     os::unix::process::{CommandExt, ExitStatusExt},
     path::{Path, PathBuf},
-    process::{Child, Command, ExitStatus, Stdio},
+    process::{Child, ExitStatus, Stdio},
     sync::atomic::Ordering,
     time::{Duration, Instant},
 };
@@ -305,42 +305,20 @@ fn start(
         .append(true)
         .open(log)
         .map_err(ExperimentError::io(log))?;
-    let mut cmd = Command::new(&ctx.exe);
-    if ctx.allow_insecure_plugins {
-        cmd.arg("--allow-insecure-plugins");
-    }
-    cmd.arg("--plugin-dir")
-        .arg(&ctx.plugin_dir)
-        .arg("--config")
-        .arg(config)
-        .arg("run")
-        .arg("--collection-dir")
-        .arg(collection)
-        .arg("--benchmark")
-        .arg(&role.benchmark);
-    match &role.probes {
-        Some(p) if p.is_empty() => {
-            cmd.arg("--baseline");
-        }
-        Some(p) => {
-            cmd.arg("--plugins").arg(p.join(","));
-        }
-        None => {}
-    }
-    if let Some(power) = &ctx.identity.power {
-        cmd.arg("--power").arg(power.join(","));
-    }
-    let shown: Vec<String> = std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    let mut cmd = super::executor::collect_command(
+        ctx,
+        &role.benchmark,
+        role.probes.as_deref(),
+        collection,
+        config,
+    );
     writeln!(
         out,
         "== role {} {} on {}: {}",
         role.name,
         kernmlops_sys::clock::rfc3339(kernmlops_sys::clock::unix_us()),
         hostname(),
-        shown.join(" ")
+        super::executor::shown(&cmd)
     )
     .map_err(ExperimentError::io(log))?;
     let err = out.try_clone().map_err(ExperimentError::io(log))?;
