@@ -992,8 +992,6 @@ pub fn report_reference(
 ) -> Result<()> {
     let reference = parse_reference(pairs, &record.variables)?;
     let rows = against_reference(results, &reference);
-    let (names, _) = combos(results);
-    let types = column_types(results, &names);
     let against = format!(
         "against {}",
         reference
@@ -1002,37 +1000,68 @@ pub fn report_reference(
             .collect::<Vec<_>>()
             .join(",")
     );
-    let batch = comparisons_batch(
-        &names,
-        &types,
-        &rows,
-        HashMap::from([
-            (
-                "kernmlops.experiment".to_owned(),
-                results.experiment.clone(),
-            ),
-            ("kernmlops.reference".to_owned(), against.clone()),
-        ]),
-    )
-    .map_err(|e| ExperimentError::Results {
-        path: dir.root.join("comparisons.parquet"),
-        message: e.to_string(),
-    })?;
-    let path = write_in(dir, "comparisons.parquet", &batch)?;
-    kernmlops::outln!();
-    kernmlops::outln!("comparisons: {} ({} rows)", path.display(), rows.len());
-    let shown: Vec<Comparison> = rows
-        .iter()
-        .filter(|r| {
-            only.is_empty()
-                || only
-                    .iter()
-                    .any(|f| f == r.figure.trim_start_matches("result_"))
-        })
-        .cloned()
-        .collect();
-    kernmlops::out!("{}", render_comparisons(&names, &shown, &against));
-    Ok(())
+    let written = Written {
+        file: "comparisons.parquet",
+        heading: "comparisons",
+        reference: against.clone(),
+        against,
+    };
+    written.write_and_print(dir, results, &rows, only)
+}
+
+/// One file of comparisons: its name, the heading it is printed under,
+/// the reference recorded in its metadata and the one printed.
+struct Written {
+    file: &'static str,
+    heading: &'static str,
+    reference: String,
+    against: String,
+}
+
+impl Written {
+    /// Writes `rows` to the file and prints them (the figures of `only`,
+    /// or all when it is empty).
+    fn write_and_print(
+        &self,
+        dir: &ExpDir,
+        results: &Results,
+        rows: &[Comparison],
+        only: &[String],
+    ) -> Result<()> {
+        let (names, _) = combos(results);
+        let types = column_types(results, &names);
+        let batch = comparisons_batch(
+            &names,
+            &types,
+            rows,
+            HashMap::from([
+                (
+                    "kernmlops.experiment".to_owned(),
+                    results.experiment.clone(),
+                ),
+                ("kernmlops.reference".to_owned(), self.reference.clone()),
+            ]),
+        )
+        .map_err(|e| ExperimentError::Results {
+            path: dir.root.join(self.file),
+            message: e.to_string(),
+        })?;
+        let path = write_in(dir, self.file, &batch)?;
+        kernmlops::outln!();
+        kernmlops::outln!("{}: {} ({} rows)", self.heading, path.display(), rows.len());
+        let shown: Vec<Comparison> = rows
+            .iter()
+            .filter(|r| {
+                only.is_empty()
+                    || only
+                        .iter()
+                        .any(|f| f == r.figure.trim_start_matches("result_"))
+            })
+            .cloned()
+            .collect();
+        kernmlops::out!("{}", render_comparisons(&names, &shown, &self.against));
+        Ok(())
+    }
 }
 
 /// The collector's overhead, when a `probes` variable sweeps the probe
@@ -1060,52 +1089,17 @@ pub fn report_overhead(
     }
     let reference = [(var.name.clone(), baseline)];
     let rows = against_reference(results, &reference);
-    let (names, _) = combos(results);
-    let types = column_types(results, &names);
-    let against = format!(
-        "against {}={} (the collector's effect: probed runs / baseline)",
-        var.name,
-        text(&reference[0].1)
-    );
-    let path = dir.root.join("overhead.parquet");
-    let batch = comparisons_batch(
-        &names,
-        &types,
-        &rows,
-        HashMap::from([
-            (
-                "kernmlops.experiment".to_owned(),
-                results.experiment.clone(),
-            ),
-            (
-                "kernmlops.reference".to_owned(),
-                format!("{}={}", var.name, text(&reference[0].1)),
-            ),
-        ]),
-    )
-    .map_err(|e| ExperimentError::Results {
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
-    let path = write_in(dir, "overhead.parquet", &batch)?;
-    kernmlops::outln!();
-    kernmlops::outln!(
-        "collector overhead: {} ({} rows)",
-        path.display(),
-        rows.len()
-    );
-    let shown: Vec<Comparison> = rows
-        .iter()
-        .filter(|r| {
-            only.is_empty()
-                || only
-                    .iter()
-                    .any(|f| f == r.figure.trim_start_matches("result_"))
-        })
-        .cloned()
-        .collect();
-    kernmlops::out!("{}", render_comparisons(&names, &shown, &against));
-    Ok(())
+    let written = Written {
+        file: "overhead.parquet",
+        heading: "collector overhead",
+        reference: format!("{}={}", var.name, text(&reference[0].1)),
+        against: format!(
+            "against {}={} (the collector's effect: probed runs / baseline)",
+            var.name,
+            text(&reference[0].1)
+        ),
+    };
+    written.write_and_print(dir, results, &rows, only)
 }
 
 /// `experiment results DIR --best-by FIGURE --over VAR`: writes
