@@ -20,9 +20,10 @@ fi
 # Slurm with munge (scripts/slurm-local runs a cluster from them for the
 # Slurm executor's tests, its nodes in namespaces made with iproute2's ip
 # and util-linux's nsenter and unshare; no system service is started).
+# e2fsprogs: mkfs.ext4 for the loop device an experiment's [device] makes.
 packages=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc util-linux python3 python3-pip
     fio stress-ng redis-server redis-tools memcached libmemcached-tools fonts-dejavu-core
-    libpfm4 slurm-wlm munge iproute2)
+    libpfm4 slurm-wlm munge iproute2 e2fsprogs)
 optional=(bpftool)
 if grep -qi ubuntu /etc/os-release 2>/dev/null; then
     optional+=(linux-tools-common "linux-tools-$(uname -r)")
