@@ -529,22 +529,53 @@ fn sealed_copy(file: &File, path: &Path) -> Result<Option<File>, LoadError> {
         if Stamp::of(file)? != before || copied != before.size {
             continue;
         }
-        let seals =
-            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
-        // SAFETY: fcntl on a descriptor this function owns; F_ADD_SEALS
-        // takes an integer argument.
-        if unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-            return Err(LoadError::Copy(format!(
+        seal(&copy).map_err(|e| {
+            LoadError::Copy(format!(
                 "sealing it: {}",
-                kernmlops_sys::private::strip_os_error(&io::Error::last_os_error())
-            )));
-        }
+                kernmlops_sys::private::strip_os_error(&e)
+            ))
+        })?;
         return Ok(Some(copy));
     }
     Err(LoadError::Copy(format!(
         "it changed while it was read, {COPY_ATTEMPTS} times (is it being rewritten?); \
          load it once it is complete, and replace plugins with a rename, not in place"
     )))
+}
+
+/// Seals a new memory file against shrinking, growing, writing and further
+/// seals.
+///
+/// `F_SEAL_WRITE` is refused with EBUSY while the kernel still sees extra
+/// references on the file's pages (it waits about 150 ms for them to go);
+/// on a busy machine the pages just written can be held that long by
+/// per-CPU batches. The seal is then tried again after a pause, and at last
+/// replaced by `F_SEAL_FUTURE_WRITE`: no write, and no writable shared
+/// mapping, from then on. The two are equivalent here, since the file is
+/// this process's own and never mapped writable.
+fn seal(copy: &File) -> io::Result<()> {
+    let fixed = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    let add = |seals: libc::c_int| {
+        // SAFETY: fcntl on a descriptor the caller owns; F_ADD_SEALS takes
+        // an integer argument.
+        if unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_ADD_SEALS, seals) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    for pause_ms in [10, 40, 160] {
+        match add(fixed | libc::F_SEAL_WRITE) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(pause_ms));
+            }
+            done => return done,
+        }
+    }
+    match add(fixed | libc::F_SEAL_WRITE) {
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => add(fixed | libc::F_SEAL_FUTURE_WRITE),
+        done => done,
+    }
 }
 
 /// A new, empty, executable memory file named after the plugin file.
@@ -1254,6 +1285,52 @@ fn skipped_entry(path: &Path, e: &io::Error) -> Option<String> {
 mod tests {
     use super::*;
     use abi_stable::std_types::{RStr, RString};
+
+    /// A writable shared mapping makes `F_SEAL_WRITE` fail with EBUSY for
+    /// as long as it exists: the copy is still sealed, against every later
+    /// write.
+    #[test]
+    fn a_copy_whose_write_seal_stays_busy_is_sealed_against_future_writes() {
+        use std::io::Write;
+        let mut copy = memfd(Path::new("seal-test.so"))
+            .expect("memfd")
+            .expect("executable memory files");
+        copy.write_all(&[7u8; 4096]).expect("write");
+        // SAFETY: a fresh shared mapping of a file this test owns, unmapped
+        // below.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                copy.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        let sealed = seal(&copy);
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(map, 4096) };
+        sealed.expect("sealed");
+        let err = copy.write_all(&[1]).expect_err("a write after sealing");
+        assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");
+        // SAFETY: fcntl on this test's descriptor.
+        let seals = unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_GET_SEALS) };
+        assert_eq!(seals & libc::F_SEAL_SEAL, libc::F_SEAL_SEAL);
+        assert_eq!(seals & libc::F_SEAL_GROW, libc::F_SEAL_GROW);
+    }
+
+    #[test]
+    fn an_unmapped_copy_gets_the_full_write_seal() {
+        use std::io::Write;
+        let mut copy = memfd(Path::new("seal-test.so")).unwrap().unwrap();
+        copy.write_all(b"bytes").unwrap();
+        seal(&copy).unwrap();
+        // SAFETY: fcntl on this test's descriptor.
+        let seals = unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_GET_SEALS) };
+        assert_eq!(seals & libc::F_SEAL_WRITE, libc::F_SEAL_WRITE);
+    }
 
     /// Two builds of one interface: `Column.size` changed from u32 to u64.
     mod old {
