@@ -4,7 +4,7 @@ Only dependency: polars.
 
 Two layouts are read:
 
-* An exported class folder, written by ``kernmlops export --parquet``::
+* An exported class folder, written by ``kernmlops export``::
 
       data/{curated,baseline,failed}/<table>/<collection_id>.<benchmark>.parquet
 

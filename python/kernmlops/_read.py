@@ -268,7 +268,7 @@ class Dataset:
 
 
 def open_dataset(path: PathLike) -> Dataset:
-    """Open a Hive-partitioned export (``kernmlops export --parquet --layout hive``)."""
+    """Open a Hive-partitioned export (``kernmlops export --layout hive``)."""
     root = _require_dir(path, "a Hive-partitioned export")
     tables: dict[str, pl.LazyFrame] = {}
     info: dict[str, TableInfo] = {}

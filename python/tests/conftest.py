@@ -123,7 +123,7 @@ def experiment_dir(binary: Path, experiment_file: Path, tmp_path_factory: pytest
 def dataset_dir(binary: Path, experiment_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("dataset")
     run(
-        [str(binary), "export", "--parquet", "--layout", "hive", "--data", str(experiment_dir / "runs"), "--to", str(d)],
+        [str(binary), "export", "--layout", "hive", "--data", str(experiment_dir / "runs"), "--to", str(d)],
         timeout=120,
     )
     return d
