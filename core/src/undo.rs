@@ -180,9 +180,17 @@ pub struct RunGuard {
     /// cgroup has no cpuset controller), and the one the host came from.
     cpuset_v1: Option<Cgroup>,
     guardian: Option<(Child, ChildStdin)>,
-    /// Why processes are not tied to a cgroup, said once.
+    /// Why processes are not tied to a cgroup, found while the guard is
+    /// made; the caller says them. Later problems are said when they
+    /// happen ([`warn_now`]).
     pub warnings: Vec<String>,
     finished: bool,
+}
+
+/// A problem found while a run goes on (joining or leaving a cgroup), said
+/// at once on standard error: nothing is collected afterwards to say it.
+fn warn_now(message: String) {
+    eprintln!("warning: {message}");
 }
 
 /// A workload cgroup and the cgroup the host came from.
@@ -372,7 +380,7 @@ impl RunGuard {
             // Every thread of the host, as for the v2 cgroup: the calls into
             // the benchmark are made on threads of their own.
             if let Err(e) = std::fs::write(cs.path.join("cgroup.procs"), &pid) {
-                self.warnings.push(format!(
+                warn_now(format!(
                     "the benchmark's processes could not join {} ({e}): they may run on any CPU",
                     cs.path.display()
                 ));
@@ -381,7 +389,7 @@ impl RunGuard {
         let out = self.in_v2_cgroup(f);
         if let Some(cs) = &self.cpuset_v1 {
             if let Err(e) = std::fs::write(cs.home.join("cgroup.procs"), &pid) {
-                self.warnings.push(format!(
+                warn_now(format!(
                     "kernmlops could not move back to {} ({e})",
                     cs.home.display()
                 ));
@@ -396,7 +404,7 @@ impl RunGuard {
         };
         let pid = std::process::id().to_string();
         if let Err(e) = std::fs::write(cg.path.join("cgroup.procs"), &pid) {
-            self.warnings.push(format!(
+            warn_now(format!(
                 "the benchmark's processes could not join {} ({e}): if kernmlops is killed, some may keep running",
                 cg.path.display()
             ));
@@ -407,7 +415,7 @@ impl RunGuard {
             // Never stay in the cgroup that is killed at the end.
             let parent = cg.path.parent().unwrap_or(&cg.home);
             let _ = std::fs::write(parent.join("cgroup.procs"), &pid);
-            self.warnings.push(format!(
+            warn_now(format!(
                 "kernmlops could not move back to {} ({e})",
                 cg.home.display()
             ));
