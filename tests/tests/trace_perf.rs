@@ -11,10 +11,12 @@
 //! such as page allocations leave no quiet instant to cut both at by
 //! time), and from the first to the last they must be the same events,
 //! as many, in the same order, with equal values in every field, strings
-//! included, and equal pid and tgid. Two things of perf's are allowed
-//! for: a sample it delivers twice is dropped, and rows its classic
+//! included, and equal pid and tgid. Three things of perf's are allowed
+//! for: a sample it delivers twice is dropped; rows its classic
 //! tracepoint path is known to miss (switches away from the idle task,
-//! wake-ups raised while the idle task runs) may be in trace's alone.
+//! wake-ups raised while the idle task runs) may be in trace's alone; and
+//! so may a whole run of a task on a CPU of which perf recorded nothing
+//! at all (at most a few a recording, else it is made again).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -273,19 +275,93 @@ fn of_cpu(evs: &[Ev], cpu: i128) -> Vec<&Ev> {
 }
 
 /// Whether `row` of trace's is one perf's classic tracepoint path is
-/// known to miss, so that it may be absent from perf's recording (never
-/// the reverse): switches away from the idle task (README,
-/// "Performance": the kernel quirk), and wake-ups raised while the idle
-/// task runs (in its interrupts). Every other row, idle context included
-/// (a block request completing in an idle CPU's interrupt), must be in
-/// both.
-fn perf_may_miss(event: &str, row: &Ev) -> bool {
+/// known to miss on its own, so that it may be absent from perf's
+/// recording (never the reverse): switches away from the idle task
+/// (README, "Performance": the kernel quirk), and wake-ups raised while
+/// the idle task runs (in its interrupts). Every other row, idle context
+/// included (a block request completing in an idle CPU's interrupt),
+/// must be in both, unless its whole run is one perf was blind to
+/// ([`Blind`]).
+fn idle_quirk(event: &str, row: &Ev) -> bool {
     let idle = Some(&Val::Int(0));
     match event {
         "sched:sched_switch" => row.vals.get("field:prev_pid") == idle,
         "sched:sched_wakeup" => row.vals.get("header:pid") == idle,
         _ => false,
     }
+}
+
+/// Time either side of a run within which perf's rows of its task are
+/// looked for, in us (perf stamps an event a few us after trace).
+const RUN_SLACK_US: f64 = 20.0;
+
+/// Most runs perf was blind to in a recording that compares; more make
+/// the recording again.
+const MOST_BLIND_RUNS: usize = 4;
+
+/// A run of one task on one CPU (trace's consecutive rows, all thirteen
+/// tracepoints merged, with the same current task) of which perf
+/// recorded nothing at all: perf's CPU-wide events are, now and then,
+/// delivered nothing for a whole stretch while one task runs (seen here
+/// for a just-forked child of a process-spawning daemon, from its first
+/// switch-in to its first switch-out: 30 page allocations, a write, a
+/// wake-up and the switch, none in perf's ring buffer, while BPF on the
+/// same tracepoints saw them). Its rows may be in trace's alone; a run
+/// perf saw a part of must be whole in both.
+#[derive(Debug)]
+struct Blind {
+    cpu: i128,
+    pid: Val,
+    from: f64,
+    to: f64,
+}
+
+impl Blind {
+    fn covers(&self, row: &Ev) -> bool {
+        row.cpu == self.cpu
+            && row.ts_us >= self.from
+            && row.ts_us <= self.to
+            && row.vals.get("header:pid") == Some(&self.pid)
+    }
+}
+
+/// The runs perf was blind to ([`Blind`]), from every tracepoint's rows
+/// of both tools.
+fn blind_runs(ours: &[Vec<Ev>], theirs: &[Vec<Ev>]) -> Vec<Blind> {
+    let key = |e: &Ev| (e.cpu, e.ts_us, e.vals.get("header:pid").cloned());
+    let mut o: Vec<_> = ours.iter().flatten().map(key).collect();
+    let mut t: Vec<_> = theirs.iter().flatten().map(key).collect();
+    let order = |a: &(i128, f64, Option<Val>), b: &(i128, f64, Option<Val>)| {
+        a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
+    };
+    o.sort_by(order);
+    t.sort_by(order);
+    // perf's pid of a task that has left its pid namespace.
+    let gone = Val::Int(i128::from(u32::MAX));
+    let mut blind = Vec::new();
+    for run in o.chunk_by(|a, b| a.0 == b.0 && a.2 == b.2) {
+        let (cpu, from, pid) = run[0].clone();
+        let to = run[run.len() - 1].1;
+        let Some(pid) = pid else { continue };
+        let start = t.partition_point(|e| (e.0, e.1) < (cpu, from - RUN_SLACK_US));
+        let seen = t[start..]
+            .iter()
+            .take_while(|e| e.0 == cpu && e.1 <= to + RUN_SLACK_US)
+            .any(|e| e.2.as_ref() == Some(&pid) || e.2 == Some(gone.clone()));
+        if !seen {
+            blind.push(Blind { cpu, pid, from, to });
+        }
+    }
+    blind
+}
+
+/// Why perf may lack a row of trace's, if it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Missable {
+    No,
+    IdleQuirk,
+    /// In this run of [`blind_runs`].
+    BlindRun(usize),
 }
 
 /// One CPU's events of one tracepoint, as both tools recorded them.
@@ -298,14 +374,18 @@ struct Streams<'a> {
     /// perf's inside the compared window, by perf's clock.
     theirs: Vec<&'a Ev>,
     tgids: &'a HashMap<i128, i128>,
+    blind: &'a [Blind],
 }
 
 /// How two streams aligned: perf's rows matched, and trace's rows
-/// between the first and last match that perf may miss and did.
-#[derive(Debug, Default, Clone, Copy)]
+/// between the first and last match that perf may miss and did, by why.
+#[derive(Debug, Default, Clone)]
 struct Aligned {
     matched: usize,
-    missed_by_perf: usize,
+    idle_quirk: usize,
+    blind_run: usize,
+    /// The runs of [`blind_runs`] rows were missing in.
+    blind_used: std::collections::BTreeSet<usize>,
     /// trace's rows matched to perf's first and last.
     first: usize,
     last: usize,
@@ -319,6 +399,16 @@ struct Stop {
 }
 
 impl Streams<'_> {
+    fn missable(&self, row: &Ev) -> Missable {
+        if idle_quirk(self.event, row) {
+            Missable::IdleQuirk
+        } else if let Some(i) = self.blind.iter().position(|b| b.covers(row)) {
+            Missable::BlindRun(i)
+        } else {
+            Missable::No
+        }
+    }
+
     /// The same event with the same values: pid, tgid, every field.
     fn same(&self, ours: &Ev, theirs: &Ev) -> bool {
         ours.vals == perf_pid_of_dead_task(self.event, ours, theirs, self.tgids).vals
@@ -329,6 +419,7 @@ impl Streams<'_> {
     fn walk(&self, from: usize) -> Result<Aligned, Stop> {
         let mut a = Aligned {
             first: from,
+            last: from,
             ..Aligned::default()
         };
         let (mut i, mut j) = (from, 0);
@@ -344,13 +435,20 @@ impl Streams<'_> {
                 a.matched += 1;
                 a.last = i;
                 j += 1;
-            } else if perf_may_miss(self.event, o) {
-                a.missed_by_perf += 1;
             } else {
-                return Err(Stop {
-                    ours_at: i,
-                    theirs_at: j,
-                });
+                match self.missable(o) {
+                    Missable::IdleQuirk => a.idle_quirk += 1,
+                    Missable::BlindRun(run) => {
+                        a.blind_run += 1;
+                        a.blind_used.insert(run);
+                    }
+                    Missable::No => {
+                        return Err(Stop {
+                            ours_at: i,
+                            theirs_at: j,
+                        })
+                    }
+                }
             }
             i += 1;
         }
@@ -722,16 +820,35 @@ fn compare_once(attempt: usize) -> Result<String, String> {
             _ => None,
         })
         .collect();
+    let ours: Vec<Vec<Ev>> = EVENTS
+        .iter()
+        .map(|(event, _)| trace_rows(&rec.dir, event))
+        .collect();
+    let theirs: Vec<Vec<Ev>> = EVENTS
+        .iter()
+        .map(|(event, _)| perf_rows(&rec.lines, event, offset))
+        .collect();
+    let blind = blind_runs(&ours, &theirs);
+    let mut used = std::collections::BTreeSet::new();
     let report: Vec<String> = EVENTS
         .iter()
-        .map(|&(event, least)| {
-            let ours = trace_rows(&rec.dir, event);
-            let theirs = perf_rows(&rec.lines, event, offset);
-            compare_event(event, least, &rec, &ours, &theirs, &tgids)
+        .zip(ours.iter().zip(&theirs))
+        .map(|(&(event, least), (o, t))| {
+            let ctx = (&tgids, blind.as_slice());
+            let (line, runs) = compare_event(event, least, &rec, (o, t), ctx);
+            used.extend(runs);
+            line
         })
         .collect();
+    let used: Vec<&Blind> = used.into_iter().map(|i| &blind[i]).collect();
+    if used.len() > MOST_BLIND_RUNS {
+        return Err(format!(
+            "perf recorded nothing of {} task runs that trace has rows of (at most {MOST_BLIND_RUNS}): {used:?}",
+            used.len()
+        ));
+    }
     Ok(format!(
-        "{} (perf samples delivered twice, dropped: {})",
+        "{} (perf samples delivered twice, dropped: {}; task runs perf recorded nothing of: {used:?})",
         report.join(", "),
         rec.doubled
     ))
@@ -747,12 +864,12 @@ fn compare_event(
     event: &str,
     least: usize,
     rec: &Recording,
-    ours: &[Ev],
-    theirs: &[Ev],
-    tgids: &HashMap<i128, i128>,
-) -> String {
+    (ours, theirs): (&[Ev], &[Ev]),
+    (tgids, blind): (&HashMap<i128, i128>, &[Blind]),
+) -> (String, std::collections::BTreeSet<usize>) {
     let cpus: std::collections::BTreeSet<i128> = ours.iter().chain(theirs).map(|e| e.cpu).collect();
-    let (mut matched, mut missed) = (0, 0);
+    let (mut matched, mut quirk, mut blind_run) = (0, 0, 0);
+    let mut used = std::collections::BTreeSet::new();
     for cpu in cpus {
         let s = Streams {
             event,
@@ -763,12 +880,13 @@ fn compare_event(
                 .filter(|e| e.ts_us >= rec.t0 && e.ts_us <= rec.t1)
                 .collect(),
             tgids,
+            blind,
         };
         let a = s.align();
         let (inner0, inner1) = (rec.t0 + SAME_EVENT_US, rec.t1 - SAME_EVENT_US);
         let outside = s.ours.iter().enumerate().find(|&(i, e)| {
             let aligned = a.matched > 0 && i >= a.first && i <= a.last;
-            e.ts_us > inner0 && e.ts_us < inner1 && !aligned && !perf_may_miss(event, e)
+            e.ts_us > inner0 && e.ts_us < inner1 && !aligned && s.missable(e) == Missable::No
         });
         if let Some((i, _)) = outside {
             panic!(
@@ -784,18 +902,20 @@ fn compare_event(
             );
         }
         matched += a.matched;
-        missed += a.missed_by_perf;
+        quirk += a.idle_quirk;
+        blind_run += a.blind_run;
+        used.extend(a.blind_used);
     }
     assert!(
         matched >= least,
         "{event}: {matched} events compared, fewer than the workload makes ({least})"
     );
     let table = event.split_once(':').expect("sys:event").1;
-    if missed > 0 {
-        format!("{table} {matched} (+{missed} idle-context rows perf missed)")
-    } else {
-        format!("{table} {matched}")
-    }
+    let line = match (quirk, blind_run) {
+        (0, 0) => format!("{table} {matched}"),
+        _ => format!("{table} {matched} (+{quirk} idle quirk, +{blind_run} in blind runs)"),
+    };
+    (line, used)
 }
 
 /// Puts a scheduler on a block device's queue for the test, and the old
