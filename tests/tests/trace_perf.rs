@@ -144,6 +144,9 @@ struct Ev {
     ts_us: f64,
     cpu: i128,
     vals: BTreeMap<String, Val>,
+    /// The running task's command name (trace's `comm` column; perf's
+    /// rows have none): it changes at an exec.
+    comm: Option<Val>,
 }
 
 /// The trace table of `event`: its rows with the fields named as the
@@ -156,6 +159,7 @@ fn trace_rows(dir: &Path, event: &str) -> Vec<Ev> {
     };
     let ts = values(&batches, "ts_uptime_us");
     let cpu = values(&batches, "cpu");
+    let comm = values(&batches, "comm");
     let mut cols: Vec<(String, Vec<Val>)> = Vec::new();
     for f in schema.fields() {
         let name = f.name().as_str();
@@ -199,6 +203,7 @@ fn trace_rows(dir: &Path, event: &str) -> Vec<Ev> {
                 .iter()
                 .map(|(k, v)| (k.clone(), v[i].clone()))
                 .collect(),
+            comm: Some(comm[i].clone()),
         })
         .collect()
 }
@@ -241,6 +246,7 @@ fn perf_rows(lines: &[serde_json::Value], event: &str, boot_minus_mono_ns: i128)
                 ts_us: (time + boot_minus_mono_ns) as f64 / 1000.0,
                 cpu,
                 vals,
+                comm: None,
             }
         })
         .collect()
@@ -300,18 +306,20 @@ const RUN_SLACK_US: f64 = 20.0;
 const MOST_BLIND_RUNS: usize = 4;
 
 /// A run of one task on one CPU (trace's consecutive rows, all thirteen
-/// tracepoints merged, with the same current task) of which perf
-/// recorded nothing at all: perf's CPU-wide events are, now and then,
-/// delivered nothing for a whole stretch while one task runs (seen here
-/// for a just-forked child of a process-spawning daemon, from its first
-/// switch-in to its first switch-out: 30 page allocations, a write, a
-/// wake-up and the switch, none in perf's ring buffer, while BPF on the
-/// same tracepoints saw them). Its rows may be in trace's alone; a run
-/// perf saw a part of must be whole in both.
+/// tracepoints merged, with the same current task and command name) of
+/// which perf recorded nothing at all. perf's CPU-wide events are, now
+/// and then, delivered nothing while one task runs: seen here for the
+/// just-forked children of a process-spawning daemon, from their first
+/// switch-in until their exec (page allocations, writes, wake-ups, the
+/// switch away: none in perf's ring buffer, none lost, while BPF on the
+/// same tracepoints saw them, and perf saw the same task's events again
+/// right after the exec). Such a run's rows may be in trace's alone; a
+/// run perf saw a part of must be whole in both.
 #[derive(Debug)]
 struct Blind {
     cpu: i128,
     pid: Val,
+    comm: Option<Val>,
     from: f64,
     to: f64,
 }
@@ -322,34 +330,39 @@ impl Blind {
             && row.ts_us >= self.from
             && row.ts_us <= self.to
             && row.vals.get("header:pid") == Some(&self.pid)
+            && row.comm == self.comm
     }
 }
 
 /// The runs perf was blind to ([`Blind`]), from every tracepoint's rows
 /// of both tools.
 fn blind_runs(ours: &[Vec<Ev>], theirs: &[Vec<Ev>]) -> Vec<Blind> {
-    let key = |e: &Ev| (e.cpu, e.ts_us, e.vals.get("header:pid").cloned());
-    let mut o: Vec<_> = ours.iter().flatten().map(key).collect();
-    let mut t: Vec<_> = theirs.iter().flatten().map(key).collect();
-    let order = |a: &(i128, f64, Option<Val>), b: &(i128, f64, Option<Val>)| {
-        a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
-    };
+    let pid = |e: &Ev| e.vals.get("header:pid").cloned();
+    let mut o: Vec<&Ev> = ours.iter().flatten().collect();
+    let mut t: Vec<&Ev> = theirs.iter().flatten().collect();
+    let order = |a: &&Ev, b: &&Ev| a.cpu.cmp(&b.cpu).then(a.ts_us.total_cmp(&b.ts_us));
     o.sort_by(order);
     t.sort_by(order);
     // perf's pid of a task that has left its pid namespace.
-    let gone = Val::Int(i128::from(u32::MAX));
+    let gone = Some(Val::Int(i128::from(u32::MAX)));
     let mut blind = Vec::new();
-    for run in o.chunk_by(|a, b| a.0 == b.0 && a.2 == b.2) {
-        let (cpu, from, pid) = run[0].clone();
-        let to = run[run.len() - 1].1;
-        let Some(pid) = pid else { continue };
-        let start = t.partition_point(|e| (e.0, e.1) < (cpu, from - RUN_SLACK_US));
+    for run in o.chunk_by(|a, b| a.cpu == b.cpu && pid(a) == pid(b) && a.comm == b.comm) {
+        let (first, last) = (run[0], run[run.len() - 1]);
+        let (cpu, from, to) = (first.cpu, first.ts_us, last.ts_us);
+        let Some(task) = pid(first) else { continue };
+        let start = t.partition_point(|e| (e.cpu, e.ts_us) < (cpu, from - RUN_SLACK_US));
         let seen = t[start..]
             .iter()
-            .take_while(|e| e.0 == cpu && e.1 <= to + RUN_SLACK_US)
-            .any(|e| e.2.as_ref() == Some(&pid) || e.2 == Some(gone.clone()));
+            .take_while(|e| e.cpu == cpu && e.ts_us <= to + RUN_SLACK_US)
+            .any(|e| pid(e) == Some(task.clone()) || pid(e) == gone);
         if !seen {
-            blind.push(Blind { cpu, pid, from, to });
+            blind.push(Blind {
+                cpu,
+                pid: task,
+                comm: first.comm.clone(),
+                from,
+                to,
+            });
         }
     }
     blind
