@@ -3,18 +3,23 @@
 //!
 //! Thirteen tracepoints across the scheduler, block, memory, writeback,
 //! network (loopback) and syscall subsystems are recorded by `trace` (every
-//! field of each format) and by `perf record -e` over the same window while
-//! a workload of the test's own runs. perf's raw field values come from a
-//! `perf script` Python handler (no print-format rendering), so every field
-//! compares as the kernel wrote it: per event and CPU, the same number of
-//! events, in the same order, with equal values in every field, strings
-//! included, and equal pid, tgid and CPU. Two things of perf's are allowed
-//! for: a sample it delivers twice is dropped, and switches away from the
-//! idle task, some of which its classic tracepoint path misses on this
-//! kernel (README, "Performance"), need only all be in trace's.
+//! field of each format) and by `perf record -e` at once while a workload
+//! of the test's own runs. perf's raw field values come from a `perf
+//! script` Python handler (no print-format rendering), so every field
+//! compares as the kernel wrote it. Per tracepoint and CPU, perf's events
+//! of the window are found in trace's recording by content (hot events
+//! such as page allocations leave no quiet instant to cut both at by
+//! time), and from the first to the last they must be the same events,
+//! as many, in the same order, with equal values in every field, strings
+//! included, and equal pid and tgid. Three things of perf's are allowed
+//! for: a sample it delivers twice is dropped; rows its classic
+//! tracepoint path is known to miss (switches away from the idle task,
+//! wake-ups raised while the idle task runs) may be in trace's alone; and
+//! so may a whole run of a task on a CPU of which perf recorded nothing
+//! at all (at most a few a recording, else it is made again).
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     io::{Read, Write},
     net::{TcpListener, TcpStream},
     path::Path,
@@ -25,21 +30,25 @@ use std::{
 use arrow_array::{cast::AsArray, types::*, Array, RecordBatch};
 use kernmlops_e2e::*;
 
-/// The tracepoints compared, by subsystem.
-const EVENTS: &[&str] = &[
-    "sched:sched_switch",
-    "sched:sched_wakeup",
-    "sched:sched_process_fork",
-    "block:block_rq_issue",
-    "block:block_rq_complete",
-    "kmem:mm_page_alloc",
-    "filemap:mm_filemap_add_to_page_cache",
-    "writeback:writeback_dirty_folio",
-    "net:net_dev_xmit",
-    "net:netif_receive_skb",
-    "syscalls:sys_enter_write",
-    "syscalls:sys_exit_write",
-    "syscalls:sys_enter_fsync",
+/// The tracepoints compared, by subsystem, each with the fewest events
+/// the test's workload makes of it in the window (so no comparison passes
+/// on nothing): 5 forks and a thread, 4 fsyncs of 512 KiB each, 64
+/// writes of 32 KiB to a file and 50 of 1000 bytes on a loopback TCP
+/// connection, with sleeps between.
+const EVENTS: &[(&str, usize)] = &[
+    ("sched:sched_switch", 50),
+    ("sched:sched_wakeup", 20),
+    ("sched:sched_process_fork", 6),
+    ("block:block_rq_issue", 4),
+    ("block:block_rq_complete", 4),
+    ("kmem:mm_page_alloc", 500),
+    ("filemap:mm_filemap_add_to_page_cache", 16),
+    ("writeback:writeback_dirty_folio", 16),
+    ("net:net_dev_xmit", 50),
+    ("net:netif_receive_skb", 50),
+    ("syscalls:sys_enter_write", 114),
+    ("syscalls:sys_exit_write", 114),
+    ("syscalls:sys_enter_fsync", 4),
 ];
 
 /// Header columns of every trace table; a tracepoint field of the same
@@ -135,6 +144,9 @@ struct Ev {
     ts_us: f64,
     cpu: i128,
     vals: BTreeMap<String, Val>,
+    /// The running task's command name (trace's `comm` column; perf's
+    /// rows have none): it changes at an exec.
+    comm: Option<Val>,
 }
 
 /// The trace table of `event`: its rows with the fields named as the
@@ -147,6 +159,7 @@ fn trace_rows(dir: &Path, event: &str) -> Vec<Ev> {
     };
     let ts = values(&batches, "ts_uptime_us");
     let cpu = values(&batches, "cpu");
+    let comm = values(&batches, "comm");
     let mut cols: Vec<(String, Vec<Val>)> = Vec::new();
     for f in schema.fields() {
         let name = f.name().as_str();
@@ -190,6 +203,7 @@ fn trace_rows(dir: &Path, event: &str) -> Vec<Ev> {
                 .iter()
                 .map(|(k, v)| (k.clone(), v[i].clone()))
                 .collect(),
+            comm: Some(comm[i].clone()),
         })
         .collect()
 }
@@ -232,6 +246,7 @@ fn perf_rows(lines: &[serde_json::Value], event: &str, boot_minus_mono_ns: i128)
                 ts_us: (time + boot_minus_mono_ns) as f64 / 1000.0,
                 cpu,
                 vals,
+                comm: None,
             }
         })
         .collect()
@@ -255,41 +270,258 @@ fn boot_minus_mono_ns() -> i128 {
     b - (m0 + m1) / 2
 }
 
-/// Gap around each window edge, in us: both tools timestamp the same
-/// event within a few microseconds of each other, so an edge with no
-/// event this close cuts no event differently for the two.
-const EDGE_GAP_US: f64 = 200.0;
-
 /// Most time between the two tools' timestamps of one event, in us.
 const SAME_EVENT_US: f64 = 50_000.0;
 
-/// `[a, b]` moved inwards until no event of `evs` lies within
-/// [`EDGE_GAP_US`] of either edge.
-fn quiet_window(evs: &[Ev], mut a: f64, mut b: f64) -> (f64, f64) {
-    let mut ts: Vec<f64> = evs.iter().map(|e| e.ts_us).collect();
-    ts.sort_by(f64::total_cmp);
-    for t in &ts {
-        if (t - a).abs() < EDGE_GAP_US {
-            a = t + EDGE_GAP_US;
-        }
-    }
-    for t in ts.iter().rev() {
-        if (t - b).abs() < EDGE_GAP_US {
-            b = t - EDGE_GAP_US;
-        }
-    }
-    (a, b)
-}
-
-/// Events of one CPU inside `[a, b]`, in time order (ties keep the
-/// recorded order).
-fn of_cpu(evs: &[Ev], cpu: i128, a: f64, b: f64) -> Vec<&Ev> {
-    let mut v: Vec<&Ev> = evs
-        .iter()
-        .filter(|e| e.cpu == cpu && e.ts_us >= a && e.ts_us <= b)
-        .collect();
+/// Events of one CPU, in time order (ties keep the recorded order).
+fn of_cpu(evs: &[Ev], cpu: i128) -> Vec<&Ev> {
+    let mut v: Vec<&Ev> = evs.iter().filter(|e| e.cpu == cpu).collect();
     v.sort_by(|x, y| x.ts_us.total_cmp(&y.ts_us));
     v
+}
+
+/// Whether `row` of trace's is one perf's classic tracepoint path is
+/// known to miss on its own, so that it may be absent from perf's
+/// recording (never the reverse): switches away from the idle task
+/// (README, "Performance": the kernel quirk), and wake-ups raised while
+/// the idle task runs (in its interrupts). Every other row, idle context
+/// included (a block request completing in an idle CPU's interrupt),
+/// must be in both, unless its whole run is one perf was blind to
+/// ([`Blind`]).
+fn idle_quirk(event: &str, row: &Ev) -> bool {
+    let idle = Some(&Val::Int(0));
+    match event {
+        "sched:sched_switch" => row.vals.get("field:prev_pid") == idle,
+        "sched:sched_wakeup" => row.vals.get("header:pid") == idle,
+        _ => false,
+    }
+}
+
+/// Time either side of a run within which perf's rows of its task are
+/// looked for, in us (perf stamps an event a few us after trace).
+const RUN_SLACK_US: f64 = 20.0;
+
+/// Most runs perf was blind to in a recording that compares; more make
+/// the recording again.
+const MOST_BLIND_RUNS: usize = 4;
+
+/// A run of one task on one CPU (trace's consecutive rows, all thirteen
+/// tracepoints merged, with the same current task and command name) of
+/// which perf recorded nothing at all. perf's CPU-wide events are, now
+/// and then, delivered nothing while one task runs: seen here for the
+/// just-forked children of a process-spawning daemon, from their first
+/// switch-in until their exec (page allocations, writes, wake-ups, the
+/// switch away: none in perf's ring buffer, none lost, while BPF on the
+/// same tracepoints saw them, and perf saw the same task's events again
+/// right after the exec). Such a run's rows may be in trace's alone; a
+/// run perf saw a part of must be whole in both.
+#[derive(Debug)]
+struct Blind {
+    cpu: i128,
+    pid: Val,
+    comm: Option<Val>,
+    from: f64,
+    to: f64,
+}
+
+impl Blind {
+    fn covers(&self, row: &Ev) -> bool {
+        row.cpu == self.cpu
+            && row.ts_us >= self.from
+            && row.ts_us <= self.to
+            && row.vals.get("header:pid") == Some(&self.pid)
+            && row.comm == self.comm
+    }
+}
+
+/// The runs perf was blind to ([`Blind`]), from every tracepoint's rows
+/// of both tools.
+fn blind_runs(ours: &[Vec<Ev>], theirs: &[Vec<Ev>]) -> Vec<Blind> {
+    let pid = |e: &Ev| e.vals.get("header:pid").cloned();
+    let mut o: Vec<&Ev> = ours.iter().flatten().collect();
+    let mut t: Vec<&Ev> = theirs.iter().flatten().collect();
+    let order = |a: &&Ev, b: &&Ev| a.cpu.cmp(&b.cpu).then(a.ts_us.total_cmp(&b.ts_us));
+    o.sort_by(order);
+    t.sort_by(order);
+    // perf's pid of a task that has left its pid namespace.
+    let gone = Some(Val::Int(i128::from(u32::MAX)));
+    let mut blind = Vec::new();
+    for run in o.chunk_by(|a, b| a.cpu == b.cpu && pid(a) == pid(b) && a.comm == b.comm) {
+        let (first, last) = (run[0], run[run.len() - 1]);
+        let (cpu, from, to) = (first.cpu, first.ts_us, last.ts_us);
+        let Some(task) = pid(first) else { continue };
+        let start = t.partition_point(|e| (e.cpu, e.ts_us) < (cpu, from - RUN_SLACK_US));
+        let seen = t[start..]
+            .iter()
+            .take_while(|e| e.cpu == cpu && e.ts_us <= to + RUN_SLACK_US)
+            .any(|e| pid(e) == Some(task.clone()) || pid(e) == gone);
+        if !seen {
+            blind.push(Blind {
+                cpu,
+                pid: task,
+                comm: first.comm.clone(),
+                from,
+                to,
+            });
+        }
+    }
+    blind
+}
+
+/// Why perf may lack a row of trace's, if it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Missable {
+    No,
+    IdleQuirk,
+    /// In this run of [`blind_runs`].
+    BlindRun(usize),
+}
+
+/// One CPU's events of one tracepoint, as both tools recorded them.
+struct Streams<'a> {
+    event: &'a str,
+    cpu: i128,
+    /// trace's, the whole recording (it starts before perf and stops
+    /// after it).
+    ours: Vec<&'a Ev>,
+    /// perf's inside the compared window, by perf's clock.
+    theirs: Vec<&'a Ev>,
+    tgids: &'a HashMap<i128, i128>,
+    blind: &'a [Blind],
+}
+
+/// How two streams aligned: perf's rows matched, and trace's rows
+/// between the first and last match that perf may miss and did, by why.
+#[derive(Debug, Default, Clone)]
+struct Aligned {
+    matched: usize,
+    idle_quirk: usize,
+    blind_run: usize,
+    /// The runs of [`blind_runs`] rows were missing in.
+    blind_used: std::collections::BTreeSet<usize>,
+    /// trace's rows matched to perf's first and last.
+    first: usize,
+    last: usize,
+}
+
+/// Where a walk stopped: the rows of trace's and perf's that differ.
+#[derive(Debug)]
+struct Stop {
+    ours_at: usize,
+    theirs_at: usize,
+}
+
+impl Streams<'_> {
+    fn missable(&self, row: &Ev) -> Missable {
+        if idle_quirk(self.event, row) {
+            Missable::IdleQuirk
+        } else if let Some(i) = self.blind.iter().position(|b| b.covers(row)) {
+            Missable::BlindRun(i)
+        } else {
+            Missable::No
+        }
+    }
+
+    /// The same event with the same values: pid, tgid, every field.
+    fn same(&self, ours: &Ev, theirs: &Ev) -> bool {
+        ours.vals == perf_pid_of_dead_task(self.event, ours, theirs, self.tgids).vals
+    }
+
+    /// perf's rows matched in order from trace's row `from`, skipping only
+    /// rows of trace's that perf may miss; a match is also close in time.
+    fn walk(&self, from: usize) -> Result<Aligned, Stop> {
+        let mut a = Aligned {
+            first: from,
+            last: from,
+            ..Aligned::default()
+        };
+        let (mut i, mut j) = (from, 0);
+        while j < self.theirs.len() {
+            let Some(o) = self.ours.get(i) else {
+                return Err(Stop {
+                    ours_at: i,
+                    theirs_at: j,
+                });
+            };
+            let p = self.theirs[j];
+            if self.same(o, p) && (o.ts_us - p.ts_us).abs() < SAME_EVENT_US {
+                a.matched += 1;
+                a.last = i;
+                j += 1;
+            } else {
+                match self.missable(o) {
+                    Missable::IdleQuirk => a.idle_quirk += 1,
+                    Missable::BlindRun(run) => {
+                        a.blind_run += 1;
+                        a.blind_used.insert(run);
+                    }
+                    Missable::No => {
+                        return Err(Stop {
+                            ours_at: i,
+                            theirs_at: j,
+                        })
+                    }
+                }
+            }
+            i += 1;
+        }
+        Ok(a)
+    }
+
+    /// perf's window found in trace's recording by content, not by time:
+    /// its first row is anchored on each row of trace's with the same
+    /// values near its time, and from there every row of perf's must
+    /// follow in trace's, in order, equal in every field, with nothing
+    /// between them but rows perf may miss. The longest walk is reported
+    /// when none reaches perf's last row.
+    fn align(&self) -> Aligned {
+        let Some(p0) = self.theirs.first() else {
+            return Aligned::default();
+        };
+        let mut best: Option<Stop> = None;
+        for (i, o) in self.ours.iter().enumerate() {
+            if (o.ts_us - p0.ts_us).abs() >= SAME_EVENT_US || !self.same(o, p0) {
+                continue;
+            }
+            match self.walk(i) {
+                Ok(a) => return a,
+                Err(stop) => {
+                    if best.as_ref().is_none_or(|b| stop.theirs_at > b.theirs_at) {
+                        best = Some(stop);
+                    }
+                }
+            }
+        }
+        let (event, cpu) = (self.event, self.cpu);
+        let Some(stop) = best else {
+            panic!(
+                "{event} on CPU {cpu}: perf's first row in the window is not in trace's:\n{}",
+                show(&self.theirs, 0)
+            );
+        };
+        panic!(
+            "{event} on CPU {cpu}: perf's row {} of {} differs from trace's (or trace has a row perf lacks):\ntrace {}\nperf {}",
+            stop.theirs_at,
+            self.theirs.len(),
+            show(&self.ours, stop.ours_at),
+            show(&self.theirs, stop.theirs_at)
+        );
+    }
+}
+
+/// Rows around `at`, for a failure message.
+fn show(rows: &[&Ev], at: usize) -> String {
+    let lines: Vec<String> = rows
+        .iter()
+        .enumerate()
+        .skip(at.saturating_sub(2))
+        .take(5)
+        .map(|(i, e)| {
+            let mark = if i == at { ">" } else { " " };
+            format!("{mark} {:.1} {:?}", e.ts_us, e.vals)
+        })
+        .collect();
+    format!("[\n{}\n]", lines.join("\n"))
 }
 
 /// The workload: forks, buffered writes and fsync on the test's disk, and
@@ -338,12 +570,7 @@ fn workload(dir: &Path) {
 /// kernel's own: such a switch compares on the thread the tracepoint names
 /// (`prev_pid`) and on the tgid perf gave that thread in its other events
 /// (`tgids`; a thread perf never saw alive has nothing to compare with).
-fn perf_pid_of_dead_task(
-    event: &str,
-    ours: &Ev,
-    perf: &Ev,
-    tgids: &std::collections::HashMap<i128, i128>,
-) -> Ev {
+fn perf_pid_of_dead_task(event: &str, ours: &Ev, perf: &Ev, tgids: &HashMap<i128, i128>) -> Ev {
     let none = Val::Int(i128::from(u32::MAX));
     let mut perf = perf.clone();
     if perf.vals.get("header:pid") == Some(&none) {
@@ -374,11 +601,11 @@ const ATTEMPTS: usize = 3;
 
 /// Every tracepoint compared, event for event, per CPU, between `trace`
 /// and `perf record`. A recording where either tool lost events (perf's
-/// `LOST` counts, the tables' `lost_events`) cannot compare and is made
-/// again, up to [`ATTEMPTS`] times; in a complete one, any difference
-/// fails the test.
+/// `LOST` counts, the tables' `lost_events`), or where perf recorded
+/// nothing of more than [`MOST_BLIND_RUNS`] task runs, cannot compare and
+/// is made again, up to [`ATTEMPTS`] times; in a complete one, any
+/// difference fails the test.
 #[test]
-#[ignore = "not yet reliable: kmem:mm_page_alloc leaves no quiet window edge on a busy machine, and perf misses sched_wakeup raised in the idle task's interrupts, which trace records"]
 fn root_trace_thirteen_tracepoints_agree_with_perf_record() {
     const NAME: &str = "root_trace_thirteen_tracepoints_agree_with_perf_record";
     if !require_root(NAME) || !require_tool(NAME, "perf") || !require_tool(NAME, "python3") {
@@ -415,10 +642,28 @@ fn perf_lost(perf_data: &Path) -> u64 {
         .sum()
 }
 
-fn compare_once(attempt: usize) -> Result<String, String> {
-    let work = temp_dir(&format!("trace-perf-many-{attempt}"));
+/// One recording by both tools of the same workload.
+struct Recording {
+    /// trace's collection folder.
+    dir: std::path::PathBuf,
+    /// perf's events, one JSON object each, copies dropped.
+    lines: Vec<serde_json::Value>,
+    /// perf's samples delivered twice.
+    doubled: usize,
+    /// The compared window (CLOCK_BOOTTIME, us): both tools record
+    /// throughout it, and the workload runs inside it.
+    t0: f64,
+    t1: f64,
+}
+
+/// Records the workload with `trace` and `perf record` at once; a
+/// recording where either tool lost events is an `Err`.
+fn record(work: &Path, attempt: usize) -> Result<Recording, String> {
     let cfg = work.join("kernmlops.toml");
-    let list: Vec<String> = EVENTS.iter().map(|e| format!("  \"{e}\",\n")).collect();
+    let list: Vec<String> = EVENTS
+        .iter()
+        .map(|(e, _)| format!("  \"{e}\",\n"))
+        .collect();
     std::fs::write(
         &cfg,
         format!(
@@ -442,12 +687,24 @@ fn compare_once(attempt: usize) -> Result<String, String> {
         out.to_str().expect("utf8"),
     ]);
     let perf_data = work.join("perf.data");
+    let (ctl, ack) = (work.join("perf-ctl"), work.join("perf-ack"));
+    for fifo in [&ctl, &ack] {
+        let c = std::ffi::CString::new(fifo.to_str().expect("utf8")).expect("a path");
+        // SAFETY: mkfifo reads the NUL-terminated path we own.
+        let r = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+        assert_eq!(r, 0, "mkfifo {}", fifo.display());
+    }
+    // perf starts with its events off and turns them on when told to, so
+    // the window starts when both record (its start-up, reading every
+    // process on a busy machine, can take seconds).
     let mut args: Vec<&str> = vec!["record", "-q", "-a", "-k", "monotonic", "-m", "4096"];
-    for e in EVENTS {
+    for (e, _) in EVENTS {
         args.extend(["-e", e]);
     }
     let perf = Command::new("perf")
         .args(&args)
+        .args(["-D", "-1", "--control"])
+        .arg(format!("fifo:{},{}", ctl.display(), ack.display()))
         .arg("-o")
         .arg(&perf_data)
         .stdout(Stdio::null())
@@ -455,10 +712,11 @@ fn compare_once(attempt: usize) -> Result<String, String> {
         .spawn()
         .expect("perf record");
     let mut perf = KillOnDrop(perf);
-    std::thread::sleep(Duration::from_millis(1000));
+    perf_enable(&mut perf, &ctl, &ack);
+    std::thread::sleep(Duration::from_millis(100));
     let t0 = uptime_us() as f64;
     std::thread::sleep(Duration::from_millis(100));
-    workload(&work);
+    workload(work);
     std::thread::sleep(Duration::from_millis(100));
     let t1 = uptime_us() as f64;
     std::thread::sleep(Duration::from_millis(300));
@@ -473,7 +731,7 @@ fn compare_once(attempt: usize) -> Result<String, String> {
         return Err(format!("perf lost {lost} events"));
     }
     let m = manifest(&dir);
-    for event in EVENTS {
+    for (event, _) in EVENTS {
         let table = event.split_once(':').expect("sys:event").1;
         let lost = m["tables"][table]["lost_events"]
             .as_u64()
@@ -482,13 +740,65 @@ fn compare_once(attempt: usize) -> Result<String, String> {
             return Err(format!("trace lost {lost} {table} events"));
         }
     }
+    let (lines, doubled) = perf_script(work, &perf_data);
+    Ok(Recording {
+        dir,
+        lines,
+        doubled,
+        t0,
+        t1,
+    })
+}
 
+/// Tells `perf record --control fifo:CTL,ACK` to turn its events on, and
+/// waits for its acknowledgement: then it records on every CPU.
+fn perf_enable(perf: &mut KillOnDrop, ctl: &Path, ack: &Path) {
+    // Both FIFOs opened for reading and writing: no open waits for perf's.
+    let fifo = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(p)
+            .unwrap_or_else(|e| panic!("opening {}: {e}", p.display()))
+    };
+    let (mut ctl, mut ack) = (fifo(ctl), fifo(ack));
+    ctl.write_all(b"enable\n")
+        .expect("writing to perf's control FIFO");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4];
+        let _ = tx.send(ack.read_exact(&mut buf).map(|()| buf));
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(Ok(buf)) => {
+                assert_eq!(&buf, b"ack\n", "perf's acknowledgement");
+                return;
+            }
+            Ok(Err(e)) => panic!("reading perf's acknowledgement: {e}"),
+            Err(_) => {
+                if let Ok(Some(status)) = perf.0.try_wait() {
+                    panic!("perf record exited before recording ({status})");
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "perf record did not turn its events on in 120 s"
+                );
+            }
+        }
+    }
+}
+
+/// perf's events as JSON objects through the [`PERF_DUMP`] handler, and
+/// how many samples it delivered twice.
+fn perf_script(work: &Path, perf_data: &Path) -> (Vec<serde_json::Value>, usize) {
     let script = work.join("dump.py");
     std::fs::write(&script, PERF_DUMP).expect("writing the perf script handler");
     let dump = work.join("perf.jsonl");
     let out = Command::new("perf")
         .args(["script", "-i"])
-        .arg(&perf_data)
+        .arg(perf_data)
         .arg("-s")
         .arg(&script)
         .arg(&dump)
@@ -504,114 +814,122 @@ fn compare_once(attempt: usize) -> Result<String, String> {
     let mut seen = std::collections::HashSet::new();
     let unique: Vec<&str> = dumped.lines().filter(|l| seen.insert(*l)).collect();
     let doubled = dumped.lines().count() - unique.len();
-    let lines: Vec<serde_json::Value> = unique
+    let lines = unique
         .iter()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
+    (lines, doubled)
+}
+
+fn compare_once(attempt: usize) -> Result<String, String> {
+    let work = temp_dir(&format!("trace-perf-many-{attempt}"));
+    let rec = record(&work, attempt)?;
     let offset = boot_minus_mono_ns();
-    let tgids: std::collections::HashMap<i128, i128> = lines
+    let none = i128::from(u32::MAX);
+    let tgids: HashMap<i128, i128> = rec
+        .lines
         .iter()
         .filter_map(|l| match (json_val(&l["pid"]), json_val(&l["tgid"])) {
-            (Val::Int(p), Val::Int(t))
-                if t != i128::from(u32::MAX) && p != i128::from(u32::MAX) =>
-            {
-                Some((p, t))
-            }
+            (Val::Int(p), Val::Int(t)) if t != none && p != none => Some((p, t)),
             _ => None,
         })
         .collect();
-
-    let mut report = Vec::new();
-    for event in EVENTS {
-        let table = event.split_once(':').expect("sys:event").1;
-        let ours = trace_rows(&dir, event);
-        let theirs = perf_rows(&lines, event, offset);
-        let (a, b) = quiet_window(&ours, t0, t1);
-        if b - a <= 0.5 * (t1 - t0) {
-            // Events so dense at the edges (a busy machine) that no cut
-            // is clean: a recording that cannot compare, made again.
-            return Err(format!(
-                "{event}: no quiet edges in the window ({a}..{b} of {t0}..{t1})"
-            ));
-        }
-        let mut compared = 0;
-        let cpus: std::collections::BTreeSet<i128> = ours
-            .iter()
-            .chain(&theirs)
-            .filter(|e| e.ts_us >= a && e.ts_us <= b)
-            .map(|e| e.cpu)
-            .collect();
-        for cpu in cpus {
-            let mut o = of_cpu(&ours, cpu, a, b);
-            let mut t = of_cpu(&theirs, cpu, a, b);
-            if *event == "sched:sched_switch" {
-                // perf's classic tracepoint path misses some switches away
-                // from the idle task (README, "Performance": the kernel
-                // quirk), which BPF sees: those compare as a subset, every
-                // one perf saw is in trace's, and the rest event for event.
-                let idle = |e: &&Ev| e.vals.get("field:prev_pid") == Some(&Val::Int(0));
-                let mut ours_idle: Vec<_> = o.iter().filter(|e| idle(e)).map(|e| &e.vals).collect();
-                for p in t.iter().filter(|e| idle(e)) {
-                    let at = ours_idle
-                        .iter()
-                        .position(|v| **v == p.vals)
-                        .unwrap_or_else(|| {
-                            panic!("{event} on CPU {cpu}: perf's {p:?} is not in trace's")
-                        });
-                    ours_idle.remove(at);
-                }
-                o.retain(|e| !idle(e));
-                t.retain(|e| !idle(e));
-            }
-            if o.len() != t.len() {
-                let first = o
-                    .iter()
-                    .zip(&t)
-                    .position(|(x, y)| x.vals != perf_pid_of_dead_task(event, x, y, &tgids).vals)
-                    .unwrap_or(o.len().min(t.len()));
-                let near = |v: &[&Ev]| -> Vec<String> {
-                    v.iter()
-                        .skip(first.saturating_sub(1))
-                        .take(4)
-                        .map(|e| format!("{:.1} {:?}", e.ts_us, e.vals))
-                        .collect()
-                };
-                panic!(
-                    "{event} on CPU {cpu}: trace {} events, perf {}; first difference at {first}:\ntrace {:#?}\nperf {:#?}",
-                    o.len(),
-                    t.len(),
-                    near(&o),
-                    near(&t)
-                );
-            }
-            for (x, y) in o.iter().zip(&t) {
-                assert_eq!(
-                    x.vals.keys().collect::<Vec<_>>(),
-                    y.vals.keys().collect::<Vec<_>>(),
-                    "{event}: the same fields"
-                );
-                let y = perf_pid_of_dead_task(event, x, y, &tgids);
-                assert_eq!(x.vals, y.vals, "{event} on CPU {cpu} at {} us", y.ts_us);
-                // The same event: the two clocks are read in the same
-                // tracepoint call, apart by the other tool's handler (and,
-                // for the syscall tracepoints, which run preemptible, by
-                // any preemption in between on a busy machine).
-                assert!(
-                    (x.ts_us - y.ts_us).abs() < SAME_EVENT_US,
-                    "{event}: times {} and {} us",
-                    x.ts_us,
-                    y.ts_us
-                );
-            }
-            compared += o.len();
-        }
-        report.push(format!("{table} {compared}"));
-        assert!(compared > 0, "{event}: no event in the window");
+    let ours: Vec<Vec<Ev>> = EVENTS
+        .iter()
+        .map(|(event, _)| trace_rows(&rec.dir, event))
+        .collect();
+    let theirs: Vec<Vec<Ev>> = EVENTS
+        .iter()
+        .map(|(event, _)| perf_rows(&rec.lines, event, offset))
+        .collect();
+    let blind = blind_runs(&ours, &theirs);
+    let mut used = std::collections::BTreeSet::new();
+    let report: Vec<String> = EVENTS
+        .iter()
+        .zip(ours.iter().zip(&theirs))
+        .map(|(&(event, least), (o, t))| {
+            let ctx = (&tgids, blind.as_slice());
+            let (line, runs) = compare_event(event, least, &rec, (o, t), ctx);
+            used.extend(runs);
+            line
+        })
+        .collect();
+    let used: Vec<&Blind> = used.into_iter().map(|i| &blind[i]).collect();
+    if used.len() > MOST_BLIND_RUNS {
+        return Err(format!(
+            "perf recorded nothing of {} task runs that trace has rows of (at most {MOST_BLIND_RUNS}): {used:?}",
+            used.len()
+        ));
     }
     Ok(format!(
-        "{} (perf samples delivered twice, dropped: {doubled})",
-        report.join(", ")
+        "{} (perf samples delivered twice, dropped: {}; task runs perf recorded nothing of: {used:?})",
+        report.join(", "),
+        rec.doubled
     ))
+}
+
+/// One tracepoint compared on every CPU: perf's events of the window
+/// aligned in trace's (see [`Streams::align`]), and every row of trace's
+/// well inside the window (farther than [`SAME_EVENT_US`] from its
+/// edges, where perf's cut by its own clock may differ) within the
+/// aligned part or one perf may miss. At least `least` rows must
+/// compare.
+fn compare_event(
+    event: &str,
+    least: usize,
+    rec: &Recording,
+    (ours, theirs): (&[Ev], &[Ev]),
+    (tgids, blind): (&HashMap<i128, i128>, &[Blind]),
+) -> (String, std::collections::BTreeSet<usize>) {
+    let cpus: std::collections::BTreeSet<i128> = ours.iter().chain(theirs).map(|e| e.cpu).collect();
+    let (mut matched, mut quirk, mut blind_run) = (0, 0, 0);
+    let mut used = std::collections::BTreeSet::new();
+    for cpu in cpus {
+        let s = Streams {
+            event,
+            cpu,
+            ours: of_cpu(ours, cpu),
+            theirs: of_cpu(theirs, cpu)
+                .into_iter()
+                .filter(|e| e.ts_us >= rec.t0 && e.ts_us <= rec.t1)
+                .collect(),
+            tgids,
+            blind,
+        };
+        let a = s.align();
+        let (inner0, inner1) = (rec.t0 + SAME_EVENT_US, rec.t1 - SAME_EVENT_US);
+        let outside = s.ours.iter().enumerate().find(|&(i, e)| {
+            let aligned = a.matched > 0 && i >= a.first && i <= a.last;
+            e.ts_us > inner0 && e.ts_us < inner1 && !aligned && s.missable(e) == Missable::No
+        });
+        if let Some((i, _)) = outside {
+            panic!(
+                "{event} on CPU {cpu}: trace's row is inside the window ({:.1}..{:.1} us) but not in perf's ({} rows aligned{}):\n{}",
+                rec.t0,
+                rec.t1,
+                a.matched,
+                match (s.ours.get(a.first), s.ours.get(a.last)) {
+                    (Some(f), Some(l)) if a.matched > 0 => format!(", {:.1}..{:.1} us", f.ts_us, l.ts_us),
+                    _ => String::new(),
+                },
+                show(&s.ours, i)
+            );
+        }
+        matched += a.matched;
+        quirk += a.idle_quirk;
+        blind_run += a.blind_run;
+        used.extend(a.blind_used);
+    }
+    assert!(
+        matched >= least,
+        "{event}: {matched} events compared, fewer than the workload makes ({least})"
+    );
+    let table = event.split_once(':').expect("sys:event").1;
+    let line = match (quirk, blind_run) {
+        (0, 0) => format!("{table} {matched}"),
+        _ => format!("{table} {matched} (+{quirk} idle quirk, +{blind_run} in blind runs)"),
+    };
+    (line, used)
 }
 
 /// Puts a scheduler on a block device's queue for the test, and the old
