@@ -952,12 +952,20 @@ mod tests {
         // Not the role's log (it names the role and its paths).
         std::fs::write(tmp.join("x.log"), "ready\n").expect("log");
         std::fs::write(tmp.join("sub/benchmark.stdout"), "starting\n").expect("w");
-        assert!(!is_ready(&ReadyCheck::Line("ready".into()), &tmp));
+        assert!(!is_ready(
+            &ReadyCheck::Line("ready".into()),
+            &tmp,
+            LOCAL_HOST
+        ));
         std::fs::write(tmp.join("sub/benchmark.stderr"), "x\nserver ready on 1\n").expect("w");
-        assert!(is_ready(&ReadyCheck::Line("ready on".into()), &tmp));
-        assert!(!is_ready(&ReadyCheck::File("up".into()), &tmp));
+        assert!(is_ready(
+            &ReadyCheck::Line("ready on".into()),
+            &tmp,
+            LOCAL_HOST
+        ));
+        assert!(!is_ready(&ReadyCheck::File("up".into()), &tmp, LOCAL_HOST));
         std::fs::write(tmp.join("up"), "").expect("w");
-        assert!(is_ready(&ReadyCheck::File("up".into()), &tmp));
+        assert!(is_ready(&ReadyCheck::File("up".into()), &tmp, LOCAL_HOST));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         assert!(is_ready(&ReadyCheck::Port(port), &tmp, LOCAL_HOST));
