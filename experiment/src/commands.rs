@@ -378,7 +378,7 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
     // Slurm missing, or refusing these options: said before anything is
     // written.
     if let Some(options) = slurm {
-        slurm_executor(options, spec.warmup, &args.common).preflight(runs.len())?;
+        slurm_executor(options, spec.warmup, &args.common).preflight(&runs)?;
     }
     let adaptive = match adaptive::settings(&args.common, spec.repeats)? {
         Some(a) => Some(a),
@@ -736,6 +736,7 @@ fn context(
         busy_wait: BUSY_WAIT,
         allow_insecure_plugins: env.allow_insecure_plugins,
         device: device.map(|d| (d.name.clone(), d.dir.display().to_string())),
+        slurm_job: None,
     })
 }
 
@@ -747,7 +748,7 @@ pub fn resume(args: ResumeOptions, env: &Env) -> Result<ExitCode> {
     let mut record = read_trusted_record(&dir, env)?;
     let plugin_dir = resolve_plugin_dir(env, Some(&record))?;
     if let Some(options) = slurm {
-        slurm_executor(options, record.warmup, &args.common).preflight(record.runs.len())?;
+        slurm_executor(options, record.warmup, &args.common).preflight(&record.runs)?;
     }
     dir.create()?;
     let _lock = experiment_lock(&dir)?;
@@ -1003,6 +1004,11 @@ fn exec_run(dir: &ExpDir, run_id: &str, what: &ExecOptions, env: &Env) -> Result
     };
     let mut ctx = context(dir, &record, &plugin_dir, &common, env, stop.clone(), None)?;
     ctx.busy_wait = Duration::ZERO;
+    // Inside a Slurm job (the Slurm executor's batch script), a run's
+    // roles start on the job's nodes.
+    ctx.slurm_job = std::env::var("SLURM_JOB_ID")
+        .ok()
+        .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
     if !dir.config(run_id).is_file() {
         write_run_config(dir, &run)?;
     }

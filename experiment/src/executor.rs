@@ -51,6 +51,10 @@ pub struct RunContext {
     /// The experiment's device (name, folder): each run's configuration is
     /// made concrete for it (`device::materialize`).
     pub device: Option<(String, String)>,
+    /// The Slurm job a run is carried out in (`experiment exec` inside
+    /// one): a run's roles start on its nodes, one each
+    /// (`roles_run::Placement`). `None`: every role on this machine.
+    pub slurm_job: Option<String>,
 }
 
 impl RunContext {

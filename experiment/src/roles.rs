@@ -560,9 +560,8 @@ fn count_partition_nodes(text: &str, partition: Option<&str>) -> (String, usize)
 
 /// What `experiment run` does with a file that has roles, before anything
 /// is written: with the Slurm executor, more roles than the partition has
-/// nodes are refused, and then the file itself (this version runs roles
-/// only with `--executor local`); warm-up runs are refused (they are not
-/// run with roles yet). Nothing is run or submitted.
+/// nodes are refused; warm-up runs are refused (they are not run with
+/// roles yet). Nothing is run or submitted.
 pub fn preflight(spec: &Spec, slurm: Option<&SlurmOptions>) -> Result<()> {
     if spec.roles.is_empty() {
         return Ok(());
@@ -583,18 +582,6 @@ pub fn preflight(spec: &Spec, slurm: Option<&SlurmOptions>) -> Result<()> {
         spec.roles
             .check_nodes(&partition, nodes)
             .map_err(|message| refuse("roles", format!("{message}; nothing was submitted")))?;
-        return Err(refuse(
-            "roles",
-            format!(
-                "{} roles checked (start order {}), but Slurm does not run roles yet: use --executor local (every role on this machine); nothing was submitted",
-                spec.roles.len(),
-                spec.roles
-                    .start_order()
-                    .map(|r| r.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ));
     }
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! Running a run's roles on this machine (`--executor local`).
+//! Running a run's roles: each on this machine (`--executor local`), or
+//! each on its own node of the run's Slurm job (`--executor slurm`).
 //!
 //! A run with roles is planned like any other: its configuration holds a
 //! `roles` table ([`add_to_base`]: each role as its `[roles.NAME]` table
@@ -25,10 +26,10 @@
 use std::{
     fs::OpenOptions,
     io::{Read, Seek, SeekFrom, Write},
-    net::{Ipv4Addr, SocketAddr, TcpStream},
+    net::{IpAddr, SocketAddr, TcpStream},
     os::unix::process::{CommandExt, ExitStatusExt},
     path::{Path, PathBuf},
-    process::{Child, ExitStatus, Stdio},
+    process::{Child, Command, ExitStatus, Stdio},
     sync::atomic::Ordering,
     time::{Duration, Instant},
 };
@@ -187,6 +188,199 @@ pub fn check_runs(
     Ok(())
 }
 
+/// A node a role runs on: its name and the address the other roles reach
+/// it at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub name: String,
+    pub host: String,
+}
+
+/// Where a run's roles start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// Every role on this machine, a child process each.
+    Here { node: String },
+    /// The role declared i-th on node i of this Slurm job, a job step each.
+    Job { job_id: String, nodes: Vec<Node> },
+}
+
+/// The most nodes of a job's node list looked at.
+const MAX_JOB_NODES: usize = 4096;
+
+impl Placement {
+    /// The placement of a run's roles: on the nodes of `ctx.slurm_job`
+    /// when the run is carried out inside one, else here. A job with
+    /// fewer nodes than roles is refused (the reason as one line).
+    pub fn for_run(ctx: &RunContext, roles: &Roles) -> std::result::Result<Self, String> {
+        let Some(job_id) = &ctx.slurm_job else {
+            return Ok(Self::Here { node: hostname() });
+        };
+        let list = std::env::var("SLURM_JOB_NODELIST")
+            .or_else(|_| std::env::var("SLURM_NODELIST"))
+            .map_err(|_| {
+                format!(
+                    "Slurm job {job_id}: SLURM_JOB_NODELIST is not set, so its nodes are unknown"
+                )
+            })?;
+        let out = super::slurm::tool(
+            "scontrol",
+            &["show".into(), "hostnames".into(), list.clone()],
+            SLURM_QUERY,
+        )
+        .map_err(|e| e.to_string())?;
+        if !out.success {
+            return Err(format!(
+                "scontrol show hostnames {list}: {}",
+                out.error_text()
+            ));
+        }
+        let names: Vec<String> = out
+            .stdout
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .take(MAX_JOB_NODES)
+            .map(str::to_owned)
+            .collect();
+        if names.len() < roles.len() {
+            return Err(format!(
+                "Slurm job {job_id} has {} node(s) ({list}), but the run's {} roles need one each; `--executor slurm` allocates them",
+                names.len(),
+                roles.len()
+            ));
+        }
+        let nodes = names
+            .into_iter()
+            .take(roles.len())
+            .map(|name| {
+                let host = node_address(&name)?;
+                Ok(Node { name, host })
+            })
+            .collect::<std::result::Result<_, String>>()?;
+        Ok(Self::Job {
+            job_id: job_id.clone(),
+            nodes,
+        })
+    }
+
+    /// The node of the role declared `index`-th.
+    fn node(&self, index: usize) -> Node {
+        match self {
+            Self::Here { node } => Node {
+                name: node.clone(),
+                host: LOCAL_HOST.to_owned(),
+            },
+            Self::Job { nodes, .. } => nodes.get(index).cloned().unwrap_or_else(|| Node {
+                name: "?".into(),
+                host: LOCAL_HOST.to_owned(),
+            }),
+        }
+    }
+
+    /// `executor` in the run's manifest.
+    fn executor(&self) -> &'static str {
+        match self {
+            Self::Here { .. } => "local",
+            Self::Job { .. } => "slurm",
+        }
+    }
+
+    /// The command that starts `cmd` for the role declared `index`-th:
+    /// itself here, a job step on its node in a Slurm job (the step's
+    /// environment is this process's plus what the caller adds).
+    fn command(&self, index: usize, name: &str, cmd: Command) -> Command {
+        match self {
+            Self::Here { .. } => cmd,
+            Self::Job { .. } => {
+                let mut srun = Command::new("srun");
+                srun.args([
+                    "--disable-status".to_owned(),
+                    "--nodes=1".to_owned(),
+                    "--ntasks=1".to_owned(),
+                    format!("--relative={index}"),
+                    format!("--job-name=kml-role-{name}"),
+                    "--export=ALL".to_owned(),
+                ])
+                .arg(cmd.get_program())
+                .args(cmd.get_args());
+                srun
+            }
+        }
+    }
+
+    /// Tells a started role to stop: SIGTERM to its `kernmlops run`, or
+    /// SIGINT to its `srun`, which forwards it to the step's task (srun
+    /// answers SIGTERM by killing the step).
+    fn ask_to_stop(&self, child: &Child) {
+        let sig = match self {
+            Self::Here { .. } => libc::SIGTERM,
+            Self::Job { .. } => libc::SIGINT,
+        };
+        // SAFETY: kill(2) on our own child, not yet waited for.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, sig);
+        }
+    }
+
+    /// Ends a role that did not stop in time: SIGKILL here; in a job,
+    /// SIGTERM to its `srun` (which kills the step on its node), a moment,
+    /// then SIGKILL to srun.
+    fn force_stop(&self, child: &mut Child) -> Option<ExitStatus> {
+        if let Self::Job { .. } = self {
+            // SAFETY: as in ask_to_stop.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(s)) = child.try_wait() {
+                    return Some(s);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = child.kill();
+        child.wait().ok()
+    }
+}
+
+/// Longest wait for `scontrol`.
+const SLURM_QUERY: Duration = Duration::from_secs(20);
+
+/// A Slurm node's address (`NodeAddr`, as an IPv4 address where it is a
+/// name that resolves to one).
+fn node_address(name: &str) -> std::result::Result<String, String> {
+    let out = super::slurm::tool(
+        "scontrol",
+        &[
+            "--oneliner".into(),
+            "show".into(),
+            "node".into(),
+            name.into(),
+        ],
+        SLURM_QUERY,
+    )
+    .map_err(|e| e.to_string())?;
+    if !out.success {
+        return Err(format!("scontrol show node {name}: {}", out.error_text()));
+    }
+    let addr = out
+        .stdout
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("NodeAddr="))
+        .filter(|a| !a.is_empty())
+        .unwrap_or(name);
+    if addr.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(addr.to_owned());
+    }
+    let resolved = std::net::ToSocketAddrs::to_socket_addrs(&(addr, 0))
+        .ok()
+        .and_then(|mut a| a.find(SocketAddr::is_ipv4))
+        .map(|a| a.ip().to_string());
+    Ok(resolved.unwrap_or_else(|| addr.to_owned()))
+}
+
 /// One started role.
 struct Running {
     name: String,
@@ -199,13 +393,13 @@ struct Running {
 }
 
 /// The environment every role gets: each role's address.
-fn role_env(roles: &Roles) -> Vec<(String, String)> {
-    let node = hostname();
+fn role_env(roles: &Roles, placement: &Placement) -> Vec<(String, String)> {
     let mut env = Vec::new();
-    for r in roles.declared() {
+    for (i, r) in roles.declared().enumerate() {
         let up = r.name.to_ascii_uppercase();
-        env.push((format!("KML_ROLE_{up}_HOST"), LOCAL_HOST.to_owned()));
-        env.push((format!("KML_ROLE_{up}_NODE"), node.clone()));
+        let node = placement.node(i);
+        env.push((format!("KML_ROLE_{up}_HOST"), node.host));
+        env.push((format!("KML_ROLE_{up}_NODE"), node.name));
         if let Some(ReadyCheck::Port(p)) = r.ready.as_ref().map(|x| &x.check) {
             env.push((format!("KML_ROLE_{up}_PORT"), p.to_string()));
         }
@@ -269,14 +463,18 @@ fn has_line(files: &[PathBuf], text: &str) -> bool {
     })
 }
 
-/// Whether a role is ready now.
-fn is_ready(check: &ReadyCheck, collection: &Path) -> bool {
+/// Whether a role whose address is `host` is ready now.
+fn is_ready(check: &ReadyCheck, collection: &Path, host: &str) -> bool {
     match check {
-        ReadyCheck::Port(p) => TcpStream::connect_timeout(
-            &SocketAddr::from((Ipv4Addr::LOCALHOST, *p)),
-            Duration::from_millis(200),
-        )
-        .is_ok(),
+        ReadyCheck::Port(p) => {
+            let addr = match host.parse::<IpAddr>() {
+                Ok(ip) => Some(SocketAddr::from((ip, *p))),
+                Err(_) => std::net::ToSocketAddrs::to_socket_addrs(&(host, *p))
+                    .ok()
+                    .and_then(|mut a| a.next()),
+            };
+            addr.is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok())
+        }
         ReadyCheck::File(f) => collection.join(f).exists(),
         ReadyCheck::Line(text) => has_line(&output_files(collection), text),
     }
@@ -291,9 +489,13 @@ fn describe(check: &ReadyCheck) -> String {
     }
 }
 
-/// Starts one role's `kernmlops run`, output to `log`.
+/// Starts one role's `kernmlops run` (the role declared `index`-th) where
+/// `placement` puts it, output to `log`.
+#[allow(clippy::too_many_arguments)]
 fn start(
     ctx: &RunContext,
+    placement: &Placement,
+    index: usize,
     role: &Role,
     collection: &Path,
     config: &Path,
@@ -305,19 +507,24 @@ fn start(
         .append(true)
         .open(log)
         .map_err(ExperimentError::io(log))?;
-    let mut cmd = super::executor::collect_command(
-        ctx,
-        &role.benchmark,
-        role.probes.as_deref(),
-        collection,
-        config,
+    let mut cmd = placement.command(
+        index,
+        &role.name,
+        super::executor::collect_command(
+            ctx,
+            &role.benchmark,
+            role.probes.as_deref(),
+            collection,
+            config,
+        ),
     );
     writeln!(
         out,
-        "== role {} {} on {}: {}",
+        "== role {} {} on {} (node {}): {}",
         role.name,
         kernmlops_sys::clock::rfc3339(kernmlops_sys::clock::unix_us()),
         hostname(),
+        placement.node(index).name,
         super::executor::shown(&cmd)
     )
     .map_err(ExperimentError::io(log))?;
@@ -347,20 +554,17 @@ fn start(
     })
 }
 
-/// Sends SIGTERM to every role still running, then waits for them (each
+/// Tells every role still running to stop, then waits for them (each
 /// `kernmlops run` stops its benchmark's cgroup and finishes its manifest);
-/// SIGKILL after [`STOP_GRACE`].
-fn stop_all(running: &mut [Running], tick: &mut dyn FnMut()) {
+/// forced after [`STOP_GRACE`].
+fn stop_all(running: &mut [Running], placement: &Placement, tick: &mut dyn FnMut()) {
     for r in running.iter_mut().rev() {
         if r.exit.is_none() {
             if let Ok(Some(s)) = r.child.try_wait() {
                 r.exit = Some(s);
                 continue;
             }
-            // SAFETY: kill(2) on our own child, not yet waited for.
-            unsafe {
-                libc::kill(r.child.id() as libc::pid_t, libc::SIGTERM);
-            }
+            placement.ask_to_stop(&r.child);
             r.stopped = true;
         }
     }
@@ -379,8 +583,7 @@ fn stop_all(running: &mut [Running], tick: &mut dyn FnMut()) {
         }
         if Instant::now() >= deadline {
             for r in running.iter_mut().filter(|r| r.exit.is_none()) {
-                let _ = r.child.kill();
-                r.exit = r.child.wait().ok();
+                r.exit = placement.force_stop(&mut r.child);
             }
             return;
         }
@@ -408,111 +611,197 @@ pub fn perform(
         &dir.run_pid(run_id),
         format!("{} {}\n", std::process::id(), hostname()).as_bytes(),
     )?;
-    let env = role_env(roles);
-    let mut running: Vec<Running> = Vec::new();
-    let mut failure: Option<String> = None;
-    let mut signalled = false;
-    let paths = |r: &Role| {
-        (
-            run_dir.join(&r.name),
-            dir.root
-                .join("configs")
-                .join(format!("{run_id}.{}.toml", r.name)),
-            logs.join(format!("{run_id}.{}.log", r.name)),
-        )
+    let mut run = Started {
+        ctx,
+        run_id,
+        run_dir,
+        config,
+        roles,
+        placement: Placement::Here { node: hostname() },
+        running: Vec::new(),
+        failure: None,
+        signalled: false,
     };
-    'start: for role in roles.start_order() {
-        let (collection, config_path, log) = paths(role);
-        let text = toml::to_string_pretty(&role_config(config, role)).unwrap_or_default();
-        write_atomic(&config_path, text.as_bytes())?;
-        let child = match start(ctx, role, &collection, &config_path, &log, &env) {
-            Ok(c) => c,
-            Err(e) => {
-                failure = Some(format!("role {}: {e}", role.name));
-                break;
+    match Placement::for_run(ctx, roles) {
+        Ok(p) => run.placement = p,
+        Err(m) => {
+            run.failure = Some(m);
+            if let Some(job_id) = &ctx.slurm_job {
+                run.placement = Placement::Job {
+                    job_id: job_id.clone(),
+                    nodes: Vec::new(),
+                };
             }
+        }
+    }
+    if run.failure.is_none() {
+        run.start_roles(tick)?;
+    }
+    if run.failure.is_none() && !run.signalled {
+        run.wait_for_result(tick)?;
+    }
+    stop_all(&mut run.running, &run.placement, tick);
+    let _ = std::fs::remove_file(dir.run_pid(run_id));
+    let ok = write_manifest(&run)?;
+    Ok(ExitStatus::from_raw(if ok { 0 } else { 1 << 8 }))
+}
+
+/// A run with roles under way.
+struct Started<'a> {
+    ctx: &'a RunContext,
+    run_id: &'a str,
+    run_dir: &'a Path,
+    config: &'a toml::Table,
+    roles: &'a Roles,
+    placement: Placement,
+    running: Vec<Running>,
+    /// Why the run failed (a role not ready, not started).
+    failure: Option<String>,
+    /// Told to stop by a signal.
+    signalled: bool,
+}
+
+impl Started<'_> {
+    /// A role's collection, configuration file and log.
+    fn paths(&self, r: &Role) -> (PathBuf, PathBuf, PathBuf) {
+        let root = &self.ctx.dir.root;
+        (
+            self.run_dir.join(&r.name),
+            root.join("configs")
+                .join(format!("{}.{}.toml", self.run_id, r.name)),
+            root.join("logs")
+                .join(format!("{}.{}.log", self.run_id, r.name)),
+        )
+    }
+
+    /// Starts the roles in start order, each waited for until ready
+    /// before the next; stops at the first that fails.
+    fn start_roles(&mut self, tick: &mut dyn FnMut()) -> Result<()> {
+        let env = role_env(self.roles, &self.placement);
+        let index = |name: &str| self.roles.declared().position(|r| r.name == name);
+        for role in self.roles.start_order() {
+            let i = index(&role.name).unwrap_or_default();
+            let (collection, config_path, log) = self.paths(role);
+            let text = toml::to_string_pretty(&role_config(self.config, role)).unwrap_or_default();
+            write_atomic(&config_path, text.as_bytes())?;
+            let started = start(
+                self.ctx,
+                &self.placement,
+                i,
+                role,
+                &collection,
+                &config_path,
+                &log,
+                &env,
+            );
+            let child = match started {
+                Ok(c) => c,
+                Err(e) => {
+                    self.failure = Some(format!("role {}: {e}", role.name));
+                    return Ok(());
+                }
+            };
+            self.running.push(Running {
+                name: role.name.clone(),
+                child,
+                started: Instant::now(),
+                ready_s: None,
+                exit: None,
+                stopped: false,
+            });
+            let host = self.placement.node(i).host;
+            if !self.wait_until_ready(role, &collection, &host, &log, tick) {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the role just started to be ready; false (with the
+    /// failure or signal noted) when it is not.
+    fn wait_until_ready(
+        &mut self,
+        role: &Role,
+        collection: &Path,
+        host: &str,
+        log: &Path,
+        tick: &mut dyn FnMut(),
+    ) -> bool {
+        let Some(r) = self.running.last_mut() else {
+            return false;
         };
-        running.push(Running {
-            name: role.name.clone(),
-            child,
-            started: Instant::now(),
-            ready_s: None,
-            exit: None,
-            stopped: false,
-        });
         let Some(ready) = &role.ready else {
-            if let Some(r) = running.last_mut() {
-                r.ready_s = Some(0.0);
-            }
-            continue;
+            r.ready_s = Some(0.0);
+            return true;
         };
         let timeout = Duration::from_secs(ready.timeout_s.into());
-        let Some(r) = running.last_mut() else { break };
         loop {
-            if ctx.stop.load(Ordering::Relaxed) {
-                signalled = true;
-                break 'start;
+            if self.ctx.stop.load(Ordering::Relaxed) {
+                self.signalled = true;
+                return false;
             }
-            if is_ready(&ready.check, &collection) {
+            if is_ready(&ready.check, collection, host) {
                 r.ready_s = Some(r.started.elapsed().as_secs_f64());
-                break;
+                return true;
             }
             if let Ok(Some(s)) = r.child.try_wait() {
                 r.exit = Some(s);
-                failure = Some(format!(
+                self.failure = Some(format!(
                     "role {} ended ({s}) before it was ready ({}); see {}",
                     role.name,
                     describe(&ready.check),
                     log.display()
                 ));
-                break 'start;
+                return false;
             }
             if r.started.elapsed() >= timeout {
-                failure = Some(format!(
+                self.failure = Some(format!(
                     "role {} was not ready after {} s ({}); every role was stopped; see {}",
                     role.name,
                     ready.timeout_s,
                     describe(&ready.check),
                     log.display()
                 ));
-                break 'start;
+                return false;
             }
             tick();
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    // The result role's end ends the run.
-    let result_name = roles.result().map(|r| r.name.clone()).unwrap_or_default();
-    if failure.is_none() && !signalled {
-        if let Some(r) = running.iter_mut().find(|r| r.name == result_name) {
-            let mut since: Option<Instant> = None;
-            loop {
-                match r.child.try_wait() {
-                    Ok(Some(s)) => {
-                        r.exit = Some(s);
-                        break;
-                    }
-                    Ok(None) => {}
-                    Err(e) => return Err(ExperimentError::io(run_dir)(e)),
+
+    /// Waits for the result role's end, which ends the run.
+    fn wait_for_result(&mut self, tick: &mut dyn FnMut()) -> Result<()> {
+        let result_name = self
+            .roles
+            .result()
+            .map(|r| r.name.clone())
+            .unwrap_or_default();
+        let Some(r) = self.running.iter_mut().find(|r| r.name == result_name) else {
+            return Ok(());
+        };
+        let mut since: Option<Instant> = None;
+        loop {
+            match r.child.try_wait() {
+                Ok(Some(s)) => {
+                    r.exit = Some(s);
+                    return Ok(());
                 }
-                if ctx.stop.load(Ordering::Relaxed) {
-                    signalled = true;
-                    // It likely got the signal too: a moment to stop by
-                    // itself, then it is stopped with the others.
-                    let at = *since.get_or_insert_with(Instant::now);
-                    if at.elapsed() >= Duration::from_secs(3) {
-                        break;
-                    }
-                }
-                tick();
-                std::thread::sleep(Duration::from_millis(20));
+                Ok(None) => {}
+                Err(e) => return Err(ExperimentError::io(self.run_dir)(e)),
             }
+            if self.ctx.stop.load(Ordering::Relaxed) {
+                self.signalled = true;
+                // It likely got the signal too: a moment to stop by
+                // itself, then it is stopped with the others.
+                let at = *since.get_or_insert_with(Instant::now);
+                if at.elapsed() >= Duration::from_secs(3) {
+                    return Ok(());
+                }
+            }
+            tick();
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
-    stop_all(&mut running, tick);
-    let _ = std::fs::remove_file(dir.run_pid(run_id));
-    let ok = write_manifest(run_dir, roles, &running, failure.as_deref(), signalled)?;
-    Ok(ExitStatus::from_raw(if ok { 0 } else { 1 << 8 }))
 }
 
 fn read_json(path: &Path) -> Option<Json> {
@@ -521,14 +810,9 @@ fn read_json(path: &Path) -> Option<Json> {
 
 /// Writes the run's manifest (and its indicator, the result role's);
 /// whether the run succeeded.
-fn write_manifest(
-    run_dir: &Path,
-    roles: &Roles,
-    running: &[Running],
-    failure: Option<&str>,
-    signalled: bool,
-) -> Result<bool> {
-    let node = hostname();
+fn write_manifest(run: &Started) -> Result<bool> {
+    let (run_dir, roles, running) = (run.run_dir, run.roles, &run.running);
+    let (failure, signalled) = (run.failure.as_deref(), run.signalled);
     let result_role = roles.result().map(|r| r.name.as_str()).unwrap_or_default();
     let mut manifest = match failure {
         None => read_json(&run_dir.join(result_role).join("manifest.json"))
@@ -547,7 +831,8 @@ fn write_manifest(
     }
     let mut tables = serde_json::Map::new();
     let mut described = serde_json::Map::new();
-    for role in roles.declared() {
+    for (i, role) in roles.declared().enumerate() {
+        let node = run.placement.node(i);
         let m = read_json(&run_dir.join(&role.name).join("manifest.json")).unwrap_or(Json::Null);
         for (t, v) in m["tables"].as_object().into_iter().flatten() {
             tables.insert(format!("{}_{t}", role.name), v.clone());
@@ -556,8 +841,8 @@ fn write_manifest(
         described.insert(
             role.name.clone(),
             json!({
-                "node": node,
-                "host": LOCAL_HOST,
+                "node": node.name,
+                "host": node.host,
                 "collection": role.name,
                 "benchmark": role.benchmark,
                 "probes": role.probes,
@@ -573,9 +858,12 @@ fn write_manifest(
     }
     manifest["tables"] = Json::Object(tables);
     manifest["roles"] = Json::Object(described);
-    manifest["executor"] = json!("local");
+    manifest["executor"] = json!(run.placement.executor());
+    if let Placement::Job { job_id, .. } = &run.placement {
+        manifest["slurm_job"] = json!(job_id);
+    }
     if manifest["hostname"].is_null() {
-        manifest["hostname"] = json!(node);
+        manifest["hostname"] = json!(hostname());
     }
     let text = serde_json::to_vec_pretty(&manifest).unwrap_or_default();
     if failure.is_none() {
@@ -643,8 +931,9 @@ mod tests {
 
     #[test]
     fn every_role_learns_every_address() {
+        let here = Placement::Here { node: hostname() };
         let env: std::collections::HashMap<String, String> =
-            role_env(&roles(TWO)).into_iter().collect();
+            role_env(&roles(TWO), &here).into_iter().collect();
         assert_eq!(env["KML_ROLE_SERVER_HOST"], LOCAL_HOST);
         assert_eq!(env["KML_ROLE_SERVER_PORT"], "6379");
         assert_eq!(env["KML_ROLE_CLIENT_HOST"], LOCAL_HOST);
@@ -663,17 +952,66 @@ mod tests {
         // Not the role's log (it names the role and its paths).
         std::fs::write(tmp.join("x.log"), "ready\n").expect("log");
         std::fs::write(tmp.join("sub/benchmark.stdout"), "starting\n").expect("w");
-        assert!(!is_ready(&ReadyCheck::Line("ready".into()), &tmp));
+        assert!(!is_ready(
+            &ReadyCheck::Line("ready".into()),
+            &tmp,
+            LOCAL_HOST
+        ));
         std::fs::write(tmp.join("sub/benchmark.stderr"), "x\nserver ready on 1\n").expect("w");
-        assert!(is_ready(&ReadyCheck::Line("ready on".into()), &tmp));
-        assert!(!is_ready(&ReadyCheck::File("up".into()), &tmp));
+        assert!(is_ready(
+            &ReadyCheck::Line("ready on".into()),
+            &tmp,
+            LOCAL_HOST
+        ));
+        assert!(!is_ready(&ReadyCheck::File("up".into()), &tmp, LOCAL_HOST));
         std::fs::write(tmp.join("up"), "").expect("w");
-        assert!(is_ready(&ReadyCheck::File("up".into()), &tmp));
+        assert!(is_ready(&ReadyCheck::File("up".into()), &tmp, LOCAL_HOST));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        assert!(is_ready(&ReadyCheck::Port(port), &tmp));
+        assert!(is_ready(&ReadyCheck::Port(port), &tmp, LOCAL_HOST));
+        assert!(is_ready(&ReadyCheck::Port(port), &tmp, "localhost"));
+        assert!(!is_ready(
+            &ReadyCheck::Port(port),
+            &tmp,
+            "no-such-host.invalid"
+        ));
         drop(listener);
-        assert!(!is_ready(&ReadyCheck::Port(port), &tmp));
+        assert!(!is_ready(&ReadyCheck::Port(port), &tmp, LOCAL_HOST));
         let _ = std::fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn in_a_slurm_job_each_role_is_a_step_on_its_own_node() {
+        let job = Placement::Job {
+            job_id: "7".into(),
+            nodes: vec![
+                Node {
+                    name: "kml-n1".into(),
+                    host: "10.0.0.1".into(),
+                },
+                Node {
+                    name: "kml-n2".into(),
+                    host: "10.0.0.2".into(),
+                },
+            ],
+        };
+        let env: std::collections::HashMap<String, String> =
+            role_env(&roles(TWO), &job).into_iter().collect();
+        assert_eq!(env["KML_ROLE_SERVER_HOST"], "10.0.0.1");
+        assert_eq!(env["KML_ROLE_SERVER_NODE"], "kml-n1");
+        assert_eq!(env["KML_ROLE_CLIENT_HOST"], "10.0.0.2");
+        assert_eq!(env["KML_ROLE_CLIENT_NODE"], "kml-n2");
+        let mut cmd = Command::new("/bin/kernmlops");
+        cmd.args(["run", "--benchmark", "script"]);
+        let step = job.command(1, "client", cmd);
+        assert_eq!(
+            crate::executor::shown(&step),
+            "srun --disable-status --nodes=1 --ntasks=1 --relative=1 --job-name=kml-role-client --export=ALL /bin/kernmlops run --benchmark script"
+        );
+        assert_eq!(job.executor(), "slurm");
+        let here = Placement::Here { node: "h".into() };
+        let same = here.command(0, "server", Command::new("/bin/true"));
+        assert_eq!(crate::executor::shown(&same), "/bin/true");
+        assert_eq!(here.node(0).host, LOCAL_HOST);
     }
 }

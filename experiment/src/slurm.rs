@@ -2,7 +2,10 @@
 //!
 //! [`SlurmExecutor`] submits the runs it is given as one Slurm job array
 //! (several when the cluster's `MaxArraySize` is smaller), one task per
-//! run, each on a whole node (`--exclusive`), and returns at once. A task
+//! run, each on a whole node (`--exclusive`), or on as many whole nodes as
+//! the run has roles (`--nodes=N`: the task's `experiment exec` starts
+//! each role as a job step on a node of its own, `roles_run::Placement`),
+//! and returns at once. A task
 //! carries out its run with `kernmlops experiment exec DIR RUN_ID`, which
 //! checks the node's `kernmlops` binary and plugins against the experiment
 //! first. The array index maps to a run id through the submission's own
@@ -84,11 +87,11 @@ impl SlurmOptions {
     }
 
     /// The sbatch options every submission of an experiment shares, after
-    /// `--array`.
-    fn args(&self) -> Vec<String> {
+    /// `--array`: each task (a run) on `nodes` whole nodes, one per role.
+    fn args(&self, nodes: usize) -> Vec<String> {
         let mut args = vec![
-            "--nodes=1".to_owned(),
-            "--ntasks=1".to_owned(),
+            format!("--nodes={nodes}"),
+            format!("--ntasks={nodes}"),
             "--exclusive".to_owned(),
         ];
         if let Some(p) = &self.partition {
@@ -188,21 +191,22 @@ impl SlurmExecutor {
     /// these options (`--test-only`: nothing is submitted), so a missing
     /// Slurm, an unknown partition or a bad option is one error before
     /// anything is written.
-    pub fn preflight(&self, runs: usize) -> Result<()> {
+    pub fn preflight(&self, runs: &[PlannedRun]) -> Result<()> {
         self.options.check()?;
-        let size = runs.clamp(1, max_array_size());
+        let nodes = nodes_per_run(runs);
+        let size = runs.len().clamp(1, max_array_size());
         let mut args = vec![
             "--test-only".to_owned(),
             "--job-name=kernmlops-check".to_owned(),
             format!("--array=0-{}", size - 1),
             "--output=/dev/null".to_owned(),
         ];
-        args.extend(self.options.args());
+        args.extend(self.options.args(nodes));
         args.push("--wrap=true".to_owned());
         let out = tool("sbatch", &args, SUBMIT_TIMEOUT)?;
         if !out.success {
             // The user's own options, which are what to fix.
-            let mut given: Vec<String> = self.options.args().split_off(3);
+            let mut given: Vec<String> = self.options.args(nodes).split_off(3);
             given.insert(0, "sbatch".into());
             return Err(ExperimentError::SlurmRefused(format!(
                 "{}: {}",
@@ -219,7 +223,7 @@ impl SlurmExecutor {
         &self,
         ctx: &RunContext,
         root: &Path,
-        runs: &[&PlannedRun],
+        runs: &[PlannedRun],
         binary_sha256: &str,
     ) -> Result<Submission> {
         let dir = ExpDir::new(root);
@@ -245,7 +249,7 @@ impl SlurmExecutor {
             "--open-mode=append".to_owned(),
             format!("--chdir={}", root.display()),
         ];
-        args.extend(self.options.args());
+        args.extend(self.options.args(nodes_per_run(runs)));
         args.push(script.display().to_string());
         let out = tool("sbatch", &args, SUBMIT_TIMEOUT);
         let refused = |message: String| {
@@ -387,8 +391,7 @@ impl Executor for SlurmExecutor {
         let size = max_array_size();
         let mut submitted: Vec<Submission> = Vec::new();
         for chunk in runs.chunks(size) {
-            let chunk: Vec<&PlannedRun> = chunk.iter().collect();
-            match self.submit(ctx, &root, &chunk, &binary_sha256) {
+            match self.submit(ctx, &root, chunk, &binary_sha256) {
                 Ok(sub) => submitted.push(sub),
                 Err(e) => {
                     // All or nothing: take back the arrays already submitted.
@@ -417,6 +420,20 @@ impl Executor for SlurmExecutor {
             runs: runs.len(),
         })
     }
+}
+
+/// The nodes each run needs: one per role (the most roles of any run), one
+/// for a run without roles.
+fn nodes_per_run(runs: &[PlannedRun]) -> usize {
+    runs.iter()
+        .filter_map(|r| match super::spec::json_to_toml(&r.config) {
+            Some(toml::Value::Table(config)) => super::roles_run::of(&config),
+            _ => None,
+        })
+        .filter_map(|roles| roles.ok().map(|r| r.len()))
+        .max()
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// A name for the jobs: the experiment folder's, in characters every shell
@@ -946,7 +963,7 @@ mod tests {
         let err = opts(None, None, &["account=lab"]).check().expect_err("arg");
         assert!(err.to_string().contains("--sbatch-arg"), "{err}");
         assert_eq!(
-            opts(Some("p"), Some("5"), &["--qos=x"]).args(),
+            opts(Some("p"), Some("5"), &["--qos=x"]).args(1),
             [
                 "--nodes=1",
                 "--ntasks=1",

@@ -8,180 +8,16 @@
 //! error line each against it, with nothing submitted or written.
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
 use kernmlops_e2e::*;
 
-/// Clusters made by this test process so far (each gets its own ports and
-/// /24).
-static CLUSTERS: AtomicU32 = AtomicU32::new(0);
-
-/// Where and on what a cluster of `scripts/slurm-local` lives: a folder,
-/// ports and a /24 of this test process's own.
-struct Place {
-    dir: PathBuf,
-    port: u32,
-    net: String,
-}
-
-impl Place {
-    fn new() -> Self {
-        let pid = std::process::id();
-        let k = CLUSTERS.fetch_add(1, Ordering::SeqCst);
-        Self {
-            dir: PathBuf::from(format!("/run/kml-slurm-local-e2e-{pid}-{k}")),
-            port: 26000 + (pid % 1500) * 4 + (k % 2) * 2,
-            net: format!("10.201.{}", 1 + (pid + k) % 250),
-        }
-    }
-
-    fn script(&self, args: &[&str]) -> Output {
-        self.script_command(args)
-            .output()
-            .expect("running scripts/slurm-local")
-    }
-
-    fn script_command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(workspace_root().join("scripts/slurm-local"));
-        cmd.args(args)
-            .env("KERNMLOPS_SLURM_DIR", &self.dir)
-            .env("KERNMLOPS_SLURM_PORT", self.port.to_string())
-            .env("KERNMLOPS_SLURM_NET", &self.net);
-        cmd
-    }
-
-    fn conf(&self) -> PathBuf {
-        self.dir.join("slurm.conf")
-    }
-
-    /// What of this place exists: network namespaces and links named
-    /// after its port, its folder, and processes whose command line names
-    /// the folder (the daemons are started with paths inside it).
-    fn leftovers(&self) -> Vec<String> {
-        let tag = format!("kml{}", self.port);
-        let mut left = Vec::new();
-        let netns = Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .expect("ip netns list");
-        left.extend(
-            text(&netns.stdout)
-                .lines()
-                .filter(|l| l.starts_with(&format!("{tag}-")))
-                .map(|l| format!("netns {l}")),
-        );
-        let links = Command::new("ip")
-            .args(["-o", "link", "show"])
-            .output()
-            .expect("ip link");
-        left.extend(
-            text(&links.stdout)
-                .lines()
-                .filter_map(|l| l.split(": ").nth(1))
-                .filter(|name| name.starts_with(&tag))
-                .map(|name| format!("link {name}")),
-        );
-        if self.dir.exists() {
-            left.push(format!("folder {}", self.dir.display()));
-        }
-        let needle = self.dir.to_string_lossy().into_owned();
-        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !name.bytes().all(|b| b.is_ascii_digit()) || name == std::process::id().to_string() {
-                continue;
-            }
-            if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
-                let cmdline = text(&cmdline).replace('\0', " ");
-                if cmdline.contains(&needle) {
-                    left.push(format!("process {name}: {cmdline}"));
-                }
-            }
-        }
-        left
-    }
-}
-
-/// A cluster of `nodes` nodes, taken down (its jobs cancelled, daemons
-/// stopped, namespaces, bridge, veths and folder removed) when dropped,
-/// also when the test fails.
-struct Cluster {
-    place: Place,
-}
-
-impl Cluster {
-    fn up(nodes: u32) -> Self {
-        let place = Place::new();
-        let out = place.script(&["up", "--nodes", &nodes.to_string()]);
-        let cluster = Self { place };
-        assert!(
-            out.status.success(),
-            "scripts/slurm-local up --nodes {nodes} failed:\n{}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        cluster
-    }
-
-    /// A Slurm client command against this cluster, for at most 120 s.
-    fn tool(&self, program: &str, args: &[&str]) -> Output {
-        Command::new("timeout")
-            .arg("120")
-            .arg(program)
-            .args(args)
-            .env("SLURM_CONF", self.place.conf())
-            .output()
-            .unwrap_or_else(|e| panic!("running {program}: {e}"))
-    }
-
-    fn ok(&self, program: &str, args: &[&str]) -> String {
-        let out = self.tool(program, args);
-        assert!(
-            out.status.success(),
-            "{program} {args:?}: {}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        text(&out.stdout)
-    }
-
-    /// Jobs the controller has queued or running.
-    fn active_jobs(&self) -> Vec<String> {
-        self.ok("squeue", &["--noheader", "--format=%i"])
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let out = self.place.script(&["down"]);
-        if !out.status.success() {
-            eprintln!("scripts/slurm-local down failed:\n{}", text(&out.stderr));
-        }
-        if !std::thread::panicking() {
-            assert_eq!(self.place.leftovers(), Vec::<String>::new(), "left behind");
-        }
-    }
-}
-
-fn require(test: &str) -> bool {
-    require_root(test)
-        && require_tool(test, "sbatch")
-        && require_tool(test, "srun")
-        && require_tool(test, "slurmctld")
-        && require_tool(test, "munged")
-        && require_tool(test, "ip")
-        && require_tool(test, "unshare")
-        && require_tool(test, "nsenter")
-        && require_tool(test, "python3")
-}
+#[path = "support/slurm_cluster.rs"]
+mod slurm_cluster;
+use slurm_cluster::{require, Cluster, Place};
 
 fn host_name() -> String {
     let out = Command::new("hostname")
@@ -526,11 +362,6 @@ fn root_slurm_local_bad_role_files_are_one_error_line_each_with_nothing_submitte
             "three_roles",
             format!("{server}{client}[roles.monitor]\nbenchmark = \"stress_ng\"\n"),
             "roles: 3 roles (server, client, monitor) need 3 nodes, but partition debug has 2",
-        ),
-        (
-            "two_roles",
-            format!("{server}{client}"),
-            "roles: 2 roles checked (start order server, client), but Slurm does not run roles yet: use --executor local",
         ),
     ];
     for (name, body, needle) in &cases {
