@@ -292,7 +292,7 @@ pub fn run(
     if let Some(b) = bench.as_mut() {
         in_cgroup(&mut guard, || b.setup(&mut record))?;
     }
-    startup::mark("manifest written");
+    startup::mark("manifest written, benchmark set up");
     // Before the probes load, so their programs' statistics cover the run.
     let meter = overhead::CostMeter::start();
     let attach_start = Instant::now();
