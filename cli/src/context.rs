@@ -1,6 +1,6 @@
 //! What every command starts from: the trust policy, the configuration
 //! (defaults, then --config FILE or ./overrides.toml), the plugin folder
-//! and its registry.
+//! and its registry (for a run, only the plugins it needs).
 
 use std::{
     path::{Path, PathBuf},
@@ -10,7 +10,8 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 use kernmlops::{
     config::Config,
-    plugin::Registry,
+    plugin::{Needed, Registry},
+    power::Selection,
     trust::{self, Policy},
 };
 
@@ -40,6 +41,7 @@ impl Context {
         allow_insecure_plugins: bool,
         resolve_commands: bool,
     ) -> Result<Self> {
+        kernmlops::collect::startup::mark("start");
         let _ = TRUST.set(Policy::for_this_process(allow_insecure_plugins));
         // A run that died left its machine changes recorded: undo them first.
         // SAFETY: geteuid has no preconditions.
@@ -48,7 +50,9 @@ impl Context {
                 eprintln!("warning: {}", trust::printable(line.as_bytes()));
             }
         }
+        kernmlops::collect::startup::mark("abandoned runs undone");
         let cfg = load_config(config_flag, resolve_commands)?;
+        kernmlops::collect::startup::mark("configuration read");
         Ok(Self { cfg, plugin_flag })
     }
 
@@ -59,7 +63,40 @@ impl Context {
 
     /// Loads the plugin folder (see [`load_registry`]).
     pub(crate) fn registry(&self) -> Result<Registry> {
-        load_registry(&self.cfg, self.plugin_flag.as_deref())
+        load_registry(&self.cfg, self.plugin_flag.as_deref(), &Needed::All)
+    }
+
+    /// Loads the plugins a `kernmlops run` of `probes` needs: those
+    /// offering its probes and every probe configured in `[probes.*]`, and
+    /// every third-party plugin; the whole folder when the run has a
+    /// benchmark, records power or configures benchmarks or power sources
+    /// (their plugins are not named after them). Also starts describing the
+    /// machine for the run's `system_info`, while the plugins load.
+    pub(crate) fn run_registry(
+        &self,
+        probes: &[String],
+        benchmark: bool,
+        power_flag: Option<&[String]>,
+    ) -> Result<Registry> {
+        let power = power_flag.map_or_else(|| self.cfg.power.sources.clone(), <[String]>::to_vec);
+        let power_off = Selection::parse(&power).is_ok_and(|s| s.is_off());
+        let needed = if benchmark
+            || !power_off
+            || !self.cfg.benchmarks.is_empty()
+            || !self.cfg.power.settings.is_empty()
+        {
+            Needed::All
+        } else {
+            Needed::Probes(
+                probes
+                    .iter()
+                    .cloned()
+                    .chain(self.cfg.probes.keys().cloned())
+                    .collect(),
+            )
+        };
+        kernmlops::collect::startup::describe_system_early();
+        load_registry(&self.cfg, self.plugin_flag.as_deref(), &needed)
     }
 
     /// Runs the rules of every configured probe and benchmark, and of those
@@ -161,7 +198,7 @@ fn plugin_dir(cfg: &Config, flag: Option<&Path>) -> Result<PathBuf> {
 
 /// Loads the plugin folder; prints its warnings (and, once, that trust
 /// checks are off) on stderr.
-fn load_registry(cfg: &Config, flag: Option<&Path>) -> Result<Registry> {
+fn load_registry(cfg: &Config, flag: Option<&Path>, needed: &Needed) -> Result<Registry> {
     let policy = trust_policy();
     if policy.allow_insecure {
         static WARNED: Once = Once::new();
@@ -172,7 +209,7 @@ fn load_registry(cfg: &Config, flag: Option<&Path>) -> Result<Registry> {
         });
     }
     let dir = plugin_dir(cfg, flag)?;
-    let reg = Registry::load_dir_with(&dir, policy).with_context(|| {
+    let reg = Registry::load_dir_for(&dir, policy, needed).with_context(|| {
         format!(
             "reading plugin folder {}",
             trust::printable(dir.as_os_str().as_encoded_bytes())

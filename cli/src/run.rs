@@ -30,7 +30,11 @@ use crate::{
 /// `kernmlops run`.
 pub(crate) fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
     let flags = Flags::resolve(&ctx.cfg, &args)?;
-    let registry = ctx.registry()?;
+    let registry = ctx.run_registry(
+        &flags.probes,
+        args.benchmark.is_some(),
+        args.power.as_deref(),
+    )?;
     trace_flags::check(&ctx.cfg, &registry, &args)?;
     let cfg = trace_flags::apply(&ctx.cfg, &args);
     let settings = Settings::check(&cfg, &registry, &flags.probes, &args)?;

@@ -20,6 +20,10 @@
 //! 2`), the plugin is loaded from the checked descriptor itself, with a
 //! warning.
 //!
+//! A command that needs only some probes ([`Needed::Probes`]) does not open
+//! the files of in-tree plugins it does not need: a `kernmlops run` loads
+//! its probes' plugins and every third-party file, not the whole folder.
+//!
 //! The copy's descriptor and the library are never closed: the root module
 //! and everything it hands out refer into the library, and glibc recognises
 //! an already-loaded library by that `/proc/self/fd/N` name, so the number
@@ -952,6 +956,55 @@ fn one_line(e: &dyn fmt::Display) -> String {
     single_line(&e.to_string(), 300)
 }
 
+/// Set (to anything) in the environment, every plugin of the folder is
+/// loaded whatever the command needs, as before plugins were left out: for
+/// the `footprint` benchmark's before-and-after comparison.
+pub const LOAD_EVERY_PLUGIN_ENV: &str = "KERNMLOPS_LOAD_EVERY_PLUGIN";
+
+/// Which plugins of a folder a command needs loaded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Needed {
+    /// Every plugin: listings, checks, benchmarks, power sources and graphs
+    /// (which are not named after their plugins).
+    #[default]
+    All,
+    /// The plugins offering these probes. A file named after an in-tree
+    /// plugin (`<name>.so`, as `cargo xtask build-plugins` installs it)
+    /// offers at most the probe of that name (the e2e test
+    /// `every_in_tree_plugin_offers_only_its_own_probe` holds it to that),
+    /// so one naming none of them is not opened; every other file is.
+    /// Should the plugins loaded not offer every probe named, the other
+    /// files are loaded too.
+    Probes(BTreeSet<String>),
+}
+
+impl Needed {
+    /// Whether the file `file_name` (`<stem>.so`) may offer something
+    /// needed, so has to be loaded.
+    pub fn may_offer(&self, file_name: &[u8]) -> bool {
+        let Self::Probes(probes) = self else {
+            return true;
+        };
+        let stem = file_name.strip_suffix(b".so").unwrap_or(file_name);
+        match std::str::from_utf8(stem) {
+            Ok(stem) => !IN_TREE_PLUGINS.contains(&stem) || probes.contains(stem),
+            Err(_) => true,
+        }
+    }
+
+    /// Whether `plugins` offer every probe needed.
+    fn offered_by(&self, plugins: &[Plugin]) -> bool {
+        let Self::Probes(probes) = self else {
+            return true;
+        };
+        probes.iter().all(|name| {
+            plugins
+                .iter()
+                .any(|p| p.probes.iter().any(|d| d.name.as_str() == name))
+        })
+    }
+}
+
 /// Every plugin found in a directory: those loaded and those refused.
 #[derive(Debug, Default)]
 pub struct Registry {
@@ -965,6 +1018,9 @@ pub struct Registry {
     /// `--allow-insecure-plugins`: ownership and permission problems were
     /// warnings, not refusals. Recorded in the run's manifest.
     pub allow_insecure: bool,
+    /// Files of the folder left unopened: in-tree plugins the command did
+    /// not need ([`Registry::load_dir_for`]).
+    pub skipped: Vec<PathBuf>,
 }
 
 impl Registry {
@@ -981,6 +1037,14 @@ impl Registry {
     /// table, probe, benchmark, graph) are refused as [`Conflict`] says,
     /// whatever their file names.
     pub fn load_dir_with(dir: &Path, policy: &Policy) -> io::Result<Self> {
+        Self::load_dir_for(dir, policy, &Needed::All)
+    }
+
+    /// [`Registry::load_dir_with`] for a command that needs only some
+    /// plugins (see [`Needed`]): the files left out are never opened, and
+    /// listed in [`Registry::skipped`]. Conflicts are settled among the
+    /// plugins loaded.
+    pub fn load_dir_for(dir: &Path, policy: &Policy, needed: &Needed) -> io::Result<Self> {
         let mut reg = Self {
             dir: dir.to_owned(),
             allow_insecure: policy.allow_insecure,
@@ -1003,6 +1067,34 @@ impl Registry {
                 .filter(|n| n.as_bytes().ends_with(b".so"))
                 .collect();
         names.sort();
+        let every = std::env::var_os(LOAD_EVERY_PLUGIN_ENV).is_some();
+        let (first, rest): (Vec<OsString>, Vec<OsString>) = names
+            .into_iter()
+            .partition(|n| every || needed.may_offer(n.as_bytes()));
+        let mut candidates = reg.load_files(dir, &folder, &first, policy);
+        if !rest.is_empty() && !needed.offered_by(&candidates) {
+            // A name none of the plugins loaded offers: it may be in any
+            // other file (a third-party plugin under an in-tree name), and
+            // an error lists every name available.
+            candidates.extend(reg.load_files(dir, &folder, &rest, policy));
+            candidates.sort_by(|a, b| a.path.cmp(&b.path));
+        } else {
+            reg.skipped = rest.iter().map(|n| dir.join(n)).collect();
+        }
+        crate::collect::startup::mark("plugins opened");
+        reg.settle_conflicts(candidates);
+        Ok(reg)
+    }
+
+    /// Checks, copies and opens the files `names` of `folder` (the folder
+    /// `dir`), in name order; refusals and warnings go to the registry.
+    fn load_files(
+        &mut self,
+        dir: &Path,
+        folder: &File,
+        names: &[OsString],
+        policy: &Policy,
+    ) -> Vec<Plugin> {
         // Checking and copying each file is most of the time a start-up
         // takes; it runs on a few threads, the files shared out in turn.
         // Loading the copies (the libraries' code runs) stays on this
@@ -1014,7 +1106,6 @@ impl Registry {
         let prepared: Vec<(PathBuf, Prepared)> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
                 .map(|t| {
-                    let (names, folder) = (&names, &folder);
                     scope.spawn(move || {
                         names
                             .iter()
@@ -1035,25 +1126,25 @@ impl Registry {
             all.sort_by_key(|(i, _)| *i);
             all.into_iter().map(|(_, p)| p).collect()
         });
+        crate::collect::startup::mark("plugin files checked and copied");
         let mut candidates = Vec::new();
         for (path, outcome) in prepared {
             match outcome {
-                Prepared::Skipped(warning) => reg.warnings.push(warning),
+                Prepared::Skipped(warning) => self.warnings.push(warning),
                 Prepared::Failed(e, warnings) => {
-                    reg.warnings.extend(warnings);
-                    reg.failures.push((path, e));
+                    self.warnings.extend(warnings);
+                    self.failures.push((path, e));
                 }
                 Prepared::Ready(file, warnings) => {
-                    reg.warnings.extend(warnings);
+                    self.warnings.extend(warnings);
                     match Plugin::from_prepared(file, &path) {
                         Ok(p) => candidates.push(p),
-                        Err(e) => reg.failures.push((path, e)),
+                        Err(e) => self.failures.push((path, e)),
                     }
                 }
             }
         }
-        reg.settle_conflicts(candidates);
-        Ok(reg)
+        candidates
     }
 
     /// Keeps the candidates that claim no name another one claims; see
@@ -1422,6 +1513,29 @@ mod tests {
         assert_eq!(
             found, IN_TREE_PLUGINS,
             "plugin::IN_TREE_PLUGINS must list every plugins/<name> (the plugin name is the crate name)"
+        );
+    }
+
+    #[test]
+    fn a_run_of_named_probes_opens_their_in_tree_files_and_every_other_file() {
+        if !IN_TREE_PLUGINS.contains(&"quanta_runtime") || !IN_TREE_PLUGINS.contains(&"workloads") {
+            eprintln!("SKIP: not a checkout");
+            return;
+        }
+        let needed = Needed::Probes(BTreeSet::from(["quanta_runtime".to_owned()]));
+        for (file, opened) in [
+            ("quanta_runtime.so", true),
+            ("workloads.so", false),
+            ("my_probe.so", true),
+            ("quanta_runtime_copy.so", true),
+            ("workloads", false),
+        ] {
+            assert_eq!(needed.may_offer(file.as_bytes()), opened, "{file}");
+            assert!(Needed::All.may_offer(file.as_bytes()), "{file}");
+        }
+        assert!(
+            needed.may_offer(b"\xff.so"),
+            "a name that is not UTF-8 is opened"
         );
     }
 

@@ -224,10 +224,16 @@ pub struct Finished {
 impl Collector {
     /// Starts `kernmlops run ARGS` and waits until its probes are attached.
     pub fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(kernmlops_bin())
-            .arg("run")
-            .args(args)
-            .current_dir(workspace_root())
+        let mut cmd = Command::new(kernmlops_bin());
+        cmd.arg("run").args(args).current_dir(workspace_root());
+        Self::spawn(cmd)
+    }
+
+    /// Starts `cmd` (a `kernmlops run` command, its environment and
+    /// folder as the caller set them) and waits until its probes are
+    /// attached.
+    pub fn spawn(mut cmd: Command) -> Self {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -172,3 +172,124 @@ fn root_a_probe_failing_among_parallel_starts_is_named_and_nothing_stays_attache
         "no program, link or map of a started probe is left"
     );
 }
+
+/// The plugin files a process has mapped: the names of its sealed copies,
+/// `/memfd:kernmlops:<file> (deleted)` in its maps.
+fn mapped_plugin_files(pid: u32) -> std::collections::BTreeSet<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("reading its maps");
+    maps.lines()
+        .filter_map(|l| l.split_once("/memfd:kernmlops:").map(|(_, rest)| rest))
+        .map(|rest| rest.trim_end_matches(" (deleted)").to_owned())
+        .collect()
+}
+
+/// A run naming one probe maps the sealed copy of that probe's plugin and
+/// of every third-party plugin, and of no other in-tree plugin; with
+/// `KERNMLOPS_LOAD_EVERY_PLUGIN` (as before) it maps every one, so the
+/// test can tell.
+#[test]
+fn root_a_run_naming_one_probe_opens_no_unrelated_in_tree_plugin() {
+    if !require_root("root_a_run_naming_one_probe_opens_no_unrelated_in_tree_plugin") {
+        return;
+    }
+    let _serial = serial();
+    let plugins = all_plugins_dir("one-probe");
+    std::fs::copy(built_so("fixture_hang"), plugins.join("third_party.so")).expect("copying");
+    let output = temp_dir("one-probe-out");
+    let every: std::collections::BTreeSet<String> = std::fs::read_dir(&plugins)
+        .expect("reading the plugin folder")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(every.len() > 10, "every plugin is there: {every:?}");
+    let mapped = |load_every: bool| {
+        let mut cmd = std::process::Command::new(kernmlops_bin());
+        cmd.args(["run", "--plugin-dir", plugins.to_str().expect("utf8")])
+            .args(["--plugins", "memory_usage", "--duration", "60s", "--output"])
+            .arg(&output)
+            .current_dir(&output);
+        if load_every {
+            cmd.env(kernmlops::plugin::LOAD_EVERY_PLUGIN_ENV, "1");
+        } else {
+            cmd.env_remove(kernmlops::plugin::LOAD_EVERY_PLUGIN_ENV);
+        }
+        let collector = Collector::spawn(cmd);
+        let files = mapped_plugin_files(collector.pid());
+        let finished = collector.signal_and_wait(libc::SIGINT);
+        assert!(
+            finished.status.success(),
+            "the run ends well:\n{}",
+            finished.stderr
+        );
+        files
+    };
+    let wanted: std::collections::BTreeSet<String> = ["memory_usage.so", "third_party.so"]
+        .map(String::from)
+        .into();
+    assert_eq!(
+        mapped(false),
+        wanted,
+        "only the named probe's plugin and the third-party one are opened"
+    );
+    assert_eq!(mapped(true), every, "as before, every plugin is opened");
+}
+
+/// Every in-tree plugin offers at most the probe named after it: a run
+/// leaves out the files of in-tree plugins whose names it does not ask
+/// for (`plugin::Needed`), so this must hold.
+#[test]
+fn every_in_tree_plugin_offers_only_its_own_probe() {
+    let plugins = all_plugins_dir("own-probe");
+    let registry = Registry::load_dir(&plugins).expect("loading the plugins");
+    assert!(registry.failures.is_empty(), "{:?}", registry.failures);
+    assert_eq!(registry.plugins.len(), plugin_packages().len());
+    for p in &registry.plugins {
+        assert!(p.is_in_tree(), "{} ships with kernmlops", p.name());
+        let probes: Vec<&str> = p.probes.iter().map(|d| d.name.as_str()).collect();
+        assert!(
+            probes.is_empty() || probes == [p.name()],
+            "in-tree plugin {} offers probes {probes:?}: only one named after it may be offered, \
+             or a run naming them would not load it (see plugin::Needed)",
+            p.name()
+        );
+        let file = p.path.file_name().expect("a file").to_string_lossy();
+        assert_eq!(file, format!("{}.so", p.name()), "installed under its name");
+    }
+}
+
+/// Loading for named probes leaves out in-tree files that cannot offer
+/// them; a probe none of the files loaded offers (here, a third-party
+/// plugin installed under an in-tree plugin's file name) makes the rest
+/// load too.
+#[test]
+fn loading_for_named_probes_skips_in_tree_files_and_falls_back_to_all() {
+    use kernmlops::{plugin::Needed, trust::Policy};
+    let plugins = plugin_dir(
+        "needed",
+        &[
+            ("memory_usage", "memory_usage"),
+            ("procfs", "procfs"),
+            ("fixture_hang", "workloads"),
+        ],
+    );
+    let policy = Policy::default();
+    let load = |probe: &str| {
+        let needed = Needed::Probes([probe.to_owned()].into());
+        Registry::load_dir_for(&plugins, &policy, &needed).expect("loading")
+    };
+    let only = load("memory_usage");
+    let names: Vec<&str> = only.plugins.iter().map(|p| p.name()).collect();
+    assert_eq!(names, ["memory_usage"], "{:?}", only.failures);
+    assert_eq!(
+        only.skipped,
+        [plugins.join("procfs.so"), plugins.join("workloads.so")]
+    );
+    let all = load("starts_slowly_a");
+    assert!(all.skipped.is_empty(), "{:?}", all.skipped);
+    assert!(
+        all.find_probe("starts_slowly_a").is_some(),
+        "found in workloads.so: {:?}",
+        all.failures
+    );
+    assert_eq!(all.plugins.len(), 3, "{:?}", all.failures);
+}

@@ -1,23 +1,31 @@
 //! The collector's footprint, as a new user meets it: time from process
-//! start to "collecting" with every probe plugin attached (also with
-//! `procfs`, `cpu_time` and a `trace` of ten tracepoints; probes starting in
-//! parallel, and one after another as before, `KERNMLOPS_SERIAL_START`, the
-//! two interleaved in one run), the wall time of
-//! a `--duration 1ms` run of the default probes, peak RSS of the default
-//! probes and of every probe under `perf bench sched pipe`, the size of
-//! each installed plugin, and the kernel cost per event of each BPF program
-//! under that load (from the run's own `collector_overhead`).
+//! start to "collecting" for (a) the default probes and (b) every probe
+//! plugin with `procfs`, `cpu_time` and a `trace` of ten tracepoints, each
+//! as now (only the plugins a run names are opened) and as before (every
+//! plugin of the folder, `KERNMLOPS_LOAD_EVERY_PLUGIN`), interleaved in one
+//! run, with the median of each start-up step's wall and CPU time
+//! (`KERNMLOPS_STARTUP_TIMES`) and the machine's load average; every probe
+//! plugin starting in parallel and one after another
+//! (`KERNMLOPS_SERIAL_START`); the wall time of a `--duration 1ms` run of
+//! the default probes, peak RSS of the default probes and of every probe
+//! under `perf bench sched pipe`, the size of each installed plugin, and
+//! the kernel cost per event of each BPF program under that load (from the
+//! run's own `collector_overhead`).
 //!
 //! Needs root and `cargo xtask build-plugins`:
 //! `cargo run --release -p kernmlops-benchmarks --bin footprint -- [RUNS]`
+//! (RUNS, at least 10 by default, start-ups of each kind).
 
 use std::{
+    collections::BTreeMap,
+    io::BufRead as _,
     path::Path,
     process::{Command, Stdio},
     time::Instant,
 };
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
+use kernmlops::{collect::startup, plugin::LOAD_EVERY_PLUGIN_ENV};
 use kernmlops_benchmarks::{median, release_host, run_checked, sched_pipe, workspace, Collecting};
 
 /// Every probe plugin this repository ships.
@@ -27,35 +35,127 @@ const DEFAULT_PROBES: &str = "quanta_runtime,process_trace";
 /// Ten tracepoints for the `trace` probe, as a configuration file.
 const TEN_EVENTS: &str = "[probes.trace]\nevents = [\"sched:sched_switch\", \"sched:sched_wakeup\", \"sched:sched_process_fork\", \"block:block_rq_issue\", \"block:block_rq_complete\", \"kmem:mm_page_alloc\", \"writeback:writeback_dirty_folio\", \"net:net_dev_xmit\", \"net:netif_receive_skb\", \"syscalls:sys_enter_write\"]\n";
 
-/// Milliseconds from spawning `kernmlops run` to its "collecting" line;
-/// `serial`: probes start one after another.
-fn startup_ms(bin: &Path, out: &Path, probes: &str, serial: bool) -> Result<f64> {
-    startup_ms_with(bin, out, probes, serial, None)
+/// How a start-up is made.
+#[derive(Clone, Copy)]
+struct Mode {
+    /// Probes start one after another.
+    serial: bool,
+    /// Every plugin of the folder is opened, as before.
+    every_plugin: bool,
 }
 
-/// [`startup_ms`] with a configuration file.
-fn startup_ms_with(
+const NOW: Mode = Mode {
+    serial: false,
+    every_plugin: false,
+};
+
+/// One start-up: milliseconds from spawning `kernmlops run` to its
+/// "collecting" line, and each step's (wall, CPU) milliseconds.
+struct Startup {
+    ms: f64,
+    steps: Vec<(String, f64, f64)>,
+}
+
+/// Starts `kernmlops run --plugins PROBES --duration 1ms` (with `config`)
+/// and times it to its "collecting" line.
+fn startup(
     bin: &Path,
     out: &Path,
     probes: &str,
-    serial: bool,
+    mode: Mode,
     config: Option<&Path>,
-) -> Result<f64> {
+) -> Result<Startup> {
     let mut run = Command::new(bin);
     if let Some(c) = config {
         run.arg("--config").arg(c);
     }
     run.args(["run", "--plugins", probes, "--duration", "1ms", "--output"])
-        .arg(out);
-    if serial {
-        run.env(kernmlops::collect::SERIAL_START_ENV, "1");
-    } else {
-        run.env_remove(kernmlops::collect::SERIAL_START_ENV);
+        .arg(out)
+        .env(startup::TIMES_ENV, "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (var, on) in [
+        (kernmlops::collect::SERIAL_START_ENV, mode.serial),
+        (LOAD_EVERY_PLUGIN_ENV, mode.every_plugin),
+    ] {
+        if on {
+            run.env(var, "1");
+        } else {
+            run.env_remove(var);
+        }
     }
-    let collecting = Collecting::start(run)?;
-    let ms = collecting.startup.as_secs_f64() * 1e3;
-    collecting.wait()?;
-    Ok(ms)
+    let began = Instant::now();
+    let mut child = run.spawn().context("starting kernmlops")?;
+    let stderr = std::io::BufReader::new(child.stderr.take().context("stderr")?);
+    let (mut ms, mut steps) = (None, Vec::new());
+    // Read to the end (the run lasts 1 ms), so its pipe never fills.
+    for line in stderr.lines() {
+        let line = line?;
+        if line.starts_with("collecting ") && ms.is_none() {
+            ms = Some(began.elapsed().as_secs_f64() * 1e3);
+        }
+        steps.extend(startup::parse_line(&line));
+    }
+    let status = child.wait()?;
+    anyhow::ensure!(status.success(), "kernmlops run {probes} failed ({status})");
+    let ms = ms.context("kernmlops never said it was collecting")?;
+    Ok(Startup { ms, steps })
+}
+
+/// Start-ups of one kind: the medians of the total and of each step.
+#[derive(Default)]
+struct Series {
+    ms: Vec<f64>,
+    steps: BTreeMap<String, (Vec<f64>, Vec<f64>)>,
+    /// Step names in the order the first start-up printed them.
+    order: Vec<String>,
+}
+
+impl Series {
+    fn push(&mut self, s: Startup) {
+        self.ms.push(s.ms);
+        for (step, wall, cpu) in s.steps {
+            if !self.steps.contains_key(&step) {
+                self.order.push(step.clone());
+            }
+            let e = self.steps.entry(step).or_default();
+            e.0.push(wall);
+            e.1.push(cpu);
+        }
+    }
+
+    fn median_ms(&mut self) -> f64 {
+        median(&mut self.ms)
+    }
+
+    /// `{"ms_median", "ms", "steps": [[step, wall median, cpu median], ...]}`.
+    fn report(&mut self) -> serde_json::Value {
+        let round = |v: f64| (v * 10.0).round() / 10.0;
+        let order = self.order.clone();
+        let steps: Vec<serde_json::Value> = order
+            .iter()
+            .filter_map(|step| {
+                let (wall, cpu) = self.steps.get_mut(step)?;
+                Some(serde_json::json!([
+                    step,
+                    round(median(wall)),
+                    round(median(cpu))
+                ]))
+            })
+            .collect();
+        serde_json::json!({
+            "ms_median": self.median_ms().round(),
+            "ms": self.ms.iter().map(|v| v.round()).collect::<Vec<_>>(),
+            "steps_wall_cpu_ms_median": steps,
+        })
+    }
+}
+
+/// The load averages over 1, 5 and 15 minutes.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 /// Wall seconds of a whole `kernmlops run --duration 1ms`.
@@ -88,7 +188,7 @@ fn main() -> Result<()> {
         .nth(1)
         .map(|a| a.parse())
         .transpose()?
-        .unwrap_or(5);
+        .unwrap_or(10);
     let bin = release_host()?;
     let plugins = workspace().join("plugins");
     let out = std::env::temp_dir().join(format!("kml-footprint-{}", std::process::id()));
@@ -104,25 +204,46 @@ fn main() -> Result<()> {
         }
     }
 
-    let (mut all_start, mut default_start, mut short) = (vec![], vec![], vec![]);
-    let mut all_serial = vec![];
-    let mut all_trace = vec![];
     let ten = out.join("ten-events.toml");
     std::fs::write(&ten, TEN_EVENTS)?;
     let all_and_trace = format!("{ALL_PROBES},procfs,cpu_time,trace");
+    let before = Mode {
+        every_plugin: true,
+        ..NOW
+    };
+    let serial = Mode {
+        serial: true,
+        ..NOW
+    };
+    let load_before = load_average();
+    let (mut default_now, mut default_before) = (Series::default(), Series::default());
+    let (mut trace_now, mut trace_before) = (Series::default(), Series::default());
+    let (mut all_parallel, mut all_serial) = (Series::default(), Series::default());
+    let mut short = vec![];
     for _ in 0..runs {
-        all_trace.push(startup_ms_with(
-            &bin,
-            &out,
-            &all_and_trace,
-            false,
-            Some(&ten),
-        )?);
-        all_start.push(startup_ms(&bin, &out, ALL_PROBES, false)?);
-        all_serial.push(startup_ms(&bin, &out, ALL_PROBES, true)?);
-        default_start.push(startup_ms(&bin, &out, DEFAULT_PROBES, false)?);
+        default_now.push(startup(&bin, &out, DEFAULT_PROBES, NOW, None)?);
+        default_before.push(startup(&bin, &out, DEFAULT_PROBES, before, None)?);
+        trace_now.push(startup(&bin, &out, &all_and_trace, NOW, Some(&ten))?);
+        trace_before.push(startup(&bin, &out, &all_and_trace, before, Some(&ten))?);
+        all_parallel.push(startup(&bin, &out, ALL_PROBES, NOW, None)?);
+        all_serial.push(startup(&bin, &out, ALL_PROBES, serial, None)?);
         short.push(short_run_s(&bin, &out, DEFAULT_PROBES)? * 1e3);
     }
+    let load_after = load_average();
+    let ratio = |now: &mut Series, before: &mut Series| {
+        (now.median_ms() / before.median_ms() * 100.0).round() / 100.0
+    };
+    let startup_report = serde_json::json!({
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "default_probes": default_now.report(),
+        "default_probes_every_plugin_opened": default_before.report(),
+        "default_probes_now_over_before": ratio(&mut default_now, &mut default_before),
+        "every_probe_and_ten_event_trace": trace_now.report(),
+        "every_probe_and_ten_event_trace_every_plugin_opened": trace_before.report(),
+        "every_probe_and_ten_event_trace_now_over_before": ratio(&mut trace_now, &mut trace_before),
+        "all_probes_parallel_over_one_after_another": ratio(&mut all_parallel, &mut all_serial),
+    });
     let loaded_default = under_load(&bin, &out, DEFAULT_PROBES, 200_000)?;
     let loaded_all = under_load(&bin, &out, ALL_PROBES, 200_000)?;
     let overhead = |m: &serde_json::Value| m["collector_overhead"].clone();
@@ -137,13 +258,11 @@ fn main() -> Result<()> {
             "benchmark": "footprint",
             "runs": runs,
             "plugin_kib": sizes,
-            "startup_all_probes_ms_median": median(&mut all_start).round(),
-            "startup_every_probe_and_ten_event_trace_ms_median": median(&mut all_trace).round(),
-            "startup_every_probe_and_ten_event_trace_ms": all_trace,
-            "startup_all_probes_one_after_another_ms_median": median(&mut all_serial).round(),
-            "startup_all_probes_parallel_over_one_after_another":
-                (median(&mut all_start) / median(&mut all_serial) * 100.0).round() / 100.0,
-            "startup_default_probes_ms_median": median(&mut default_start).round(),
+            "startup": startup_report,
+            "startup_default_probes_ms_median": default_now.median_ms().round(),
+            "startup_every_probe_and_ten_event_trace_ms_median": trace_now.median_ms().round(),
+            "startup_all_probes_ms_median": all_parallel.median_ms().round(),
+            "startup_all_probes_one_after_another_ms_median": all_serial.median_ms().round(),
             "run_1ms_default_probes_wall_ms_median": median(&mut short).round(),
             "peak_rss_mib_default_probes_under_pipe": rss_mib(&loaded_default),
             "peak_rss_mib_all_probes_under_pipe": rss_mib(&loaded_all),

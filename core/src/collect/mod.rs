@@ -13,6 +13,7 @@
 //! - [`bench`]: the benchmark's lifecycle and its result;
 //! - [`record`]: the manifest, kept true at every step;
 //! - [`status`]: the live status line;
+//! - [`startup`]: start-up timings (`KERNMLOPS_STARTUP_TIMES`);
 //! - [`check`] and [`repair`]: `kernmlops check` and `kernmlops repair`.
 
 mod bench;
@@ -22,6 +23,7 @@ mod drain;
 mod overhead;
 mod record;
 mod repair;
+pub mod startup;
 mod status;
 
 use std::{
@@ -209,6 +211,7 @@ pub fn run(
     opts: &RunOptions,
     stop: Arc<AtomicBool>,
 ) -> Result<Summary, RunError> {
+    startup::mark("run checked");
     let selected = registry
         .resolve(&opts.probes)
         .map_err(RunError::Selection)?;
@@ -256,7 +259,10 @@ pub fn run(
         bench = BenchmarkRun::create(registry, opts, &created.dir)?;
     }
     let dir = created.dir.clone();
-    let sys = SystemInfo::gather();
+    startup::mark("collection folder created");
+    // Described while the plugins loaded, unless knobs were set since.
+    let sys = startup::system_info(opts.knobs.is_empty());
+    startup::mark("system described");
     // What spoils measurements, said once per run (never refused).
     for w in sys.state.warnings() {
         eprintln!("warning: {w}");
@@ -275,15 +281,26 @@ pub fn run(
     // while this run writes it.
     record.lock = Some(created.lock);
     record.write()?;
-    // Written first, so a killed run has it too.
-    write_system_info(&mut record, &sys, &collection_id)?;
+    // Written before anything is collected, so a killed run has it too:
+    // before a benchmark's setup, or else while the probes load.
+    let mut system_info_due = Some(&sys);
+    if bench.is_some() {
+        write_system_info(&mut record, &sys, &collection_id)?;
+        system_info_due = None;
+    }
 
     if let Some(b) = bench.as_mut() {
         in_cgroup(&mut guard, || b.setup(&mut record))?;
     }
+    startup::mark("manifest written, benchmark set up");
     // Before the probes load, so their programs' statistics cover the run.
     let meter = overhead::CostMeter::start();
     let attach_start = Instant::now();
+    let starts = Starts::launch(&selected, opts);
+    if let Some(sys) = system_info_due {
+        write_system_info(&mut record, sys, &collection_id)?;
+        startup::mark("system_info written");
+    }
     let setup = SinkSetup {
         dir: &dir,
         collection_id: &collection_id,
@@ -293,8 +310,9 @@ pub fn run(
         deadline: opts.duration.map(|d| Instant::now() + d),
         plugin_timeout: opts.plugin_timeout(),
     };
-    let running = start_probes(&selected, opts, &setup, &stop, &mut record);
+    let running = start_probes(&selected, starts, opts, &setup, &stop, &mut record);
     let attach_ms = attach_start.elapsed().as_secs_f64() * 1e3;
+    startup::mark("probes started");
     if let Err(e) = record.write() {
         setup.failure.report(e.to_string());
         stop.store(true, Ordering::SeqCst);
@@ -318,6 +336,7 @@ pub fn run(
         started.map_err(|e| eprintln!("error: power: {e}")).ok()
     });
     record.man.power = power.as_ref().map(|p| p.manifest.clone());
+    startup::mark("collecting");
     announce(&running, &dir, attach_ms, bench.as_ref(), opts.duration);
     if let Some(b) = bench.as_mut().filter(|_| !stop.load(Ordering::SeqCst)) {
         if !in_cgroup(&mut guard, || b.launch(&mut record)) {
@@ -519,6 +538,7 @@ fn in_cgroup<T>(guard: &mut Option<RunGuard>, f: impl FnOnce() -> T) -> T {
 /// `--strict` the first failure stops the run.
 fn start_probes(
     selected: &[(&Plugin, &ProbeDecl)],
+    starts: Starts,
     opts: &RunOptions,
     setup: &SinkSetup<'_>,
     stop: &Arc<AtomicBool>,
@@ -527,8 +547,7 @@ fn start_probes(
     let mut running: Vec<RunningProbe> = Vec::new();
     // Tables of this run, by name, with the probe writing each.
     let mut table_owner: BTreeMap<String, String> = BTreeMap::new();
-    let starts = start_watched(selected, opts);
-    for ((plugin, decl), (started, attach_ms)) in selected.iter().zip(starts) {
+    for ((plugin, decl), (started, attach_ms)) in selected.iter().zip(starts.results()) {
         let name = decl.name.to_string();
         let mut notes = Vec::new();
         let outcome = started.and_then(|probe| {
@@ -570,68 +589,112 @@ pub const SERIAL_START_ENV: &str = "KERNMLOPS_SERIAL_START";
 /// What one probe's start gave, and how long it took in milliseconds.
 type Started = (Result<kernmlops_plugin_api::ProbeBox, String>, f64);
 
-/// Starts the selected probes in parallel, each on a thread of its own,
-/// and takes their results in the order given. A start that has not
-/// returned within the plugin timeout is given up: that probe fails to
-/// start, its thread is left behind, and a probe it hands back later is
-/// freed at once.
-fn start_watched(selected: &[(&Plugin, &ProbeDecl)], opts: &RunOptions) -> Vec<Started> {
-    if std::env::var_os(SERIAL_START_ENV).is_some() {
-        return selected
-            .iter()
-            .map(|one| start_within(std::slice::from_ref(one), opts).remove(0))
-            .collect();
-    }
-    start_within(selected, opts)
+/// The selected probes' starts, under way: each on a thread of its own,
+/// launched at once, their results taken later in the order given. A
+/// start that has not returned within the plugin timeout is given up: that
+/// probe fails to start, its thread is left behind, and a probe it hands
+/// back later is freed at once.
+enum Starts {
+    /// Started in parallel, all within one plugin timeout.
+    Parallel {
+        rx: std::sync::mpsc::Receiver<(usize, Result<kernmlops_plugin_api::ProbeBox, String>, f64)>,
+        /// `Some` for a start that could not be launched.
+        starts: Vec<Option<Started>>,
+        t0: Instant,
+        limit: Duration,
+    },
+    /// Not launched: made one after another when the results are taken
+    /// (`KERNMLOPS_SERIAL_START`).
+    Serial(Vec<Started>),
 }
 
-/// Starts `selected` in parallel, all within one plugin timeout.
-fn start_within(selected: &[(&Plugin, &ProbeDecl)], opts: &RunOptions) -> Vec<Started> {
-    let limit = opts.plugin_timeout();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let t0 = Instant::now();
-    let mut starts: Vec<Option<Started>> = Vec::new();
-    for (i, (plugin, decl)) in selected.iter().enumerate() {
-        let name = decl.name.to_string();
-        let args = start_args(&name, opts, &opts.probe_config);
-        let starter = plugin.starter();
-        let tx = tx.clone();
-        let spawned = thread::Builder::new()
-            .name(format!("kml-start-{name}"))
-            .spawn(move || {
-                let t = Instant::now();
-                let started = starter.start_probe(&name, &args).map_err(|e| e.to_string());
-                // Too late: the run gave it up, so it is dropped (stopped)
-                // here, on this thread.
-                let _ = tx.send((i, started, t.elapsed().as_secs_f64() * 1e3));
-            });
-        starts.push(match spawned {
-            Ok(_) => None,
-            Err(e) => Some((Err(format!("starting its thread: {e}")), 0.0)),
-        });
+impl Starts {
+    /// Launches the starts of `selected` (with [`SERIAL_START_ENV`], makes
+    /// them one after another, each within the plugin timeout).
+    fn launch(selected: &[(&Plugin, &ProbeDecl)], opts: &RunOptions) -> Self {
+        if std::env::var_os(SERIAL_START_ENV).is_some() {
+            return Self::Serial(
+                selected
+                    .iter()
+                    .flat_map(|one| Self::parallel(std::slice::from_ref(one), opts).results())
+                    .collect(),
+            );
+        }
+        Self::parallel(selected, opts)
     }
-    drop(tx);
-    while starts.iter().any(Option::is_none) {
-        let left = (t0 + limit).saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((i, started, ms)) => starts[i] = Some((started, ms)),
-            Err(_) => break,
+
+    /// Launches every start of `selected` on a thread of its own.
+    fn parallel(selected: &[(&Plugin, &ProbeDecl)], opts: &RunOptions) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t0 = Instant::now();
+        let mut starts: Vec<Option<Started>> = Vec::new();
+        for (i, (plugin, decl)) in selected.iter().enumerate() {
+            let name = decl.name.to_string();
+            let args = start_args(&name, opts, &opts.probe_config);
+            let starter = plugin.starter();
+            let tx = tx.clone();
+            let spawned = thread::Builder::new()
+                .name(format!("kml-start-{name}"))
+                .spawn(move || {
+                    let t = Instant::now();
+                    let cpu = startup::cpu_ms(libc::RUSAGE_THREAD);
+                    let started = starter.start_probe(&name, &args).map_err(|e| e.to_string());
+                    let (wall, cpu) = (
+                        t.elapsed().as_secs_f64() * 1e3,
+                        startup::cpu_ms(libc::RUSAGE_THREAD) - cpu,
+                    );
+                    startup::probe_started(&name, wall, cpu);
+                    // Too late: the run gave it up, so it is dropped
+                    // (stopped) here, on this thread.
+                    let _ = tx.send((i, started, wall));
+                });
+            starts.push(match spawned {
+                Ok(_) => None,
+                Err(e) => Some((Err(format!("starting its thread: {e}")), 0.0)),
+            });
+        }
+        Self::Parallel {
+            rx,
+            starts,
+            t0,
+            limit: opts.plugin_timeout(),
         }
     }
-    let waited_ms = t0.elapsed().as_secs_f64() * 1e3;
-    starts
-        .into_iter()
-        .map(|s| {
-            s.unwrap_or_else(|| {
-                let why = drain::overdue_message(
-                    drain::PluginCall::Start,
-                    Duration::from_secs_f64(waited_ms / 1e3),
-                    limit,
-                );
-                (Err(why), waited_ms)
+
+    /// Each start's result, in the order given, waiting at most until the
+    /// plugin timeout after the launch.
+    fn results(self) -> Vec<Started> {
+        let (rx, mut starts, t0, limit) = match self {
+            Self::Serial(done) => return done,
+            Self::Parallel {
+                rx,
+                starts,
+                t0,
+                limit,
+            } => (rx, starts, t0, limit),
+        };
+        while starts.iter().any(Option::is_none) {
+            let left = (t0 + limit).saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((i, started, ms)) => starts[i] = Some((started, ms)),
+                Err(_) => break,
+            }
+        }
+        let waited_ms = t0.elapsed().as_secs_f64() * 1e3;
+        starts
+            .into_iter()
+            .map(|s| {
+                s.unwrap_or_else(|| {
+                    let why = drain::overdue_message(
+                        drain::PluginCall::Start,
+                        Duration::from_secs_f64(waited_ms / 1e3),
+                        limit,
+                    );
+                    (Err(why), waited_ms)
+                })
             })
-        })
-        .collect()
+            .collect()
+    }
 }
 
 /// The line saying what is collected where, for how long.
