@@ -140,7 +140,9 @@ impl RunConfig {
         registry: &Registry,
         args: &RunArgs,
     ) -> Result<Self> {
-        registry.resolve(&collect.plugins).map_err(anyhow::Error::msg)?;
+        registry
+            .resolve(&collect.plugins)
+            .map_err(anyhow::Error::msg)?;
         let probes = cfg.probe_settings(registry.config_defaults())?;
         let benchmarks = cfg.benchmark_settings(registry.benchmark_defaults())?;
         if let Some(b) = &args.benchmark {
@@ -149,8 +151,7 @@ impl RunConfig {
         cfg.check_component_rules(registry, &collect.plugins, args.benchmark.as_slice())?;
         let declared = kernmlops::power::registry::PowerSources::of(registry).defaults();
         let power = PowerConfig {
-            settings: cfg
-                .power_settings(declared.iter().map(|(n, t)| (n.as_str(), t.as_str())))?,
+            settings: cfg.power_settings(declared.iter().map(|(n, t)| (n.as_str(), t.as_str())))?,
             ..cfg.power.clone()
         };
         let power_options = PowerOptions::new(

@@ -14,8 +14,8 @@
 use std::{collections::BTreeMap, path::Path, str::FromStr, time::Duration};
 
 use kernmlops_plugin_sdk::settings as sdk_settings;
-pub use kernmlops_sys::duration::HumanDuration;
 use kernmlops_sys::duration::DurationError;
+pub use kernmlops_sys::duration::HumanDuration;
 use serde::{Deserialize, Serialize};
 
 use crate::plugin::{Plugin, Registry};
@@ -1138,9 +1138,7 @@ pub fn ring_bytes(s: &str) -> Result<u64, ValueError> {
     }
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let value: u64 = num
-        .parse()
-        .map_err(|_| ValueError::NotASize(s.into()))?;
+    let value: u64 = num.parse().map_err(|_| ValueError::NotASize(s.into()))?;
     let scale: u64 = match unit.trim() {
         "" | "B" => 1,
         "K" | "KiB" | "k" => 1 << 10,
@@ -1185,8 +1183,13 @@ mod tests {
         let back: toml::Table = toml::from_str(&generated).expect("TOML");
         let collect = back["collect"].clone().try_into::<CollectConfig>();
         assert_eq!(collect.expect("[collect]"), CollectConfig::default());
-        let power = back["power"].clone().try_into::<crate::power::PowerConfig>();
-        assert_eq!(power.expect("[power]"), crate::power::PowerConfig::default());
+        let power = back["power"]
+            .clone()
+            .try_into::<crate::power::PowerConfig>();
+        assert_eq!(
+            power.expect("[power]"),
+            crate::power::PowerConfig::default()
+        );
     }
 
     #[test]
@@ -1242,7 +1245,8 @@ mod tests {
             let e = Config::from_text("mine.toml", text.as_bytes()).expect_err(body);
             assert_eq!(e.to_string(), message, "{body}");
         }
-        let e = Config::from_text("mine.toml", b"[power]\ninterval = \"1ms\"\n").expect_err("power");
+        let e =
+            Config::from_text("mine.toml", b"[power]\ninterval = \"1ms\"\n").expect_err("power");
         assert_eq!(
             e.to_string(),
             "mine.toml: power.interval: \"1ms\" is shorter than the minimum, 10ms"
@@ -1491,7 +1495,10 @@ mod tests {
             let e = Config::from_text("mine.toml", body.as_bytes())
                 .expect_err(body)
                 .to_string();
-            assert!(e.starts_with("mine.toml: ") && e.contains(needle), "{body}: {e}");
+            assert!(
+                e.starts_with("mine.toml: ") && e.contains(needle),
+                "{body}: {e}"
+            );
         }
         assert_eq!(
             interval("1ms", MIN_DRAIN_INTERVAL),
