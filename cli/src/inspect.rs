@@ -95,12 +95,12 @@ pub(crate) fn check(ctx: &Context, probes: Vec<String>) -> Result<ExitCode> {
     if let Err(e) = preflight::ensure_tracefs() {
         eprintln!("warning: {e}");
     }
-    let ring = config::ring_bytes(&cfg.collect.ring_size).map_err(anyhow::Error::msg)?;
+    let ring = cfg.collect.ring_size.bytes();
     let mut ok = reg.failures.is_empty();
     for (path, e) in &reg.failures {
         kernmlops::outln!("FAIL {}: {e}", path.display());
     }
-    let limit = config::plugin_timeout(&cfg.collect.plugin_timeout).map_err(anyhow::Error::msg)?;
+    let limit = cfg.collect.plugin_timeout.get();
     for r in collect::check_within(&reg, &probes, ring, &settings, limit)? {
         match r.outcome {
             Ok(ms) => kernmlops::outln!(
@@ -152,7 +152,7 @@ pub(crate) fn config(ctx: &Context, what: ConfigCommand) -> Result<ExitCode> {
     );
     match what {
         ConfigCommand::Defaults => {
-            kernmlops::out!("{}", config::DEFAULTS_TOML);
+            kernmlops::out!("{}", config::defaults_file());
             match &registry {
                 None => kernmlops::outln!(
                     "\n# (no plugin folder found: probe and benchmark settings are not listed)"

@@ -1,5 +1,6 @@
 //! `kernmlops run`: the run's flags resolved against the configuration in
-//! one place, its components' settings checked, one collection, and its
+//! one place into a typed [`RunConfig`] (what the manifest records,
+//! serialised), its components' settings checked, one collection, and its
 //! summary.
 
 use std::{
@@ -7,19 +8,19 @@ use std::{
     path::{Path, PathBuf},
     process::ExitCode,
     sync::{atomic::AtomicBool, Arc},
-    time::Duration,
 };
 
 use anyhow::{bail, Context as _, Result};
 use kernmlops::{
     collect::{self, Filter, RunOptions, Summary},
-    config::{self, Config},
+    config::{self, CollectConfig, Config},
     plugin::Registry,
-    power::PowerOptions,
+    power::{PowerConfig, PowerOptions},
     preflight,
     sink::FlushPolicy,
     trust,
 };
+use serde::Serialize;
 
 use crate::{
     args::RunArgs,
@@ -29,15 +30,15 @@ use crate::{
 
 /// `kernmlops run`.
 pub(crate) fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
-    let flags = Flags::resolve(&ctx.cfg, &args)?;
+    let collect = collect_for_run(&ctx.cfg.collect, &args)?;
     let registry = ctx.run_registry(
-        &flags.probes,
+        &collect.plugins,
         args.benchmark.is_some(),
         args.power.as_deref(),
     )?;
     trace_flags::check(&ctx.cfg, &registry, &args)?;
     let cfg = trace_flags::apply(&ctx.cfg, &args);
-    let settings = Settings::check(&cfg, &registry, &flags.probes, &args)?;
+    let options = RunConfig::resolve(&cfg, collect, &registry, &args)?;
     report_refused(&registry);
     preflight::require_bpf_privileges("run").map_err(anyhow::Error::msg)?;
     preflight::require_btf().map_err(anyhow::Error::msg)?;
@@ -45,7 +46,7 @@ pub(crate) fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
         eprintln!("warning: {e}");
     }
     let stop = install_signals()?;
-    let opts = run_options(&cfg, &args, flags, settings)?;
+    let opts = options.run_options(&cfg, &args)?;
     let summary = collect::run(&registry, &opts, stop)?;
     print_summary(&summary);
     if args.graphs {
@@ -62,111 +63,166 @@ pub(crate) fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
     }
 }
 
-/// The run's low-level flags over `[collect]`, each as given (what the
-/// manifest records) and parsed, checked before any plugin is loaded.
-struct Flags {
-    duration_text: String,
-    duration: Duration,
-    ring_text: String,
-    ring_bytes: u64,
-    flush_text: String,
-    flush_interval: Duration,
-    drain_interval: Duration,
-    plugin_timeout: Duration,
-    /// The probes to run: none for a baseline, else the flag's or
-    /// `collect.plugins`.
-    probes: Vec<String>,
-}
-
-impl Flags {
-    fn resolve(cfg: &Config, args: &RunArgs) -> Result<Self> {
-        let c = &cfg.collect;
-        let duration_text = args.duration.clone().unwrap_or_else(|| c.duration.clone());
-        let duration = config::parse_duration(&duration_text)
-            .map_err(anyhow::Error::msg)
-            .context("--duration")?;
-        let ring_text = args
-            .ring_size
-            .clone()
-            .unwrap_or_else(|| c.ring_size.clone());
-        let ring_bytes = config::ring_bytes(&ring_text)
-            .map_err(anyhow::Error::msg)
-            .context("--ring-size")?;
-        let flush_text = args
-            .flush_interval
-            .clone()
-            .unwrap_or_else(|| c.flush_interval.clone());
-        let flush_interval = config::interval(&flush_text, config::MIN_FLUSH_INTERVAL)
-            .map_err(anyhow::Error::msg)
-            .context("--flush-interval")?;
-        let drain_interval = config::interval(&c.drain_interval, config::MIN_DRAIN_INTERVAL)
-            .map_err(anyhow::Error::msg)
-            .context("collect.drain_interval")?;
-        let plugin_timeout = config::plugin_timeout(&c.plugin_timeout)
-            .map_err(anyhow::Error::msg)
-            .context("collect.plugin_timeout")?;
-        for (what, path) in [
-            ("--output", args.output.as_deref()),
-            ("--collection-dir", args.collection_dir.as_deref()),
-            ("collect.output", Some(Path::new(&c.output))),
-        ] {
-            check_printable_path(what, path)?;
-        }
-        if let Some(tgid) = args.tgid {
-            preflight::check_task("--tgid", tgid, false)?;
-        }
-        if let Some(pid) = args.pid {
-            preflight::check_task("--pid", pid, true)?;
-        }
-        let mut probes = if args.baseline {
-            Vec::new()
-        } else if args.plugins.is_empty() {
-            c.plugins.clone()
-        } else {
-            args.plugins.clone()
-        };
-        if trace_flags::given(args) && !probes.iter().any(|p| p == trace_flags::TRACE_PROBE) {
-            probes.push(trace_flags::TRACE_PROBE.to_owned());
-        }
-        Ok(Self {
-            duration_text,
-            duration,
-            ring_text,
-            ring_bytes,
-            flush_text,
-            flush_interval,
-            drain_interval,
-            plugin_timeout,
-            probes,
-        })
+/// `[collect]` as this run uses it: `--duration`, `--ring-size` and
+/// `--flush-interval` over the configuration's, each parsed as its typed
+/// setting, and `plugins` the probes to run (none for a baseline, else
+/// the flag's or the configuration's, with `trace` when trace flags are
+/// given). The flags' folders, task ids and values are checked here,
+/// before any plugin is loaded.
+fn collect_for_run(configured: &CollectConfig, args: &RunArgs) -> Result<CollectConfig> {
+    let mut c = configured.clone();
+    if let Some(text) = &args.duration {
+        c.duration = text.parse().context("--duration")?;
     }
+    if let Some(text) = &args.ring_size {
+        c.ring_size = text.parse().context("--ring-size")?;
+    }
+    if let Some(text) = &args.flush_interval {
+        c.flush_interval = text.parse().context("--flush-interval")?;
+    }
+    for (what, path) in [
+        ("--output", args.output.as_deref()),
+        ("--collection-dir", args.collection_dir.as_deref()),
+        ("collect.output", Some(Path::new(&c.output))),
+    ] {
+        check_printable_path(what, path)?;
+    }
+    if let Some(tgid) = args.tgid {
+        preflight::check_task("--tgid", tgid, false)?;
+    }
+    if let Some(pid) = args.pid {
+        preflight::check_task("--pid", pid, true)?;
+    }
+    if args.baseline {
+        c.plugins.clear();
+    } else if !args.plugins.is_empty() {
+        c.plugins.clone_from(&args.plugins);
+    }
+    if trace_flags::given(args) && !c.plugins.iter().any(|p| p == trace_flags::TRACE_PROBE) {
+        c.plugins.push(trace_flags::TRACE_PROBE.to_owned());
+    }
+    Ok(c)
 }
 
-/// The settings of the run's components, checked against what the
-/// plugins declare and against their own rules.
-struct Settings {
+/// What a run is asked to do, typed and resolved in one place: `[collect]`
+/// with the flags over it, every component's settings checked against
+/// what the plugins declare and their own rules, `[power]` with each
+/// source's settings, the knobs and the filter flags. Serialised, it is the
+/// configuration the manifest records; the collection's options are read
+/// from it ([`RunConfig::run_options`]).
+#[derive(Serialize)]
+struct RunConfig {
+    collect: CollectConfig,
     probes: BTreeMap<String, serde_json::Value>,
     benchmarks: BTreeMap<String, serde_json::Value>,
-    power: PowerOptions,
-    /// The power sources' settings, as the manifest records them.
-    power_settings: serde_json::Value,
+    /// `[power]` as configured, its `settings` every source's merged
+    /// settings (what `--power` and `--power-interval` make of it is in
+    /// `power_options`).
+    power: PowerConfig,
+    #[serde(skip_serializing_if = "toml::Table::is_empty")]
+    machine: toml::Table,
+    /// Where the user's settings came from.
+    config_file: String,
+    filter: FilterFlags,
+    #[serde(skip)]
+    power_options: PowerOptions,
 }
 
-impl Settings {
-    fn check(cfg: &Config, registry: &Registry, probes: &[String], args: &RunArgs) -> Result<Self> {
-        registry.resolve(probes).map_err(anyhow::Error::msg)?;
-        let settings = cfg.probe_settings(registry.config_defaults())?;
-        let bench_settings = cfg.benchmark_settings(registry.benchmark_defaults())?;
+/// The filter flags as the manifest records them.
+#[derive(Serialize)]
+struct FilterFlags {
+    tgid: Option<u32>,
+    pid: Option<u32>,
+    cgroup: Option<String>,
+    cgroup_descendants: bool,
+}
+
+impl RunConfig {
+    fn resolve(
+        cfg: &Config,
+        collect: CollectConfig,
+        registry: &Registry,
+        args: &RunArgs,
+    ) -> Result<Self> {
+        registry
+            .resolve(&collect.plugins)
+            .map_err(anyhow::Error::msg)?;
+        let probes = cfg.probe_settings(registry.config_defaults())?;
+        let benchmarks = cfg.benchmark_settings(registry.benchmark_defaults())?;
         if let Some(b) = &args.benchmark {
             registry.find_benchmark(b).map_err(anyhow::Error::msg)?;
         }
-        cfg.check_component_rules(registry, probes, args.benchmark.as_slice())?;
-        let (power, power_settings) = power_options(cfg, registry, args)?;
+        cfg.check_component_rules(registry, &collect.plugins, args.benchmark.as_slice())?;
+        let declared = kernmlops::power::registry::PowerSources::of(registry).defaults();
+        let power = PowerConfig {
+            settings: cfg.power_settings(declared.iter().map(|(n, t)| (n.as_str(), t.as_str())))?,
+            ..cfg.power.clone()
+        };
+        let power_options = PowerOptions::new(
+            &power,
+            args.power.as_deref(),
+            args.power_interval.as_deref(),
+            Config::settings_json(&power.settings),
+        )?;
         Ok(Self {
-            probes: Config::settings_json(&settings),
-            benchmarks: Config::settings_json(&bench_settings),
+            collect,
+            probes: Config::settings_json(&probes),
+            benchmarks: Config::settings_json(&benchmarks),
             power,
-            power_settings,
+            machine: cfg.machine.clone(),
+            config_file: cfg.source.clone(),
+            filter: FilterFlags {
+                tgid: args.tgid,
+                pid: args.pid,
+                cgroup: args.cgroup.as_ref().map(|p| p.display().to_string()),
+                cgroup_descendants: args.cgroup.is_some() && !args.cgroup_exact,
+            },
+            power_options,
+        })
+    }
+
+    /// The one value the collection runs from, with this value serialised
+    /// as its recorded configuration.
+    fn run_options(self, cfg: &Config, args: &RunArgs) -> Result<RunOptions> {
+        let config = serde_json::to_value(&self).context("recording the configuration")?;
+        let c = self.collect;
+        let duration = c.duration.get();
+        Ok(RunOptions {
+            output: args
+                .output
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(&c.output)),
+            probes: c.plugins,
+            collection_dir: args.collection_dir.clone(),
+            duration: (!duration.is_zero()).then_some(duration),
+            ring_bytes: c.ring_size.bytes(),
+            drain_interval: c.drain_interval.get(),
+            flush: FlushPolicy {
+                interval: c.flush_interval.get(),
+                rows: c.flush_rows,
+            },
+            strict: args.strict || c.strict,
+            filter: Filter {
+                tgid: args.tgid.unwrap_or(0),
+                pid: args.pid.unwrap_or(0),
+                cgroup_id: match &args.cgroup {
+                    Some(path) => kernmlops_sys::cgroup::cgroup_id(path)
+                        .map_err(|e| anyhow::anyhow!("--cgroup {e}"))?,
+                    None => 0,
+                },
+                cgroup_descendants: !args.cgroup_exact,
+            },
+            include_self: args.include_self,
+            probe_config: self.probes,
+            benchmark: args.benchmark.clone(),
+            // The host sets the THP mode (a knob); the benchmark leaves it be.
+            benchmark_config: config::strip_host_settings(self.benchmarks),
+            config,
+            command: std::env::args().collect(),
+            state_dir: None,
+            power: self.power_options,
+            plugin_timeout: c.plugin_timeout.get(),
+            knobs: cfg.knobs_for(args.benchmark.as_deref())?,
         })
     }
 }
@@ -183,80 +239,6 @@ fn install_signals() -> Result<Arc<AtomicBool>> {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
     }
     Ok(stop)
-}
-
-/// The configuration the manifest records: the merged configuration with
-/// the flags that overrode it and every component's checked settings.
-fn recorded_config(
-    cfg: &Config,
-    args: &RunArgs,
-    flags: &Flags,
-    settings: &Settings,
-) -> Result<serde_json::Value> {
-    let mut config_value = serde_json::to_value(cfg).context("recording the configuration")?;
-    config_value["collect"]["plugins"] = serde_json::json!(flags.probes);
-    config_value["collect"]["duration"] = serde_json::json!(flags.duration_text);
-    config_value["collect"]["ring_size"] = serde_json::json!(flags.ring_text);
-    config_value["collect"]["flush_interval"] = serde_json::json!(flags.flush_text);
-    config_value["probes"] = serde_json::json!(settings.probes);
-    config_value["benchmarks"] = serde_json::json!(settings.benchmarks);
-    config_value["config_file"] = serde_json::json!(cfg.source);
-    config_value["power"]["settings"] = serde_json::json!(settings.power_settings);
-    config_value["filter"] = serde_json::json!({
-        "tgid": args.tgid,
-        "pid": args.pid,
-        "cgroup": args.cgroup.as_ref().map(|p| p.display().to_string()),
-        "cgroup_descendants": args.cgroup.is_some() && !args.cgroup_exact,
-    });
-    Ok(config_value)
-}
-
-/// The one value the collection runs from.
-fn run_options(
-    cfg: &Config,
-    args: &RunArgs,
-    flags: Flags,
-    settings: Settings,
-) -> Result<RunOptions> {
-    let c = &cfg.collect;
-    let config = recorded_config(cfg, args, &flags, &settings)?;
-    Ok(RunOptions {
-        probes: flags.probes,
-        output: args
-            .output
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(&c.output)),
-        collection_dir: args.collection_dir.clone(),
-        duration: (!flags.duration.is_zero()).then_some(flags.duration),
-        ring_bytes: flags.ring_bytes,
-        drain_interval: flags.drain_interval,
-        flush: FlushPolicy {
-            interval: flags.flush_interval,
-            rows: c.flush_rows,
-        },
-        strict: args.strict || c.strict,
-        filter: Filter {
-            tgid: args.tgid.unwrap_or(0),
-            pid: args.pid.unwrap_or(0),
-            cgroup_id: match &args.cgroup {
-                Some(path) => kernmlops_sys::cgroup::cgroup_id(path)
-                    .map_err(|e| anyhow::anyhow!("--cgroup {e}"))?,
-                None => 0,
-            },
-            cgroup_descendants: !args.cgroup_exact,
-        },
-        include_self: args.include_self,
-        probe_config: settings.probes,
-        benchmark: args.benchmark.clone(),
-        // The host sets the THP mode (a knob); the benchmark leaves it be.
-        benchmark_config: config::strip_host_settings(settings.benchmarks),
-        config,
-        command: std::env::args().collect(),
-        state_dir: None,
-        power: settings.power,
-        plugin_timeout: flags.plugin_timeout,
-        knobs: cfg.knobs_for(args.benchmark.as_deref())?,
-    })
 }
 
 /// Where the collection went, each table's rows and lost events, and the
@@ -297,26 +279,6 @@ fn print_summary(summary: &Summary) {
     if let Some(power) = &summary.power {
         kernmlops::out!("{}", kernmlops::power::render_summary(power));
     }
-}
-
-/// The run's power options: `[power]` with `--power` and
-/// `--power-interval` over it, and each source's settings checked against
-/// the defaults it declares (also returned, for the manifest).
-fn power_options(
-    cfg: &Config,
-    registry: &Registry,
-    args: &RunArgs,
-) -> Result<(PowerOptions, serde_json::Value)> {
-    let declared = kernmlops::power::registry::PowerSources::of(registry).defaults();
-    let settings = cfg.power_settings(declared.iter().map(|(n, t)| (n.as_str(), t.as_str())))?;
-    let json = Config::settings_json(&settings);
-    let opts = PowerOptions::new(
-        &cfg.power,
-        args.power.as_deref(),
-        args.power_interval.as_deref(),
-        json.clone(),
-    )?;
-    Ok((opts, serde_json::json!(json)))
 }
 
 /// Refuses a folder name holding a control character (a pasted escape

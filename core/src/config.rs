@@ -1,13 +1,21 @@
-//! Run configuration: defaults in code (mirrored, with comments, by
-//! `kernmlops.toml` at the repository root), a user file merged on top
-//! (tables merge, values replace), then command-line flags. An unknown key
-//! or a wrong type is an error naming the key and the file; so is a value
-//! a component's own rules refuse ([`Config::check_rules`]), all before
-//! anything runs. A file that does not parse is quoted at the offending
-//! line, with non-printable bytes escaped.
+//! Run configuration: typed defaults in code, a user file merged on top
+//! (tables merge, values replace), then command-line flags. The host's
+//! own sections are settings structs like a plugin's (`[collect]` is
+//! declared with the SDK's `settings!`, its durations are
+//! [`HumanDuration`]s and its ring size a [`RingSize`], parsed when the
+//! file is loaded), and `kernmlops.toml` at the repository root is their
+//! serialised `Default` with comments ([`defaults_file`]), checked by a
+//! test, not kept equal by hand. An unknown key or a wrong type is an
+//! error naming the key and the file; so is a value a component's own
+//! rules refuse ([`Config::check_rules`]), all before anything runs. A
+//! file that does not parse is quoted at the offending line, with
+//! non-printable bytes escaped.
 
-use std::{collections::BTreeMap, path::Path, time::Duration};
+use std::{collections::BTreeMap, path::Path, str::FromStr, time::Duration};
 
+use kernmlops_plugin_sdk::settings as sdk_settings;
+use kernmlops_sys::duration::DurationError;
+pub use kernmlops_sys::duration::HumanDuration;
 use serde::{Deserialize, Serialize};
 
 use crate::plugin::{Plugin, Registry};
@@ -28,9 +36,6 @@ pub fn strip_host_settings(
     }
     benchmarks
 }
-
-/// The default configuration file, every key with its default.
-pub const DEFAULTS_TOML: &str = include_str!("../../kernmlops.toml");
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -57,52 +62,59 @@ pub struct Config {
     pub source: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CollectConfig {
-    /// Probes to run when `--plugins` is not given.
-    pub plugins: Vec<String>,
-    /// Where collections go: `<output>/<collection_id>/`.
-    pub output: String,
-    /// Where plugin `.so` files are found.
-    pub plugin_dir: String,
-    /// How long to collect; "0s" runs until Ctrl+C or SIGTERM.
-    pub duration: String,
-    /// Size of each probe ring buffer (power of two).
-    pub ring_size: String,
-    /// Longest wait between two drains of a probe.
-    pub drain_interval: String,
-    /// Longest time collected rows stay in memory before reaching the file.
-    pub flush_interval: String,
-    /// Rows buffered per table before a flush.
-    pub flush_rows: u64,
-    /// Fail the run when any probe fails instead of continuing without it.
-    pub strict: bool,
-    /// Longest a call into a probe (start, drain beyond its wait, stop)
-    /// may take before the probe is given up.
-    #[serde(default = "default_plugin_timeout")]
-    pub plugin_timeout: String,
+kernmlops_plugin_sdk::settings! {
+    /// `[collect]`: what a run collects, where it goes, and how the
+    /// collector drains and flushes. Each field's doc comment is its
+    /// comment in `kernmlops.toml`.
+    pub struct CollectConfig {
+        /// Probes to run when `kernmlops run` gets no --plugins.
+        pub plugins: Vec<String> = vec!["quanta_runtime".into(), "process_trace".into()],
+        /// Collections are written to <output>/<collection_id>/.
+        pub output: String = "data".into(),
+        /// Folder searched for plugin .so files (relative to the working directory;
+        /// if missing there, next to the kernmlops binary's workspace).
+        pub plugin_dir: String = "plugins".into(),
+        /// How long to collect: "10s", "5m"; "0s" collects until Ctrl+C or SIGTERM.
+        pub duration: HumanDuration = HumanDuration::from_secs(0),
+        /// Size of each probe ring buffer: "auto" sizes each table's ring from the
+        /// event rate its probe declares (64KiB to 16MiB, an eighth of a second of events),
+        /// or a power of two from 16KiB to 1GiB for every ring. Larger rings lose
+        /// fewer events under bursts (see README, Performance).
+        pub ring_size: RingSize = RingSize::Auto,
+        /// Longest wait between two drains of a probe's rings. Probes also wake the
+        /// collector early when a ring is a quarter full.
+        pub drain_interval: DrainInterval = Interval::from_millis(100),
+        /// Collected rows reach the file at least this often: a crash or SIGKILL
+        /// loses at most this much data.
+        pub flush_interval: FlushInterval = Interval::from_millis(1000),
+        /// ... or as soon as this many rows of a table are buffered (a full record
+        /// batch, 65536 rows, is always written at once, so larger values act as it).
+        pub flush_rows: u64 = crate::sink::BATCH_ROWS as u64,
+        /// Fail the whole run when any probe fails, instead of continuing without it.
+        pub strict: bool = false,
+        /// Longest a call into a probe may take (its start, a drain beyond its own
+        /// wait, its stop) before the probe is given up: reported, its tables closed
+        /// with the rows they hold, and the run goes on without it.
+        pub plugin_timeout: PluginTimeout = PluginTimeout::from_secs(5),
+    }
 }
 
-fn default_plugin_timeout() -> String {
-    "5s".into()
+impl CollectConfig {
+    /// The rules beyond each value's type; errors name the key.
+    pub fn check(&self) -> Result<(), SettingError> {
+        if self.flush_rows == 0 {
+            return Err(SettingError::Zero {
+                key: "collect.flush_rows",
+            });
+        }
+        Ok(())
+    }
 }
 
 impl Default for Config {
     fn default() -> Self {
         Self {
-            collect: CollectConfig {
-                plugins: vec!["quanta_runtime".into(), "process_trace".into()],
-                output: "data".into(),
-                plugin_dir: "plugins".into(),
-                duration: "0s".into(),
-                ring_size: "auto".into(),
-                drain_interval: "100ms".into(),
-                flush_interval: "1s".into(),
-                flush_rows: crate::sink::BATCH_ROWS as u64,
-                strict: false,
-                plugin_timeout: default_plugin_timeout(),
-            },
+            collect: CollectConfig::default(),
             probes: Default::default(),
             benchmarks: Default::default(),
             power: Default::default(),
@@ -113,6 +125,366 @@ impl Default for Config {
 }
 
 const BUILT_IN: &str = "built-in defaults";
+
+/// The head of `kernmlops.toml`.
+const FILE_HEAD: &str = "\
+# kernmlops configuration: every key with its default.
+# A user file given with `--config FILE` is merged on top: tables merge,
+# values replace. An unknown key or a wrong type is an error, reported
+# before anything is collected. Command-line flags override both.
+";
+
+/// What `kernmlops.toml` says between `[collect]` and `[power]`.
+const PROBES_NOTE: &str = "\
+# Each probe's own settings go in a table named after the probe, e.g.
+#   [probes.memory_usage]
+#   interval = \"500ms\"
+# `kernmlops config defaults` lists every loaded probe's keys with their
+# defaults. A probe that is not loaded, a key the probe does not declare, or
+# a value of another type is an error before anything is collected.
+";
+
+/// The comment of each `[power]` key, in the file's order (the section's
+/// type lives in `power::config`).
+const POWER_DOCS: &[(&str, &str)] = &[
+    (
+        "sources",
+        "Power sources recorded in every run, in order of preference: their names
+(`kernmlops power-list` shows them), or [\"auto\"] for every source that
+works here, meters before models. [] (or [\"none\"]) records no power.
+`kernmlops run --power rapl,estimate` (or a bare --power, meaning auto)
+overrides it.",
+    ),
+    (
+        "interval",
+        "Length of a time slot: every source is read, and energy attributed, at
+the same boundaries (CLOCK_BOOTTIME). At least 10ms, and never shorter
+than a source's update interval.",
+    ),
+    (
+        "attribution",
+        "Split each slot's energy between the processes that ran, by their on-CPU
+time from the kernel (the cpu_time probe); idle energy stays idle.",
+    ),
+];
+
+const MAX_WATTS_NOTE: &str = "\
+# The most power a zone of each scope can physically draw, in watts. A slot
+# whose energy implies more (a sensor reading 2^64-1 uW, a counter jumping
+# by kilojoules) fails the zone, like a counter going backwards: one error
+# line, the zone marked failed in the manifest, no rows from then on, and
+# the run's exit status is non-zero.
+";
+
+/// `[power.max_watts]`'s keys in the file's order, without comments.
+const MAX_WATTS_KEYS: &[(&str, &str)] = &[
+    ("package", ""),
+    ("core", ""),
+    ("uncore", ""),
+    ("dram", ""),
+    ("platform", ""),
+    ("device", ""),
+];
+
+const POWER_SETTINGS_NOTE: &str = "\
+# Each power source's own settings go in a table named after the source,
+# e.g.
+#   [power.settings.estimate]
+#   idle_watts_per_cpu = 1.5
+#   full_load_watts_per_cpu = 6.0
+# `kernmlops config defaults` lists every loaded source's keys.
+";
+
+const MACHINE_NOTE: &str = "\
+# Kernel knobs the run sets before anything is collected and restores when
+# it ends (also after a SIGKILL: the run's guardian, or else the next
+# kernmlops start, writes the old values back). Every knob is checked
+# first (the file exists under /proc/sys or /sys, is writable, and the
+# value is one the file offers where it lists them, as `scheduler` does);
+# a knob that fails, or a value the kernel refuses, is one error line with
+# nothing collected and nothing left set. The value read back after writing
+# (the kernel may round or clamp) goes to the manifest's `machine` section
+# and to the experiment results' `machine.<knob>` columns. Root only.
+#   [machine.sysctl]               # any file under /proc/sys
+#   \"vm.swappiness\" = 10           # or unquoted: vm.swappiness = 10
+#   [machine.sysfs]                # any file under /sys
+#   \"kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs\" = 100
+#   [machine.block.nvme0n1]        # /sys/block/<disk>/queue/<setting>
+#   read_ahead_kb = 512            # also scheduler, nr_requests,
+#                                  # rotational, max_sectors_kb
+# An experiment variable sets one with a dotted key:
+#   key = \"machine.sysctl.vm.swappiness\"
+#   key = \"machine.sysfs.kernel.mm.transparent_hugepage.khugepaged.scan_sleep_millisecs\"
+#   key = \"machine.block.loop0.read_ahead_kb\"
+";
+
+/// The default configuration file, every key with its default and its
+/// comment: `[collect]` is [`CollectConfig`]'s `Default` shown as a
+/// plugin's settings are (`settings::defaults_toml`), `[power]` the
+/// `Default` of [`crate::power::PowerConfig`]. `kernmlops.toml` at the
+/// repository root is this text (a test checks it; `UPDATE_DEFAULTS=1`
+/// rewrites it), and `kernmlops config defaults` prints it.
+pub fn defaults_file() -> String {
+    let power = crate::power::PowerConfig::default();
+    [
+        FILE_HEAD,
+        "\n[collect]\n",
+        &sdk_settings::defaults_toml::<CollectConfig>(),
+        "\n",
+        PROBES_NOTE,
+        "\n[power]\n",
+        &documented(&power, POWER_DOCS),
+        "\n",
+        MAX_WATTS_NOTE,
+        "[power.max_watts]\n",
+        &documented(&power.max_watts, MAX_WATTS_KEYS),
+        "\n",
+        POWER_SETTINGS_NOTE,
+        "[power.settings]\n\n",
+        MACHINE_NOTE,
+        "[machine]\n",
+    ]
+    .concat()
+}
+
+/// The keys `docs` names of `value` serialised, in that order, each after
+/// its comment: the form of `settings::defaults_toml`, for sections whose
+/// type is not a settings struct.
+fn documented(value: &impl Serialize, docs: &[(&str, &str)]) -> String {
+    let table = match toml::Table::try_from(value) {
+        Ok(t) => t,
+        Err(e) => return format!("# (defaults could not be shown: {e})\n"),
+    };
+    let mut out = String::new();
+    for (key, doc) in docs {
+        let Some(v) = table.get(*key) else { continue };
+        for line in doc.lines() {
+            out.push_str(format!("# {line}").trim_end());
+            out.push('\n');
+        }
+        out.push_str(&format!("{key} = {v}\n"));
+    }
+    out
+}
+
+/// Why a text setting (a duration, an interval, a ring size) is refused;
+/// the message quotes the text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    #[error(transparent)]
+    Duration(#[from] DurationError),
+    /// An interval below its minimum.
+    #[error("{text:?} is shorter than the minimum, {}ms (a zero interval would keep a CPU busy)", .min.as_millis())]
+    ShortInterval { text: String, min: Duration },
+    /// A plugin timeout below [`MIN_PLUGIN_TIMEOUT`].
+    #[error("{text:?} is shorter than the minimum, 1s (a probe's start alone can take most of a second)")]
+    ShortTimeout { text: String },
+    #[error("{0:?} is not a size (try 16MiB)")]
+    NotASize(String),
+    #[error("unknown unit {unit:?} in {text:?} (use KiB, MiB or GiB)")]
+    SizeUnit { unit: String, text: String },
+    /// A ring size that is no power of two, or out of range.
+    #[error("{0:?} must be a power of two between 16KiB and 1GiB")]
+    RingRange(String),
+}
+
+/// Why a key of a configuration is refused: one line naming the key path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingError {
+    /// A key in a section that has none.
+    #[error("{at}: unknown key ({section} has no settings)")]
+    NoSettings { at: String, section: String },
+    /// A key the section does not declare; `known` lists those it does.
+    #[error("{at}: unknown key (known: {known})")]
+    UnknownKey { at: String, known: String },
+    #[error("{at}: expected {expected}, found {found}")]
+    WrongType {
+        at: String,
+        expected: &'static str,
+        found: &'static str,
+    },
+    /// A text its type refuses (the message of [`ValueError`], through
+    /// serde).
+    #[error("{key}: {message}")]
+    Value { key: String, message: String },
+    #[error("{key}: must be at least 1")]
+    Zero { key: &'static str },
+    /// `[power]`'s own check (its message names the key).
+    #[error("{0}")]
+    Power(String),
+}
+
+/// Why a file is not TOML: where, and what.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SyntaxError {
+    /// `at`: `line L, column C: `the line``, quoted with non-printable
+    /// bytes escaped.
+    #[error("{at}: not UTF-8 text")]
+    NotUtf8 { at: String },
+    #[error("{}", located(.at.as_deref(), .message))]
+    Toml { at: Option<String>, message: String },
+}
+
+fn located(at: Option<&str>, message: &str) -> String {
+    match at {
+        Some(at) => format!("{at}: {message}"),
+        None => message.to_owned(),
+    }
+}
+
+/// Why a command setting is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// The program, or a file it names, is not found or fails the trust
+    /// checks (the message names the file).
+    #[error("{0}")]
+    Refused(String),
+    /// [`CommandError::Refused`] at the key that set it.
+    #[error("benchmarks.{benchmark}.{key}: {reason}")]
+    Setting {
+        benchmark: String,
+        key: &'static str,
+        reason: String,
+    },
+}
+
+/// A text setting: shown with `Display`, read with `FromStr`, so it is
+/// parsed when the configuration is loaded and written back as text.
+macro_rules! text_setting {
+    ($ty:ty $(, const $c:ident)?) => {
+        impl<$(const $c: u64)?> Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de $(, const $c: u64)?> Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+/// `collect.ring_size`: `auto`, or one size for every ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingSize {
+    /// Each table's ring sized from the rate its probe declares.
+    Auto,
+    /// A power of two from [`MIN_RING_BYTES`] to 1 GiB.
+    Bytes(u64),
+}
+
+impl RingSize {
+    /// The byte count, 0 for `auto` (as the collector takes it).
+    pub fn bytes(self) -> u64 {
+        match self {
+            Self::Auto => 0,
+            Self::Bytes(b) => b,
+        }
+    }
+}
+
+impl FromStr for RingSize {
+    type Err = ValueError;
+
+    fn from_str(s: &str) -> Result<Self, ValueError> {
+        Ok(match ring_bytes(s)? {
+            0 => Self::Auto,
+            b => Self::Bytes(b),
+        })
+    }
+}
+
+impl std::fmt::Display for RingSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let b = match self {
+            Self::Auto => return f.write_str("auto"),
+            Self::Bytes(b) => *b,
+        };
+        match [(30, "GiB"), (20, "MiB"), (10, "KiB")]
+            .into_iter()
+            .find(|(shift, _)| b >= 1 << shift && b % (1 << shift) == 0)
+        {
+            Some((shift, unit)) => write!(f, "{}{unit}", b >> shift),
+            None => write!(f, "{b}"),
+        }
+    }
+}
+
+text_setting!(RingSize);
+
+/// A duration setting of at least `MIN_MS` milliseconds (a zero interval
+/// would keep a CPU busy), read through [`HumanDuration`]'s parser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval<const MIN_MS: u64>(HumanDuration);
+
+impl<const MIN_MS: u64> Interval<MIN_MS> {
+    /// The smallest value accepted.
+    pub const MIN: Duration = Duration::from_millis(MIN_MS);
+
+    /// A value known to be valid (a default).
+    const fn from_millis(ms: u64) -> Self {
+        Self(HumanDuration::from_millis(ms))
+    }
+
+    pub const fn get(self) -> Duration {
+        self.0.get()
+    }
+}
+
+impl<const MIN_MS: u64> FromStr for Interval<MIN_MS> {
+    type Err = ValueError;
+
+    fn from_str(s: &str) -> Result<Self, ValueError> {
+        interval(s, Self::MIN).map(|d| Self(HumanDuration(d)))
+    }
+}
+
+impl<const MIN_MS: u64> std::fmt::Display for Interval<MIN_MS> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+text_setting!(Interval<MIN_MS>, const MIN_MS);
+
+/// `collect.drain_interval`: at least [`MIN_DRAIN_INTERVAL`].
+pub type DrainInterval = Interval<1>;
+/// `collect.flush_interval` (and `--flush-interval`): at least
+/// [`MIN_FLUSH_INTERVAL`].
+pub type FlushInterval = Interval<10>;
+
+/// `collect.plugin_timeout`: at least [`MIN_PLUGIN_TIMEOUT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PluginTimeout(HumanDuration);
+
+impl PluginTimeout {
+    const fn from_secs(s: u64) -> Self {
+        Self(HumanDuration::from_secs(s))
+    }
+
+    pub const fn get(self) -> Duration {
+        self.0.get()
+    }
+}
+
+impl FromStr for PluginTimeout {
+    type Err = ValueError;
+
+    fn from_str(s: &str) -> Result<Self, ValueError> {
+        plugin_timeout(s).map(|d| Self(HumanDuration(d)))
+    }
+}
+
+impl std::fmt::Display for PluginTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+text_setting!(PluginTimeout);
 
 /// Name of a TOML value's type, for messages.
 fn type_name(v: &toml::Value) -> &'static str {
@@ -131,7 +503,7 @@ fn type_name(v: &toml::Value) -> &'static str {
 /// the same type (an integer may stand for a number). A table whose default
 /// is an empty table (`parameters = {}`) is free-form: any keys and values
 /// go in it. Errors name the key path.
-fn check_keys(path: &str, known: &toml::Table, user: &toml::Table) -> Result<(), String> {
+fn check_keys(path: &str, known: &toml::Table, user: &toml::Table) -> Result<(), SettingError> {
     for (key, value) in user {
         let at = if path.is_empty() {
             key.clone()
@@ -142,9 +514,15 @@ fn check_keys(path: &str, known: &toml::Table, user: &toml::Table) -> Result<(),
             let mut names: Vec<&str> = known.keys().map(String::as_str).collect();
             names.sort_unstable();
             return Err(if names.is_empty() {
-                format!("{at}: unknown key ({path} has no settings)")
+                SettingError::NoSettings {
+                    at,
+                    section: path.to_owned(),
+                }
             } else {
-                format!("{at}: unknown key (known: {})", names.join(", "))
+                SettingError::UnknownKey {
+                    at,
+                    known: names.join(", "),
+                }
             });
         };
         match (default, value) {
@@ -152,11 +530,11 @@ fn check_keys(path: &str, known: &toml::Table, user: &toml::Table) -> Result<(),
             (toml::Value::Table(k), toml::Value::Table(u)) => check_keys(&at, k, u)?,
             (toml::Value::Float(_), toml::Value::Integer(_)) => {}
             (d, v) if std::mem::discriminant(d) != std::mem::discriminant(v) => {
-                return Err(format!(
-                    "{at}: expected {}, found {}",
-                    type_name(d),
-                    type_name(v)
-                ));
+                return Err(SettingError::WrongType {
+                    at,
+                    expected: type_name(d),
+                    found: type_name(v),
+                });
             }
             _ => {}
         }
@@ -169,6 +547,12 @@ fn check_keys(path: &str, known: &toml::Table, user: &toml::Table) -> Result<(),
 pub enum ConfigError {
     #[error("{file}: {message}")]
     Invalid { file: String, message: String },
+    #[error("{file}: {error}")]
+    Setting { file: String, error: SettingError },
+    #[error("{file}: {error}")]
+    Syntax { file: String, error: SyntaxError },
+    #[error("{file}: {error}")]
+    Command { file: String, error: CommandError },
     /// The I/O error is part of the message, not a source, so a chain
     /// printed with `{:#}` shows it once.
     #[error("{file}: {error}")]
@@ -189,11 +573,10 @@ pub fn merge(base: &mut toml::Table, over: toml::Table) {
 
 /// A TOML parse error as one line: where, what, and the offending line
 /// quoted with non-printable bytes escaped.
-fn parse_error(text: &str, e: &toml::de::Error) -> String {
-    let what = e.message().trim().replace('\n', " ");
-    match e.span() {
-        Some(span) => format!("{}: {what}", quote_at(text.as_bytes(), span.start)),
-        None => what,
+fn parse_error(text: &str, e: &toml::de::Error) -> SyntaxError {
+    SyntaxError::Toml {
+        at: e.span().map(|span| quote_at(text.as_bytes(), span.start)),
+        message: e.message().trim().replace('\n', " "),
     }
 }
 
@@ -220,9 +603,10 @@ fn quote_at(bytes: &[u8], at: usize) -> String {
 
 /// Parses TOML from a file's bytes: not UTF-8, or not TOML, is one line
 /// quoting the offending line.
-fn parse_toml(bytes: &[u8]) -> Result<toml::Table, String> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|e| format!("{}: not UTF-8 text", quote_at(bytes, e.valid_up_to())))?;
+fn parse_toml(bytes: &[u8]) -> Result<toml::Table, SyntaxError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| SyntaxError::NotUtf8 {
+        at: quote_at(bytes, e.valid_up_to()),
+    })?;
     toml::from_str(text).map_err(|e| parse_error(text, &e))
 }
 
@@ -260,16 +644,20 @@ impl Config {
 
     fn merged(user: Option<(&str, &[u8])>) -> Result<Self, ConfigError> {
         let mut base: toml::Table =
-            toml::from_str(DEFAULTS_TOML).map_err(|e| ConfigError::Invalid {
+            toml::from_str(&defaults_file()).map_err(|e| ConfigError::Invalid {
                 file: BUILT_IN.into(),
                 message: one_line(&e),
             })?;
         let mut source = BUILT_IN.to_owned();
+        let setting = |file: &str| {
+            let file = file.to_owned();
+            move |error| ConfigError::Setting { file, error }
+        };
         if let Some((name, bytes)) = user {
             source = name.to_owned();
-            let over = parse_toml(bytes).map_err(|message| ConfigError::Invalid {
+            let over = parse_toml(bytes).map_err(|error| ConfigError::Syntax {
                 file: source.clone(),
-                message,
+                error,
             })?;
             // Probe sections are checked against each probe's own defaults
             // once plugins are loaded (`probe_settings`).
@@ -281,11 +669,11 @@ impl Config {
                     checked.insert(section.into(), toml::Value::Table(toml::Table::new()));
                 }
             }
-            check_keys("", &known, &checked).map_err(|message| ConfigError::Invalid {
-                file: source.clone(),
-                message,
-            })?;
+            check_keys("", &known, &checked).map_err(setting(&source))?;
             merge(&mut base, over);
+        }
+        if let Some(toml::Value::Table(collect)) = base.get("collect") {
+            check_texts::<CollectConfig>("collect", collect).map_err(setting(&source))?;
         }
         let mut cfg: Config =
             toml::Value::Table(base)
@@ -294,10 +682,7 @@ impl Config {
                     file: source.clone(),
                     message: one_line(&e),
                 })?;
-        cfg.check().map_err(|message| ConfigError::Invalid {
-            file: source.clone(),
-            message,
-        })?;
+        cfg.check().map_err(setting(&source))?;
         cfg.source = source;
         cfg.knobs()?;
         Ok(cfg)
@@ -423,8 +808,12 @@ impl Config {
                     }
                 }
             }
-            check_keys(&format!("{section}.{name}"), defaults, &user)
-                .map_err(|m| invalid(&self.source, m))?;
+            check_keys(&format!("{section}.{name}"), defaults, &user).map_err(|error| {
+                ConfigError::Setting {
+                    file: self.source.clone(),
+                    error,
+                }
+            })?;
             merge(defaults, user);
         }
         Ok(settings)
@@ -538,22 +927,32 @@ impl Config {
             .collect()
     }
 
-    /// Checks values that parse as strings but must mean something.
-    pub fn check(&self) -> Result<(), String> {
-        let c = &self.collect;
-        parse_duration(&c.duration).map_err(|e| format!("collect.duration: {e}"))?;
-        interval(&c.drain_interval, MIN_DRAIN_INTERVAL)
-            .map_err(|e| format!("collect.drain_interval: {e}"))?;
-        interval(&c.flush_interval, MIN_FLUSH_INTERVAL)
-            .map_err(|e| format!("collect.flush_interval: {e}"))?;
-        ring_bytes(&c.ring_size).map_err(|e| format!("collect.ring_size: {e}"))?;
-        if c.flush_rows == 0 {
-            return Err("collect.flush_rows: must be at least 1".into());
-        }
-        plugin_timeout(&c.plugin_timeout).map_err(|e| format!("collect.plugin_timeout: {e}"))?;
-        self.power.check()?;
-        Ok(())
+    /// The rules beyond each value's type (the texts were parsed when
+    /// the configuration was read); errors name the key.
+    pub fn check(&self) -> Result<(), SettingError> {
+        self.collect.check()?;
+        self.power.check().map_err(SettingError::Power)
     }
+}
+
+/// The first text value of `table` (the section `section`) that its field
+/// of `S` refuses, as an error naming the key: each text is read alone
+/// over the defaults, as the whole section is read afterwards.
+fn check_texts<S: sdk_settings::Settings>(
+    section: &str,
+    table: &toml::Table,
+) -> Result<(), SettingError> {
+    let documented = S::docs().iter().map(|(k, _)| *k);
+    for key in documented.filter(|k| table.get(*k).is_some_and(toml::Value::is_str)) {
+        let one = toml::Table::from_iter([(key.to_owned(), table[key].clone())]);
+        if let Err(e) = toml::Value::Table(one).try_into::<S>() {
+            return Err(SettingError::Value {
+                key: format!("{section}.{key}"),
+                message: e.message().trim().replace('\n', " "),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Benchmark settings that name a program and its arguments, which a run
@@ -584,7 +983,7 @@ pub fn resolve_command(
     value: &mut toml::Value,
     base: &Path,
     policy: &crate::trust::Policy,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, CommandError> {
     let Some(items) = value.as_array_mut() else {
         return Ok(Vec::new());
     };
@@ -595,7 +994,7 @@ pub fn resolve_command(
     for (i, item) in items.iter_mut().enumerate() {
         let text = item.as_str().unwrap_or_default().to_owned();
         let found = if i == 0 {
-            crate::trust::resolve_program(&text, base)?
+            crate::trust::resolve_program(&text, base).map_err(CommandError::Refused)?
         } else {
             if text.is_empty() || text.starts_with('-') {
                 continue;
@@ -607,7 +1006,8 @@ pub fn resolve_command(
             candidate
         };
         let what = if i == 0 { "the program" } else { "the file" };
-        let (real, warning) = crate::trust::check_program(&found, what, policy)?;
+        let (real, warning) =
+            crate::trust::check_program(&found, what, policy).map_err(CommandError::Refused)?;
         warnings.extend(warning);
         *item = toml::Value::String(real.to_string_lossy().into_owned());
     }
@@ -621,7 +1021,7 @@ pub fn resolve_commands<'a>(
     benchmarks: impl IntoIterator<Item = (&'a String, &'a mut toml::Table)>,
     base: &Path,
     policy: &crate::trust::Policy,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, CommandError> {
     let mut warnings = Vec::new();
     for (name, table) in benchmarks {
         for (bench, key) in COMMAND_SETTINGS {
@@ -629,8 +1029,12 @@ pub fn resolve_commands<'a>(
                 continue;
             }
             if let Some(value) = table.get_mut(*key) {
-                let found = resolve_command(value, base, policy)
-                    .map_err(|m| format!("benchmarks.{name}.{key}: {m}"))?;
+                let found =
+                    resolve_command(value, base, policy).map_err(|e| CommandError::Setting {
+                        benchmark: name.clone(),
+                        key,
+                        reason: e.to_string(),
+                    })?;
                 warnings.extend(found);
             }
         }
@@ -646,10 +1050,10 @@ impl Config {
         base: &Path,
         policy: &crate::trust::Policy,
     ) -> Result<Vec<String>, ConfigError> {
-        resolve_commands(self.benchmarks.iter_mut(), base, policy).map_err(|message| {
-            ConfigError::Invalid {
+        resolve_commands(self.benchmarks.iter_mut(), base, policy).map_err(|error| {
+            ConfigError::Command {
                 file: self.source.clone(),
-                message,
+                error,
             }
         })
     }
@@ -664,30 +1068,28 @@ pub use kernmlops_sys::duration::parse_duration;
 pub const MIN_PLUGIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// `collect.plugin_timeout`: at least [`MIN_PLUGIN_TIMEOUT`].
-pub fn plugin_timeout(text: &str) -> Result<Duration, String> {
-    let d = parse_duration(text).map_err(|e| e.to_string())?;
+pub fn plugin_timeout(text: &str) -> Result<Duration, ValueError> {
+    let d = parse_duration(text)?;
     if d < MIN_PLUGIN_TIMEOUT {
-        return Err(format!(
-            "{text:?} is shorter than the minimum, 1s (a probe's start alone can take most of a second)"
-        ));
+        return Err(ValueError::ShortTimeout { text: text.into() });
     }
     Ok(d)
 }
 
 /// Shortest drain interval: a drain thread waits at least this long for
 /// data (shorter would spin a CPU for nothing).
-pub const MIN_DRAIN_INTERVAL: Duration = Duration::from_millis(1);
+pub const MIN_DRAIN_INTERVAL: Duration = DrainInterval::MIN;
 /// Shortest flush interval: each flush writes a record batch per table.
-pub const MIN_FLUSH_INTERVAL: Duration = Duration::from_millis(10);
+pub const MIN_FLUSH_INTERVAL: Duration = FlushInterval::MIN;
 
 /// A duration that must be at least `min` (zero would busy-spin).
-pub fn interval(text: &str, min: Duration) -> Result<Duration, String> {
-    let d = parse_duration(text).map_err(|e| e.to_string())?;
+pub fn interval(text: &str, min: Duration) -> Result<Duration, ValueError> {
+    let d = parse_duration(text)?;
     if d < min {
-        return Err(format!(
-            "{text:?} is shorter than the minimum, {}ms (a zero interval would keep a CPU busy)",
-            min.as_millis()
-        ));
+        return Err(ValueError::ShortInterval {
+            text: text.into(),
+            min,
+        });
     }
     Ok(d)
 }
@@ -729,32 +1131,29 @@ pub const MIN_RING_BYTES: u64 = 16 << 10;
 /// Parses a ring size (`16MiB`, `4M`, `65536`) into a power-of-two byte
 /// count between [`MIN_RING_BYTES`] and 1 GiB; `auto` is 0: each table's
 /// ring is sized from the rate its probe declares (64 KiB to 16 MiB).
-pub fn ring_bytes(s: &str) -> Result<u64, String> {
+pub fn ring_bytes(s: &str) -> Result<u64, ValueError> {
     let s = s.trim();
     if s == "auto" {
         return Ok(0);
     }
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let value: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (try 16MiB)"))?;
+    let value: u64 = num.parse().map_err(|_| ValueError::NotASize(s.into()))?;
     let scale: u64 = match unit.trim() {
         "" | "B" => 1,
         "K" | "KiB" | "k" => 1 << 10,
         "M" | "MiB" => 1 << 20,
         "G" | "GiB" => 1 << 30,
         other => {
-            return Err(format!(
-                "unknown unit {other:?} in {s:?} (use KiB, MiB or GiB)"
-            ))
+            return Err(ValueError::SizeUnit {
+                unit: other.into(),
+                text: s.into(),
+            })
         }
     };
     let bytes = value.saturating_mul(scale);
     if !bytes.is_power_of_two() || !(MIN_RING_BYTES..=(1 << 30)).contains(&bytes) {
-        return Err(format!(
-            "{s:?} must be a power of two between 16KiB and 1GiB"
-        ));
+        return Err(ValueError::RingRange(s.into()));
     }
     Ok(bytes)
 }
@@ -762,6 +1161,97 @@ pub fn ring_bytes(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `kernmlops.toml` is the defaults in code, as `config defaults`
+    /// shows them; `UPDATE_DEFAULTS=1` writes it.
+    #[test]
+    fn kernmlops_toml_is_the_generated_defaults() {
+        let generated = defaults_file();
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernmlops.toml");
+        let shipped = std::fs::read_to_string(&path).expect("kernmlops.toml");
+        if shipped != generated && std::env::var_os("UPDATE_DEFAULTS").is_some() {
+            std::fs::write(&path, &generated).expect("write kernmlops.toml");
+            return;
+        }
+        assert!(
+            shipped == generated,
+            "kernmlops.toml is not the defaults in code; regenerate it with \
+             `UPDATE_DEFAULTS=1 cargo test -p kernmlops --lib kernmlops_toml_is_the_generated_defaults`\n\
+             --- generated:\n{generated}"
+        );
+        // Every default survives the text: read back, it is the Default.
+        let back: toml::Table = toml::from_str(&generated).expect("TOML");
+        let collect = back["collect"].clone().try_into::<CollectConfig>();
+        assert_eq!(collect.expect("[collect]"), CollectConfig::default());
+        let power = back["power"]
+            .clone()
+            .try_into::<crate::power::PowerConfig>();
+        assert_eq!(
+            power.expect("[power]"),
+            crate::power::PowerConfig::default()
+        );
+    }
+
+    #[test]
+    fn text_settings_are_typed_at_load_with_messages_naming_the_key() {
+        let cfg = Config::from_text(
+            "mine.toml",
+            b"[collect]\nduration = \"1.5s\"\nring_size = \"4M\"\ndrain_interval = \"2.5ms\"\nplugin_timeout = \"2m\"\n",
+        )
+        .expect("valid");
+        let c = &cfg.collect;
+        assert_eq!(c.duration.get(), Duration::from_millis(1500));
+        assert_eq!(c.ring_size, RingSize::Bytes(4 << 20));
+        assert_eq!(c.drain_interval.get(), Duration::from_micros(2500));
+        assert_eq!(c.plugin_timeout.get(), Duration::from_secs(120));
+        // Written back in the largest exact unit, and read back the same.
+        let shown = toml::Table::try_from(c).expect("serialise");
+        assert_eq!(shown["ring_size"].as_str(), Some("4MiB"));
+        assert_eq!(shown["drain_interval"].as_str(), Some("2.5ms"));
+        assert_eq!(shown["plugin_timeout"].as_str(), Some("2m"));
+        let back: CollectConfig = toml::Value::Table(shown).try_into().expect("back");
+        assert_eq!(&back, c);
+        for (size, text) in [(16 << 10, "16KiB"), (1 << 30, "1GiB"), (3 << 20, "3MiB")] {
+            assert_eq!(RingSize::Bytes(size).to_string(), text);
+        }
+        for (body, message) in [
+            (
+                "duration = \"ten\"",
+                "mine.toml: collect.duration: \"ten\" is not a duration (try 10s, 500ms, 1.5s or 2m)",
+            ),
+            (
+                "ring_size = \"3MiB\"",
+                "mine.toml: collect.ring_size: \"3MiB\" must be a power of two between 16KiB and 1GiB",
+            ),
+            (
+                "drain_interval = \"0ms\"",
+                "mine.toml: collect.drain_interval: \"0ms\" is shorter than the minimum, 1ms (a zero interval would keep a CPU busy)",
+            ),
+            (
+                "plugin_timeout = \"1ms\"",
+                "mine.toml: collect.plugin_timeout: \"1ms\" is shorter than the minimum, 1s (a probe's start alone can take most of a second)",
+            ),
+            ("flush_rows = 0", "mine.toml: collect.flush_rows: must be at least 1"),
+            (
+                "flush_rows = -1",
+                "mine.toml: invalid value: integer `-1`, expected u64 in `collect.flush_rows`",
+            ),
+            (
+                "duration = 5",
+                "mine.toml: collect.duration: expected a string, found an integer",
+            ),
+        ] {
+            let text = format!("[collect]\n{body}\n");
+            let e = Config::from_text("mine.toml", text.as_bytes()).expect_err(body);
+            assert_eq!(e.to_string(), message, "{body}");
+        }
+        let e =
+            Config::from_text("mine.toml", b"[power]\ninterval = \"1ms\"\n").expect_err("power");
+        assert_eq!(
+            e.to_string(),
+            "mine.toml: power.interval: \"1ms\" is shorter than the minimum, 10ms"
+        );
+    }
 
     #[test]
     fn defaults_file_matches_code() {
@@ -777,7 +1267,7 @@ mod tests {
         let good = dir.join("good.toml");
         std::fs::write(&good, "[collect]\nduration = \"5s\"\n").expect("write");
         let cfg = Config::load(Some(&good)).expect("merge");
-        assert_eq!(cfg.collect.duration, "5s");
+        assert_eq!(cfg.collect.duration, HumanDuration::from_secs(5));
         assert_eq!(cfg.collect.output, "data", "unset keys keep their defaults");
 
         for (body, needle) in [
@@ -977,7 +1467,7 @@ mod tests {
             ),
             (&b"[x"[..], "line 1, column 3: `[x`"),
         ] {
-            let e = parse_toml(bytes).expect_err("invalid");
+            let e = parse_toml(bytes).expect_err("invalid").to_string();
             assert!(e.contains(needle), "{bytes:?}: {e}");
             assert!(
                 !e.contains('\n') && e.chars().all(|c| !c.is_control()),
@@ -1002,14 +1492,13 @@ mod tests {
                 "shorter than the minimum, 10ms",
             ),
         ] {
-            let cfg: Config = toml::from_str::<toml::Table>(DEFAULTS_TOML)
-                .map(|mut base| {
-                    merge(&mut base, toml::from_str(body).expect("toml"));
-                    toml::Value::Table(base).try_into().expect("config")
-                })
-                .expect("defaults");
-            let e = cfg.check().expect_err(body);
-            assert!(e.contains(needle), "{body}: {e}");
+            let e = Config::from_text("mine.toml", body.as_bytes())
+                .expect_err(body)
+                .to_string();
+            assert!(
+                e.starts_with("mine.toml: ") && e.contains(needle),
+                "{body}: {e}"
+            );
         }
         assert_eq!(
             interval("1ms", MIN_DRAIN_INTERVAL),
@@ -1074,7 +1563,7 @@ mod tests {
         assert_eq!(ring_bytes("16MiB"), Ok(16 << 20));
         assert_eq!(ring_bytes("auto"), Ok(0));
         assert!(ring_bytes("1000").is_err() && ring_bytes("2GiB").is_err());
-        assert!(ring_bytes("8KiB").is_err_and(|e| e.contains("between 16KiB")));
+        assert!(ring_bytes("8KiB").is_err_and(|e| e.to_string().contains("between 16KiB")));
         assert_eq!(ring_bytes("16KiB"), Ok(MIN_RING_BYTES));
     }
 }

@@ -15,7 +15,7 @@ use std::{
 };
 
 use kernmlops::{
-    config::{self, Config, DEFAULTS_TOML},
+    config::{self, Config},
     decode::TableDecoder,
     plugin::Registry,
     sink::{self, FlushPolicy, IpcSink, RepairOutcome},
@@ -248,7 +248,7 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
 /// in every section, and every file under `tests/fuzz/configs/`.
 fn config_seeds() -> Vec<(String, Vec<u8>)> {
     let mut seeds = vec![
-        ("defaults".to_owned(), DEFAULTS_TOML.as_bytes().to_vec()),
+        ("defaults".to_owned(), config::defaults_file().into_bytes()),
         (
             "every-section".to_owned(),
             b"[collect]\nduration = \"2s\"\nring_size = \"64KiB\"\n\n[probes.memory_usage]\ninterval = \"500ms\"\n\n[probes.block_io]\ninflight_entries = 1024\n\n[benchmarks.fio]\nnumjobs = 2\nrw = \"randread\"\n\n[benchmarks.script]\ncommand = [\"./b.sh\"]\n[benchmarks.script.parameters]\nsize = 3\n"
@@ -466,8 +466,12 @@ fn mutated_durations_and_sizes_parse_or_say_why() {
             let d = config::parse_duration(&text)
                 .map(|_| ())
                 .map_err(|e| e.to_string());
-            let r = config::ring_bytes(&text).map(|_| ());
-            let i = config::interval(&text, config::MIN_FLUSH_INTERVAL).map(|_| ());
+            let r = config::ring_bytes(&text)
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            let i = config::interval(&text, config::MIN_FLUSH_INTERVAL)
+                .map(|_| ())
+                .map_err(|e| e.to_string());
             [d, r, i]
         });
         let results = outcome.unwrap_or_else(|_| panic!("{text:?} panicked"));

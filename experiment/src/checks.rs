@@ -65,7 +65,9 @@ pub(crate) fn resolve_table_commands(
         toml::Value::Table(t) => Some((name, t)),
         _ => None,
     });
-    for warning in kernmlops::config::resolve_commands(sections, base, policy)? {
+    let warnings =
+        kernmlops::config::resolve_commands(sections, base, policy).map_err(|e| e.to_string())?;
+    for warning in warnings {
         eprintln!(
             "warning: {}",
             kernmlops::trust::printable(warning.as_bytes())

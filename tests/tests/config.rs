@@ -234,3 +234,107 @@ fn root_a_run_finishes_when_its_reader_stops() {
     assert!(!read_table(&collection.join("memory_usage.arrow")).is_empty());
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// The manifest records the run's typed configuration: `[collect]` with
+/// the flags over it, each text setting written back in its type's form,
+/// every probe's merged settings, the file and the filter flags, and
+/// nothing patched in beside them. Written back as a file, its
+/// `[collect]` loads to the same values.
+#[test]
+fn root_the_manifest_records_the_runs_typed_configuration() {
+    if !require_root("root_the_manifest_records_the_runs_typed_configuration") {
+        return;
+    }
+    ensure_built();
+    let dir = plugins("cfg-recorded");
+    let work = temp_dir("cfg-recorded-work");
+    let file = work.join("mine.toml");
+    std::fs::write(
+        &file,
+        "[collect]\ndrain_interval = \"50ms\"\nplugin_timeout = \"2m\"\n\n[probes.memory_usage]\ninterval = \"250ms\"\n",
+    )
+    .expect("write");
+    let output = work.join("out");
+    let tgid = std::process::id().to_string();
+    let out = kernmlops(&[
+        "--config",
+        file.to_str().expect("utf8"),
+        "run",
+        "--plugin-dir",
+        dir.to_str().expect("utf8"),
+        "--plugins",
+        "memory_usage",
+        "--duration",
+        "1s",
+        "--ring-size",
+        "64KiB",
+        "--flush-interval",
+        "500ms",
+        "--tgid",
+        &tgid,
+        "--output",
+        output.to_str().expect("utf8"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let config = manifest(&only_collection(&output))["config"].clone();
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().expect("object").keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(
+        keys(&config),
+        [
+            "benchmarks",
+            "collect",
+            "config_file",
+            "filter",
+            "power",
+            "probes"
+        ],
+        "{config:#}"
+    );
+    assert_eq!(
+        config["collect"],
+        serde_json::json!({
+            "plugins": ["memory_usage"],
+            "output": "data",
+            "plugin_dir": "plugins",
+            "duration": "1s",
+            "ring_size": "64KiB",
+            "drain_interval": "50ms",
+            "flush_interval": "500ms",
+            "flush_rows": 65536,
+            "strict": false,
+            "plugin_timeout": "2m",
+        })
+    );
+    assert_eq!(config["probes"]["memory_usage"]["interval"], "250ms");
+    assert_eq!(config["config_file"], file.to_str().expect("utf8"));
+    assert_eq!(
+        config["filter"],
+        serde_json::json!({
+            "tgid": std::process::id(),
+            "pid": null,
+            "cgroup": null,
+            "cgroup_descendants": false,
+        })
+    );
+    assert_eq!(config["power"]["interval"], "1s");
+    assert_eq!(config["power"]["max_watts"]["dram"], 500);
+
+    // The recorded [collect], as a file (each value's JSON is its TOML
+    // here: strings, integers, booleans, a list of strings), loads to
+    // what was recorded.
+    let mut replay = String::from("[collect]\n");
+    for (key, value) in config["collect"].as_object().expect("collect") {
+        replay.push_str(&format!("{key} = {value}\n"));
+    }
+    let loaded = kernmlops::config::Config::from_text("replay.toml", replay.as_bytes())
+        .unwrap_or_else(|e| panic!("{e}\n{replay}"));
+    assert_eq!(
+        serde_json::to_value(&loaded.collect).expect("json"),
+        config["collect"]
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}
