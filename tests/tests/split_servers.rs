@@ -77,13 +77,23 @@ fn redis_file(port: u16) -> String {
         .replace("requests = 20000", "requests = 5000")
 }
 
+/// A pair: its name, the tools it needs, its experiment file for a port,
+/// the load's figure checked, the server's command name.
+type Case = (
+    &'static str,
+    &'static [&'static str],
+    fn(u16) -> String,
+    &'static str,
+    &'static str,
+);
+
 #[test]
 fn root_split_server_and_load_benchmarks_run_as_two_roles() {
     let test = "root_split_server_and_load_benchmarks_run_as_two_roles";
     if !require_root(test) {
         return;
     }
-    let cases: [(&str, &[&str], fn(u16) -> String, &str, &str); 2] = [
+    let cases: [Case; 2] = [
         (
             "redis",
             &["redis-server", "redis-benchmark"],
