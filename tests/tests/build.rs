@@ -186,6 +186,28 @@ fn root_build_runs_once_is_skipped_when_unchanged_and_runs_again_on_a_changed_in
     assert_eq!(counts(&dir), (2, 2));
     let tool_now = std::fs::read_to_string(work.join("out/tool")).expect("out/tool");
     assert!(tool_now.contains("43"), "{tool_now}");
+
+    // What a Slurm node does: `experiment build DIR` alone, and
+    // `experiment exec DIR RUN_ID`, which builds first.
+    std::fs::write(work.join("bench/tool.in"), tool(44)).expect("tool.in");
+    for (args, wanted, count) in [
+        (vec!["build", s(&dir)], "ran in ", (3, 2)),
+        (vec!["build", s(&dir)], "up to date", (3, 3)),
+    ] {
+        let out = experiment(&plugins, &args);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains(&format!("{progress}{wanted}")), "{stderr}");
+        assert_eq!(counts(&dir), count, "{args:?}");
+    }
+    std::fs::write(work.join("bench/tool.in"), tool(45)).expect("tool.in");
+    let record = read_json(&dir.join("experiment.json"));
+    let run_id = record["runs"][0]["run_id"].as_str().expect("run_id");
+    let out = experiment(&plugins, &["exec", s(&dir), run_id, "--retry-failed"]);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(&format!("{progress}ran in ")), "{stderr}");
+    assert_eq!(counts(&dir), (4, 3));
+    assert_eq!(builds(&work), 4);
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&plugins);
 }
