@@ -327,16 +327,44 @@ fn tail(log: &mut File, start: u64) -> String {
     kernmlops::trust::printable(shown.join(" | ").as_bytes())
 }
 
-/// Running totals of a walk of the inputs, bounded.
-#[derive(Default)]
+/// Running totals of a walk of the inputs, and their bounds.
 struct Walk {
     files: usize,
     bytes: u64,
+    max_files: usize,
+    max_bytes: u64,
+}
+
+impl Walk {
+    fn bounded(max_files: usize, max_bytes: u64) -> Self {
+        Self {
+            files: 0,
+            bytes: 0,
+            max_files,
+            max_bytes,
+        }
+    }
 }
 
 /// The hash of the commands, the node and every input's path, kind,
 /// executable bit and content.
 pub fn hash(spec: &BuildSpec, base: &Path, node: &str, policy: &Policy) -> Result<String> {
+    hash_bounded(
+        spec,
+        base,
+        node,
+        policy,
+        Walk::bounded(MAX_INPUT_FILES, MAX_INPUT_BYTES),
+    )
+}
+
+fn hash_bounded(
+    spec: &BuildSpec,
+    base: &Path,
+    node: &str,
+    policy: &Policy,
+    mut walk: Walk,
+) -> Result<String> {
     let mut h = Sha256::new();
     h.update(b"kernmlops build 1\0");
     h.update(node.as_bytes());
@@ -345,7 +373,6 @@ pub fn hash(spec: &BuildSpec, base: &Path, node: &str, policy: &Policy) -> Resul
         h.update(c.as_bytes());
         h.update(b"\0");
     }
-    let mut walk = Walk::default();
     for input in &spec.inputs {
         h.update(b"input\0");
         h.update(input.as_bytes());
@@ -377,8 +404,8 @@ fn hash_entry(
         ))
     })?;
     walk.files += 1;
-    if walk.files > MAX_INPUT_FILES {
-        return Err(too_big(format!("more than {MAX_INPUT_FILES} files")));
+    if walk.files > walk.max_files {
+        return Err(too_big(format!("more than {} files", walk.max_files)));
     }
     h.update(shown.as_os_str().as_encoded_bytes());
     h.update(b"\0");
@@ -403,8 +430,8 @@ fn hash_entry(
         }
     } else if kind.is_file() {
         walk.bytes += meta.len();
-        if walk.bytes > MAX_INPUT_BYTES {
-            return Err(too_big(format!("more than {MAX_INPUT_BYTES} bytes")));
+        if walk.bytes > walk.max_bytes {
+            return Err(too_big(format!("more than {} bytes", walk.max_bytes)));
         }
         hash_file(h, path, policy)?;
     } else {
@@ -503,6 +530,20 @@ mod tests {
         spec(&["make"], &["src", "./bench/x"])
             .check()
             .expect("valid");
+        // The experiment file names the key, and refuses unknown ones.
+        let parse = |b: &str| {
+            crate::spec::Spec::parse(
+                "e.toml",
+                &format!("name = \"x\"\nbenchmark = \"fio\"\n[build]\n{b}"),
+            )
+        };
+        let e = parse("commands = []\n").expect_err("refused").to_string();
+        assert!(e.starts_with("e.toml: build.commands: empty"), "{e}");
+        let e = parse("commands = [\"make\"]\ninputs = [\"../x\"]\n").expect_err("refused");
+        assert!(e.to_string().starts_with("e.toml: build.inputs: "), "{e}");
+        assert!(parse("commands = [\"make\"]\nbogus = 1\n").is_err());
+        let ok = parse("commands = [\"make\"]\ninputs = [\"src\"]\n").expect("valid");
+        assert_eq!(ok.build, Some(spec(&["make"], &["src"])));
     }
 
     #[test]
@@ -527,6 +568,29 @@ mod tests {
         assert_ne!(first, h(&s, "n1"), "content counts");
         let missing = hash(&spec(&["make"], &["nope"]), &tmp, "n1", &policy);
         assert!(missing.is_err());
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn huge_inputs_are_refused_in_one_line() {
+        let tmp = std::env::temp_dir().join(format!("kml-build-huge-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(tmp.join("src")).expect("mkdir");
+        for n in 0..5 {
+            std::fs::write(tmp.join(format!("src/{n}.c")), "0123456789").expect("write");
+        }
+        let policy = Policy::for_this_process(true);
+        let s = spec(&["make"], &["src"]);
+        let h = |files, bytes| hash_bounded(&s, &tmp, "n", &policy, Walk::bounded(files, bytes));
+        h(6, 50).expect("within the bounds");
+        for (files, bytes, what) in [
+            (5, 1000, "more than 5 files"),
+            (100, 49, "more than 49 bytes"),
+        ] {
+            let e = h(files, bytes).expect_err("too big").to_string();
+            assert!(e.contains(what) && !e.contains('\n'), "{e}");
+            assert!(e.starts_with("[build] inputs hold"), "{e}");
+        }
         let _ = std::fs::remove_dir_all(&tmp);
     }
 

@@ -48,6 +48,10 @@
 //! [variables.probes]
 //! values = [[], ["quanta_runtime"], ["quanta_runtime", "process_trace"]]
 //! ```
+//!
+//! `[build]` (commands run once per node before the first run, cached by
+//! a hash of their inputs) is parsed here and carried out by
+//! [`crate::build`].
 
 use std::{collections::BTreeMap, path::Path};
 
