@@ -66,6 +66,7 @@ pub(crate) fn run(
             &env,
         )?,
         ExperimentCommand::Compare { a, b, out } => exp::compare(a, b, out, &env)?,
+        ExperimentCommand::Build { dir } => exp::build(dir, &env)?,
         ExperimentCommand::Exec {
             dir,
             run_id,
@@ -219,6 +220,13 @@ compare-<A>-<B>.parquet in the current folder (or --out) and printed.")]
         /// Where the table goes [default: ./compare-<A's name>-<B's name>.parquet].
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+    },
+    /// Make the experiment's [build] current on this node (used by cluster
+    /// executors before a node's runs; `run` and `resume` build locally).
+    #[command(hide = true)]
+    Build {
+        /// The experiment folder.
+        dir: PathBuf,
     },
     /// Perform exactly one planned run of an experiment folder (used by
     /// cluster executors; `resume` is what users want).

@@ -258,6 +258,18 @@ pub fn compare(a: PathBuf, b: PathBuf, out: Option<PathBuf>, env: &Env) -> Resul
     Ok(ExitCode::SUCCESS)
 }
 
+/// `experiment build`: makes the experiment's `[build]` current on this
+/// node (what a cluster job runs on each of its nodes before the runs).
+pub fn build(dir: PathBuf, env: &Env) -> Result<ExitCode> {
+    check_folder(&dir, env)?;
+    let dir = ExpDir::new(dir);
+    let record = read_trusted_record(&dir, env)?;
+    if crate::build::before_runs(&dir, &record.source_file, env.allow_insecure_plugins)?.is_none() {
+        eprintln!("{}: the experiment has no [build]", dir.root.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `experiment exec`: performs exactly one planned run; a failure is also
 /// appended to the run's log.
 pub fn exec(dir: PathBuf, run_id: &str, opts: &ExecOptions, env: &Env) -> Result<ExitCode> {
@@ -841,6 +853,11 @@ fn drive(
         );
         return Ok(ExitCode::SUCCESS);
     }
+    // `[build]` on this machine before its first run; Slurm tasks build
+    // on their own nodes (`experiment exec`).
+    if local {
+        crate::build::before_runs(dir, &record.source_file, env.allow_insecure_plugins)?;
+    }
     // Slurm tasks warm up on their own nodes.
     if let Some(first) = todo.first().filter(|_| local) {
         for n in 1..=record.warmup {
@@ -1009,6 +1026,17 @@ fn exec_run(dir: &ExpDir, run_id: &str, what: &ExecOptions, env: &Env) -> Result
     ctx.slurm_job = std::env::var("SLURM_JOB_ID")
         .ok()
         .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
+    // `[build]` first, cached once per node: on this node, or on every
+    // node of a job that has several (a run whose roles are steps on the
+    // job's other nodes).
+    match crate::build::job_nodes() {
+        Some(nodes) if ctx.slurm_job.is_some() && nodes > 1 => {
+            crate::build::on_every_node_of_job(dir, nodes, &ctx.exe, env.allow_insecure_plugins)?;
+        }
+        _ => {
+            crate::build::before_runs(dir, &record.source_file, env.allow_insecure_plugins)?;
+        }
+    }
     if !dir.config(run_id).is_file() {
         write_run_config(dir, &run)?;
     }

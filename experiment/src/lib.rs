@@ -22,6 +22,8 @@
 //! - [`roles`]: `[roles.NAME]` tables (several programs per run, each on
 //!   its own node), their checks and start order; [`roles_run`] runs
 //!   them on this machine (`--executor local`).
+//! - [`build`]: `[build]`, commands run once per node before its first
+//!   run, cached by a hash of their inputs, the commands and the node.
 //! - [`slurm`]: the Slurm executor (one job array per submission, a task
 //!   per run on an exclusive node) and Slurm's view of the runs.
 //! - [`results`]: `results.parquet` / `results.arrow`, one row per run.
@@ -39,6 +41,7 @@
 //!   `experiment compare`.
 
 pub mod adaptive;
+pub mod build;
 pub mod checks;
 pub mod commands;
 pub mod compare;

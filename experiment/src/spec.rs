@@ -48,6 +48,10 @@
 //! [variables.probes]
 //! values = [[], ["quanta_runtime"], ["quanta_runtime", "process_trace"]]
 //! ```
+//!
+//! `[build]` (commands run once per node before the first run, cached by
+//! a hash of their inputs) is parsed here and carried out by
+//! [`crate::build`].
 
 use std::{collections::BTreeMap, path::Path};
 
@@ -294,6 +298,9 @@ pub struct Spec {
     /// `[roles.NAME]` tables (see [`super::roles`]); with roles,
     /// `benchmark` is the result role's.
     pub roles: Roles,
+    /// `[build]`: commands run once per node before its first run (see
+    /// [`crate::build`]).
+    pub build: Option<crate::build::BuildSpec>,
 }
 
 #[derive(Deserialize)]
@@ -315,6 +322,7 @@ struct RawSpec {
     device: Option<crate::device::DeviceSpec>,
     #[serde(default)]
     roles: BTreeMap<String, toml::Spanned<RawRole>>,
+    build: Option<crate::build::BuildSpec>,
 }
 
 #[derive(Deserialize)]
@@ -542,6 +550,18 @@ impl Spec {
                 )
             })?;
         }
+        if let Some(b) = &raw.build {
+            b.check().map_err(|(key, message)| {
+                invalid(
+                    &if key.is_empty() {
+                        "build".to_owned()
+                    } else {
+                        format!("build.{key}")
+                    },
+                    message,
+                )
+            })?;
+        }
         if let (Some(v), Some(_)) = (swept.first(), &raw.probes) {
             return Err(invalid(
                 "probes",
@@ -582,6 +602,7 @@ impl Spec {
             max_runs,
             device: raw.device,
             roles,
+            build: raw.build,
         })
     }
 }

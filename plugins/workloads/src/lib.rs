@@ -24,16 +24,24 @@ use serde::Serialize;
 pub mod reports;
 mod script;
 mod servers;
+mod split;
 mod tools;
 
 pub use script::{Script, ScriptSettings, TIMEOUT_EXIT_CODE};
 pub use servers::{Memcached, MemcachedSettings, Redis, RedisSettings};
+pub use split::{
+    MemcachedLoad, MemcachedLoadSettings, MemcachedServer, MemcachedServerSettings, RedisLoad,
+    RedisLoadSettings, RedisServer, RedisServerSettings,
+};
 pub use tools::{Gap, GapSettings, LinuxBuild, LinuxBuildSettings};
 
 export_plugin! {
-    description: "Workload benchmarks: faux, stress-ng, fio, redis, memcached, Linux build, GAP PageRank, a user's script",
+    description: "Workload benchmarks: faux, stress-ng, fio, redis, memcached (whole, or server and load apart), Linux build, GAP PageRank, a user's script",
     probes: [],
-    benchmarks: [Faux, StressNg, Fio, Redis, Memcached, LinuxBuild, Gap, Script],
+    benchmarks: [
+        Faux, StressNg, Fio, Redis, Memcached, LinuxBuild, Gap, Script, RedisServer, RedisLoad,
+        MemcachedServer, MemcachedLoad,
+    ],
 }
 
 /// Refuses zero for a count that must be at least 1.
@@ -497,6 +505,10 @@ mod tests {
         check_defaults::<LinuxBuild, LinuxBuildSettings>();
         check_defaults::<Gap, GapSettings>();
         check_defaults::<Script, ScriptSettings>();
+        check_defaults::<RedisServer, RedisServerSettings>();
+        check_defaults::<RedisLoad, RedisLoadSettings>();
+        check_defaults::<MemcachedServer, MemcachedServerSettings>();
+        check_defaults::<MemcachedLoad, MemcachedLoadSettings>();
     }
 
     #[test]
@@ -510,6 +522,10 @@ mod tests {
             new_err::<LinuxBuild>(r#"{"bogus": 1}"#),
             new_err::<Gap>(r#"{"bogus": 1}"#),
             new_err::<Script>(r#"{"bogus": 1}"#),
+            new_err::<RedisServer>(r#"{"bogus": 1}"#),
+            new_err::<RedisLoad>(r#"{"bogus": 1}"#),
+            new_err::<MemcachedServer>(r#"{"bogus": 1}"#),
+            new_err::<MemcachedLoad>(r#"{"bogus": 1}"#),
         ] {
             assert!(e.contains("bogus") && e.contains("[benchmarks."), "{e}");
         }
@@ -546,6 +562,20 @@ mod tests {
                 "memcached",
                 new_err::<Memcached>,
                 r#"{"execute_number": 0}"#,
+            ),
+            ("redis_server", new_err::<RedisServer>, r#"{"port": 70000}"#),
+            ("redis_server", new_err::<RedisServer>, r#"{"bind": "-x"}"#),
+            ("redis_load", new_err::<RedisLoad>, r#"{"clients": 0}"#),
+            ("redis_load", new_err::<RedisLoad>, r#"{"host": "a b"}"#),
+            (
+                "memcached_server",
+                new_err::<MemcachedServer>,
+                r#"{"memory_mb": 0}"#,
+            ),
+            (
+                "memcached_load",
+                new_err::<MemcachedLoad>,
+                r#"{"test": "put"}"#,
             ),
             ("linux_build", new_err::<LinuxBuild>, r#"{"target": ""}"#),
             ("gap", new_err::<Gap>, r#"{"scale": 0}"#),

@@ -14,7 +14,11 @@ use kernmlops_plugin_sdk::{
     BenchmarkImpl, Result, StartArgs,
 };
 
-use crate::{accepts, at_least_one, free_port, indicator, reports, wait_ready};
+use crate::{
+    accepts, at_least_one, free_port, indicator, reports,
+    split::{check_memcached_load, check_redis_load, memcached, memcslap, redis_benchmark},
+    wait_ready,
+};
 
 /// How long a server gets to answer after it starts.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -34,15 +38,7 @@ settings! {
         pub tests: String = "set,get".into(),
     }
     validate(s) {
-        at_least_one("requests", s.requests)?;
-        at_least_one("clients", u64::from(s.clients))?;
-        if s.clients > 10_000 {
-            return Err(format!("clients = {}: use at most 10000 (redis-benchmark's limit)", s.clients));
-        }
-        if s.tests.trim().is_empty() || s.tests.starts_with('-') {
-            return Err(format!("tests = {:?}: name the commands, e.g. \"set,get\"", s.tests));
-        }
-        Ok(())
+        check_redis_load(s.requests, s.clients, &s.tests)
     }
 }
 
@@ -123,11 +119,7 @@ impl BenchmarkImpl for Redis {
         wait_ready(server, &what, READY_TIMEOUT, || Self::answers_ping(p))?;
 
         let s = &self.settings;
-        let mut cmd = Command::new("redis-benchmark");
-        cmd.args(["-h", "127.0.0.1", "-p", &port])
-            .args(["-n", &s.requests.to_string()])
-            .args(["-c", &s.clients.to_string()])
-            .args(["-t", &s.tests, "--csv"]);
+        let cmd = redis_benchmark("127.0.0.1", p, s.requests, s.clients, &s.tests);
         let out = self.run.output_dir()?;
         let capture = Capture::both(out.path(), "benchmark");
         let client = Workload::spawn_captured(cmd, "redis-benchmark", &capture)?;
@@ -167,12 +159,8 @@ settings! {
         pub execute_number: u64 = 10_000,
     }
     validate(s) {
-        if !["get", "mget", "set"].contains(&s.test.as_str()) {
-            return Err(format!("test = {:?}: use get, mget or set", s.test));
-        }
         at_least_one("memory_mb", u64::from(s.memory_mb))?;
-        at_least_one("concurrency", u64::from(s.concurrency))?;
-        at_least_one("execute_number", s.execute_number)
+        check_memcached_load(&s.test, s.concurrency, s.execute_number)
     }
 }
 
@@ -224,14 +212,7 @@ impl BenchmarkImpl for Memcached {
         self.port = free_port()?;
         let port = self.port.to_string();
         let s = &self.settings;
-        let mut cmd = Command::new("memcached");
-        cmd.args(["-l", "127.0.0.1", "-p", &port, "-U", "0"])
-            .args(["-m", &s.memory_mb.to_string()]);
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            // memcached refuses to run as root unless told which user to be.
-            cmd.args(["-u", "nobody"]);
-        }
+        let cmd = memcached("127.0.0.1", self.port, s.memory_mb);
         let server = self.run.start_server(Workload::spawn(cmd, "memcached")?);
         let p = self.port;
         wait_ready(
@@ -241,11 +222,7 @@ impl BenchmarkImpl for Memcached {
             || accepts(p),
         )?;
 
-        let mut cmd = Command::new("memcslap");
-        cmd.arg(format!("--servers=127.0.0.1:{port}"))
-            .arg(format!("--test={}", s.test))
-            .arg(format!("--concurrency={}", s.concurrency))
-            .arg(format!("--execute-number={}", s.execute_number));
+        let cmd = memcslap("127.0.0.1", p, &s.test, s.concurrency, s.execute_number);
         let out = self.run.output_dir()?;
         let capture = Capture::both(out.path(), "benchmark");
         let client = Workload::spawn_captured(cmd, "memcslap", &capture)?;

@@ -1,0 +1,266 @@
+//! `[build]` of an experiment file under `--executor local`: the commands
+//! run once on this machine before the first run, in the experiment
+//! file's folder, and the artefact they build is what a script benchmark
+//! runs; a second `run` or `resume` finds the build up to date (counted in
+//! `build/<node>.json`), a changed input builds again, and a failing
+//! command or an input others may write is one error line with no run
+//! started.
+
+use std::{
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use kernmlops_e2e::*;
+use serde_json::Value;
+
+fn plugins(test: &str) -> PathBuf {
+    plugin_dir(test, &[("workloads", "workloads")])
+}
+
+fn experiment(plugins: &Path, args: &[&str]) -> Output {
+    let _serial = serial();
+    Command::new(kernmlops_bin())
+        .arg("--plugin-dir")
+        .arg(plugins)
+        .arg("experiment")
+        .args(args)
+        .current_dir(workspace_root())
+        .output()
+        .expect("running kernmlops experiment")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn node() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("hostname")
+        .trim()
+        .to_owned()
+}
+
+fn write_exec(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// The build's makefile-like script: "compiles" `bench/tool.in` into
+/// `out/tool`, writes a generated file into its own inputs (which must not
+/// make the next build look stale), and counts its builds in `builds`.
+const MAKE: &str = r#"#!/bin/sh
+set -eu
+mkdir -p out
+{ echo '#!/bin/sh'; cat bench/tool.in; } > out/tool
+chmod +x out/tool
+echo generated > bench/generated.txt
+echo built >> builds
+"#;
+
+/// The script benchmark: runs the built tool, which prints the indicator.
+const USE: &str = r#"#!/bin/sh
+exec "$(dirname "$0")/out/tool"
+"#;
+
+fn tool(value: u32) -> String {
+    format!(
+        "echo '{{\"name\": \"built_tool\", \"component\": \"tool\", \"@result\": {{\"value\": {value}}}}}'\n"
+    )
+}
+
+/// An experiment folder `work` with the bench sources, the wrapper script
+/// and an experiment file whose `[build]` runs `commands`.
+fn setup(work: &Path, commands: &str) -> PathBuf {
+    std::fs::create_dir_all(work.join("bench")).expect("bench");
+    write_exec(&work.join("bench/make.sh"), MAKE);
+    std::fs::write(work.join("bench/tool.in"), tool(42)).expect("tool.in");
+    write_exec(&work.join("use.sh"), USE);
+    let file = work.join("built.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"built\"\nbenchmark = \"script\"\nprobes = []\nrepeats = 2\nseed = 1\n\
+             [build]\ncommands = {commands}\ninputs = [\"bench\"]\n\
+             [config.benchmarks.script]\ncommand = [\"./use.sh\"]\ndrop_page_cache = false\n"
+        ),
+    )
+    .expect("experiment file");
+    file
+}
+
+fn read_json(path: &Path) -> Value {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn builds(work: &Path) -> usize {
+    std::fs::read_to_string(work.join("builds"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+/// `(runs, skips)` of this node's build record.
+fn counts(dir: &Path) -> (u64, u64) {
+    let r = read_json(&dir.join("build").join(format!("{}.json", node())));
+    assert_eq!(r["node"], node().as_str(), "{r}");
+    (
+        r["runs"].as_u64().expect("runs"),
+        r["skips"].as_u64().expect("skips"),
+    )
+}
+
+fn results_of_runs(dir: &Path) -> Vec<Value> {
+    let mut v: Vec<Value> = std::fs::read_dir(dir.join("runs"))
+        .expect("runs/")
+        .flatten()
+        .map(|e| read_json(&e.path().join("indicator.json")))
+        .collect();
+    v.sort_by_key(|i| i["@result"]["value"].as_u64());
+    v
+}
+
+#[test]
+fn root_build_runs_once_is_skipped_when_unchanged_and_runs_again_on_a_changed_input() {
+    let test = "root_build_runs_once_is_skipped_when_unchanged_and_runs_again_on_a_changed_input";
+    if !require_root(test) {
+        return;
+    }
+    let plugins = plugins("build-cache");
+    let work = temp_dir("build-cache");
+    let file = setup(&work, "[\"./bench/make.sh\"]");
+    let dir = work.join("exp");
+    let progress = format!("build on {}: ", node());
+
+    let out = experiment(
+        &plugins,
+        &["run", s(&file), "--dir", s(&dir), "--no-graphs"],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("2 runs: 2 done"), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!("{progress}ran in ")),
+        "progress line: {stderr}"
+    );
+    assert_eq!(builds(&work), 1, "built once for two runs");
+    assert_eq!(counts(&dir), (1, 0));
+    // The runs ran the built artefact.
+    let results = results_of_runs(&dir);
+    assert_eq!(results.len(), 2);
+    for ind in &results {
+        assert_eq!(ind["@result"]["value"], 42, "{ind}");
+    }
+    let log = std::fs::read_to_string(dir.join("build").join(format!("{}.log", node())))
+        .expect("build log");
+    assert!(log.contains("./bench/make.sh"), "{log}");
+
+    // Unchanged inputs: `resume` and `run` again skip it, counted.
+    let out = experiment(&plugins, &["resume", s(&dir), "--no-graphs"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{progress}up to date")),
+        "{stderr}"
+    );
+    let out = experiment(
+        &plugins,
+        &["run", s(&file), "--dir", s(&dir), "--no-graphs"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(builds(&work), 1, "no build when nothing changed");
+    assert_eq!(counts(&dir), (1, 2));
+
+    // A changed input builds again; its runs then use the new artefact.
+    std::fs::write(work.join("bench/tool.in"), tool(43)).expect("tool.in");
+    let out = experiment(
+        &plugins,
+        &["resume", s(&dir), "--retry-failed", "--no-graphs"],
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("{progress}ran in ")), "{stderr}");
+    assert_eq!(builds(&work), 2);
+    assert_eq!(counts(&dir), (2, 2));
+    let tool_now = std::fs::read_to_string(work.join("out/tool")).expect("out/tool");
+    assert!(tool_now.contains("43"), "{tool_now}");
+
+    // What a Slurm node does: `experiment build DIR` alone, and
+    // `experiment exec DIR RUN_ID`, which builds first.
+    std::fs::write(work.join("bench/tool.in"), tool(44)).expect("tool.in");
+    for (args, wanted, count) in [
+        (vec!["build", s(&dir)], "ran in ", (3, 2)),
+        (vec!["build", s(&dir)], "up to date", (3, 3)),
+    ] {
+        let out = experiment(&plugins, &args);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains(&format!("{progress}{wanted}")), "{stderr}");
+        assert_eq!(counts(&dir), count, "{args:?}");
+    }
+    std::fs::write(work.join("bench/tool.in"), tool(45)).expect("tool.in");
+    let record = read_json(&dir.join("experiment.json"));
+    let run_id = record["runs"][0]["run_id"].as_str().expect("run_id");
+    let out = experiment(&plugins, &["exec", s(&dir), run_id, "--retry-failed"]);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(&format!("{progress}ran in ")), "{stderr}");
+    assert_eq!(counts(&dir), (4, 3));
+    assert_eq!(builds(&work), 4);
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&plugins);
+}
+
+#[test]
+fn root_build_failing_or_untrusted_is_one_error_line_and_no_run() {
+    let test = "root_build_failing_or_untrusted_is_one_error_line_and_no_run";
+    if !require_root(test) {
+        return;
+    }
+    let plugins = plugins("build-fail");
+    for (case, commands, world_writable, wanted) in [
+        (
+            "failing",
+            r#"["./bench/make.sh", "echo compiling; echo 'boom: no header x.h' >&2; exit 3"]"#,
+            false,
+            &["exit status: 3", "boom: no header x.h", "compiling"][..],
+        ),
+        (
+            "untrusted",
+            r#"["./bench/make.sh"]"#,
+            true,
+            &["refusing [build] input", "tool.in", "chmod"][..],
+        ),
+    ] {
+        let work = temp_dir(&format!("build-{case}"));
+        let file = setup(&work, commands);
+        if world_writable {
+            std::fs::set_permissions(
+                work.join("bench/tool.in"),
+                std::fs::Permissions::from_mode(0o666),
+            )
+            .expect("chmod");
+        }
+        let dir = work.join("exp");
+        let out = experiment(
+            &plugins,
+            &["run", s(&file), "--dir", s(&dir), "--no-graphs"],
+        );
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{case}: {stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
+        assert_eq!(errors.len(), 1, "{case}: one error line: {stderr}");
+        assert!(errors[0].starts_with("error: "), "{case}: {stderr}");
+        for w in wanted {
+            assert!(errors[0].contains(w), "{case}: {w:?} in {}", errors[0]);
+        }
+        // No run started.
+        let runs = std::fs::read_dir(dir.join("runs"))
+            .map(|r| r.count())
+            .unwrap_or(0);
+        assert_eq!(runs, 0, "{case}: no run may start after a failed build");
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    let _ = std::fs::remove_dir_all(&plugins);
+}
