@@ -565,8 +565,9 @@ mod tests {
         assert_eq!(i.parameters["job"]["depth"][1], 2);
         let again = Indicator::parse(&i.to_value().expect("valid").to_string()).expect("again");
         assert_eq!(again, i);
-        let e = Indicator::parse(r#"{"name": "a", "component": "b", "@result": {"lat": {"p99": 3}}}"#)
-            .expect_err("nested figure");
+        let e =
+            Indicator::parse(r#"{"name": "a", "component": "b", "@result": {"lat": {"p99": 3}}}"#)
+                .expect_err("nested figure");
         assert_eq!(
             e.to_string(),
             "\"@result.lat\" must be a number, a string or a boolean, found an object"
@@ -596,10 +597,7 @@ mod tests {
             );
             assert!(Indicator::parse(&with_keys(section, 1, MAX_KEY_BYTES)).is_ok());
             let e = Indicator::parse(&with_keys(section, 1, MAX_KEY_BYTES + 1)).expect_err("key");
-            assert!(
-                e.to_string().contains("longer than 256 bytes"),
-                "{e}"
-            );
+            assert!(e.to_string().contains("longer than 256 bytes"), "{e}");
         }
         // Text: the limit counts bytes, white space included.
         let valid = r#"{"name": "a", "component": "b", "@result": {}}"#;
