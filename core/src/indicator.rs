@@ -6,105 +6,35 @@
 //! one-row `performance_indicator` table, flattened into `param_*` and
 //! `result_*` columns so it joins the kernel tables by `collection_id`.
 
-use std::{path::Path, sync::Arc};
+use std::{fmt, marker::PhantomData, path::Path, sync::Arc};
 
 use arrow_array::{
     ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
     UInt64Array,
 };
 use arrow_schema::DataType;
-use serde_json::{Map, Value};
+use serde::{
+    de::{IgnoredAny, MapAccess, Visitor},
+    ser::SerializeMap,
+    Deserialize, Deserializer, Serialize, Serializer,
+};
+use serde_json::Value;
 
 use crate::decode::{self, HostColumn};
+
+/// The performance-indicator format has one parser and validator, the
+/// SDK's: what a benchmark reports is checked by the same rules its plugin
+/// built it with.
+pub use kernmlops_plugin_sdk::indicator::{Indicator, IndicatorError};
 
 /// The table the figures go to.
 pub const TABLE: &str = "performance_indicator";
 /// The file beside the tables.
 pub const FILE: &str = "indicator.json";
-
-/// Why a benchmark's reported result is not a valid indicator.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IndicatorError {
-    #[error("the benchmark's result is not JSON: {0}")]
-    NotJson(String),
-    #[error("the benchmark's result is not a JSON object")]
-    NotAnObject,
-    #[error("the benchmark's result has no \"@result\" object")]
-    MissingResult,
-    #[error("\"{0}\" must be a JSON object")]
-    NotATable(&'static str),
-    #[error("key {0:?} is in both \"@parameters\" and \"@result\"")]
-    Collision(String),
-    #[error("\"overall_score\" must be a number")]
-    BadScore,
-}
-
-/// The benchmark's part of an indicator, checked.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Indicator {
-    pub name: String,
-    pub component: String,
-    pub parameters: Map<String, Value>,
-    pub result: Map<String, Value>,
-    pub overall_score: Option<f64>,
-}
-
-impl Indicator {
-    /// Parses and checks what a benchmark reported. `name` and `component`
-    /// default to the benchmark's name when missing.
-    pub fn parse(text: &str, benchmark: &str) -> Result<Self, IndicatorError> {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| IndicatorError::NotJson(e.to_string()))?;
-        let Value::Object(mut obj) = value else {
-            return Err(IndicatorError::NotAnObject);
-        };
-        let text_of = |v: Option<Value>| match v {
-            Some(Value::String(s)) if !s.is_empty() => Some(s),
-            _ => None,
-        };
-        let name = text_of(obj.remove("name")).unwrap_or_else(|| benchmark.to_owned());
-        // Older indicators say `framework`.
-        let component = text_of(obj.remove("component"))
-            .or_else(|| text_of(obj.remove("framework")))
-            .unwrap_or_else(|| benchmark.to_owned());
-        let table = |obj: &mut Map<String, Value>, key: &'static str, required: bool| match obj
-            .remove(key)
-        {
-            Some(Value::Object(m)) => Ok(m),
-            None | Some(Value::Null) if !required => Ok(Map::new()),
-            None => Err(IndicatorError::MissingResult),
-            Some(_) => Err(IndicatorError::NotATable(key)),
-        };
-        let parameters = table(&mut obj, "@parameters", false)?;
-        let result = table(&mut obj, "@result", true)?;
-        if let Some(k) = parameters.keys().find(|k| result.contains_key(*k)) {
-            return Err(IndicatorError::Collision(k.clone()));
-        }
-        let overall_score = match obj.remove("overall_score") {
-            None | Some(Value::Null) => None,
-            Some(Value::Number(n)) => n.as_f64(),
-            Some(_) => return Err(IndicatorError::BadScore),
-        };
-        Ok(Self {
-            name,
-            component,
-            parameters,
-            result,
-            overall_score,
-        })
-    }
-
-    /// An indicator with no result, for benchmarks that report none.
-    pub fn empty(benchmark: &str) -> Self {
-        Self {
-            name: benchmark.to_owned(),
-            component: benchmark.to_owned(),
-            parameters: Map::new(),
-            result: Map::new(),
-            overall_score: None,
-        }
-    }
-}
+/// The largest `indicator.json` [`IndicatorFile::read`] reads: an
+/// indicator of the SDK's largest size, pretty-printed, with the runner's
+/// figures, fits many times over.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// The 16 `getrusage` figures, in the names of `struct rusage`. Times are
 /// seconds, `ru_maxrss` KiB, the rest counts.
@@ -195,6 +125,94 @@ impl Rusage {
     pub fn fields(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
         RUSAGE_FIELDS.iter().zip(self.0).map(|(f, v)| (f.0, v))
     }
+}
+
+/// Whether a [`RUSAGE_FIELDS`] figure is a time in seconds (a float in
+/// `indicator.json` and the tables); the others are whole numbers.
+pub fn is_seconds(name: &str) -> bool {
+    name.ends_with("time")
+}
+
+/// The [`RUSAGE_FIELDS`] figures as `indicator.json` holds them, one key
+/// each; `None` where a file lacks one (an older version's).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RusageFigures(pub [Option<f64>; 16]);
+
+impl From<Rusage> for RusageFigures {
+    fn from(r: Rusage) -> Self {
+        Self(r.0.map(Some))
+    }
+}
+
+impl RusageFigures {
+    /// `(name, value)` in the order of [`RUSAGE_FIELDS`], each value as
+    /// JSON: seconds as floats, the rest whole numbers, null where absent.
+    pub fn entries(&self) -> impl Iterator<Item = (&'static str, Value)> + '_ {
+        RUSAGE_FIELDS.iter().zip(self.0).map(|((name, _, _), v)| {
+            let value = match v {
+                None => Value::Null,
+                Some(v) if is_seconds(name) => Value::from(v),
+                Some(v) => Value::from(v as i64),
+            };
+            (*name, value)
+        })
+    }
+}
+
+impl Serialize for RusageFigures {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serialize_named(s, self.entries())
+    }
+}
+
+impl<'de> Deserialize<'de> for RusageFigures {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        deserialize_named(d, RUSAGE_FIELDS.map(|f| f.0)).map(Self)
+    }
+}
+
+/// Named figures as one key each, to be flattened into a file's object.
+fn serialize_named<S: Serializer, T: Serialize>(
+    s: S,
+    entries: impl Iterator<Item = (&'static str, T)>,
+) -> Result<S::Ok, S::Error> {
+    let mut map = s.serialize_map(None)?;
+    for (name, value) in entries {
+        map.serialize_entry(name, &value)?;
+    }
+    map.end()
+}
+
+/// Reads the keys `names` of an object (the others are left for the other
+/// fields), each `None` when absent or null.
+fn deserialize_named<'de, D, T, const N: usize>(
+    d: D,
+    names: [&'static str; N],
+) -> Result<[Option<T>; N], D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Copy,
+{
+    struct Named<T, const N: usize>([&'static str; N], PhantomData<T>);
+    impl<'de, T: Deserialize<'de> + Copy, const N: usize> Visitor<'de> for Named<T, N> {
+        type Value = [Option<T>; N];
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = [None; N];
+            while let Some(key) = map.next_key::<String>()? {
+                match self.0.iter().position(|n| *n == key) {
+                    Some(i) => out[i] = map.next_value::<Option<T>>()?,
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Named(names, PhantomData))
 }
 
 /// The benchmark cgroup's totals at the end of the run, `(name, unit,
@@ -313,6 +331,69 @@ impl CgroupTotals {
     }
 }
 
+impl Serialize for CgroupTotals {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serialize_named(s, self.fields())
+    }
+}
+
+impl<'de> Deserialize<'de> for CgroupTotals {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        deserialize_named(d, CGROUP_FIELDS.map(|f| f.0)).map(Self)
+    }
+}
+
+/// `indicator.json`: the benchmark's indicator (the SDK's type) with the
+/// runner's figures, written by the host and read back by the experiment
+/// layer through this one type. Keys an older version did not write read
+/// as absent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IndicatorFile {
+    #[serde(flatten)]
+    pub indicator: Indicator,
+    /// The benchmark's exit code; null when the host stopped it.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// From launch to the benchmark's end, in seconds.
+    #[serde(default)]
+    pub wall_time_s: Option<f64>,
+    /// The benchmark's processes' `getrusage` figures.
+    #[serde(flatten)]
+    pub rusage: RusageFigures,
+    /// The benchmark cgroup's totals (null without a cgroup).
+    #[serde(flatten)]
+    pub cgroup: CgroupTotals,
+    /// Why the benchmark's own result could not be used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl IndicatorFile {
+    /// The file's text: pretty JSON with its keys in sorted order (as a
+    /// JSON object's keys come out of `serde_json::Value`).
+    pub fn to_text(&self) -> serde_json::Result<String> {
+        let value = serde_json::to_value(self)?;
+        Ok(serde_json::to_string_pretty(&value)? + "\n")
+    }
+
+    /// Reads `indicator.json` in `dir` (at most [`MAX_FILE_BYTES`]).
+    pub fn read(dir: &Path) -> std::io::Result<Self> {
+        use std::io::Read;
+        let path = dir.join(FILE);
+        let mut text = String::new();
+        std::fs::File::open(&path)?
+            .take(MAX_FILE_BYTES + 1)
+            .read_to_string(&mut text)?;
+        if text.len() as u64 > MAX_FILE_BYTES {
+            return Err(std::io::Error::other(format!(
+                "{}: larger than {MAX_FILE_BYTES} bytes",
+                path.display()
+            )));
+        }
+        serde_json::from_str(&text).map_err(std::io::Error::other)
+    }
+}
+
 /// Everything a benchmark run records about itself.
 #[derive(Debug, Clone)]
 pub struct RunFigures {
@@ -330,33 +411,15 @@ pub struct RunFigures {
 
 impl RunFigures {
     /// `indicator.json`'s content.
-    pub fn to_json(&self) -> Value {
-        let i = &self.indicator;
-        let mut obj = Map::new();
-        obj.insert("name".into(), i.name.clone().into());
-        obj.insert("component".into(), i.component.clone().into());
-        obj.insert("@parameters".into(), Value::Object(i.parameters.clone()));
-        obj.insert("@result".into(), Value::Object(i.result.clone()));
-        if let Some(s) = i.overall_score {
-            obj.insert("overall_score".into(), s.into());
+    pub fn file(&self) -> IndicatorFile {
+        IndicatorFile {
+            indicator: self.indicator.clone(),
+            exit_code: self.exit_code,
+            wall_time_s: Some(self.wall_time_s),
+            rusage: self.rusage.into(),
+            cgroup: self.cgroup.unwrap_or_default(),
+            error: self.error.clone(),
         }
-        obj.insert("exit_code".into(), self.exit_code.into());
-        obj.insert("wall_time_s".into(), self.wall_time_s.into());
-        for (k, v) in self.rusage.fields() {
-            let v = if k.ends_with("time") {
-                Value::from(v)
-            } else {
-                Value::from(v as i64)
-            };
-            obj.insert(k.into(), v);
-        }
-        for (k, v) in self.cgroup.unwrap_or_default().fields() {
-            obj.insert(k.into(), v.into());
-        }
-        if let Some(e) = &self.error {
-            obj.insert("error".into(), e.clone().into());
-        }
-        Value::Object(obj)
     }
 
     /// One line for the run's summary: how the benchmark ended and what it
@@ -394,8 +457,8 @@ impl RunFigures {
     /// Writes `indicator.json` in `dir` atomically (a fresh hidden
     /// temporary name, never a planted one).
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
-        let text = serde_json::to_string_pretty(&self.to_json()).map_err(std::io::Error::other)?;
-        crate::files::write_atomic(&dir.join(FILE), (text + "\n").as_bytes())
+        let text = self.file().to_text().map_err(std::io::Error::other)?;
+        crate::files::write_atomic(&dir.join(FILE), text.as_bytes())
     }
 
     /// The one-row `performance_indicator` table.
@@ -442,7 +505,7 @@ impl RunFigures {
             ),
         ];
         for ((name, unit, desc), value) in RUSAGE_FIELDS.iter().zip(self.rusage.0) {
-            let values: ArrayRef = if name.ends_with("time") {
+            let values: ArrayRef = if is_seconds(name) {
                 Arc::new(Float64Array::from(vec![value]))
             } else {
                 Arc::new(Int64Array::from(vec![value as i64]))
@@ -525,23 +588,14 @@ pub fn json_type(value: &Value) -> DataType {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_valid_indicator_parses() {
-        let i = Indicator::parse(
-            r#"{"name":"n","component":"c","@parameters":{"bs":"4k"},"@result":{"iops":12.5},"overall_score":3}"#,
-            "script",
-        )
-        .expect("valid");
-        assert_eq!(i.name, "n");
-        assert_eq!(i.component, "c");
-        assert_eq!(i.result["iops"], 12.5);
-        assert_eq!(i.overall_score, Some(3.0));
+    fn indicator(text: &str) -> Indicator {
+        Indicator::parse(text).expect("valid")
     }
 
     #[test]
     fn the_summary_line_shows_how_it_ended_and_every_result() {
         let figures = |text: &str, exit_code, error: Option<&str>| RunFigures {
-            indicator: Indicator::parse(text, "script").expect("valid"),
+            indicator: indicator(text),
             error: error.map(str::to_owned),
             exit_code,
             wall_time_s: 2.04,
@@ -550,7 +604,7 @@ mod tests {
             end_uptime_us: 0,
         };
         let ok = figures(
-            r#"{"name":"fio","@result":{"read_iops":1250.5,"unit":"ops"},"overall_score":3}"#,
+            r#"{"name":"fio","component":"fio","@result":{"read_iops":1250.5,"unit":"ops"},"overall_score":3}"#,
             Some(0),
             None,
         );
@@ -558,42 +612,150 @@ mod tests {
             ok.summary(),
             "benchmark fio: exit 0 after 2.0 s; read_iops 1250.5, unit ops, overall_score 3"
         );
-        let stopped = figures(r#"{"@result":{}}"#, None, None);
+        let stopped = figures(
+            r#"{"name":"script","component":"script","@result":{}}"#,
+            None,
+            None,
+        );
         assert_eq!(
             stopped.summary(),
             "benchmark script: stopped by kernmlops after 2.0 s; no result reported"
         );
-        let broken = figures(r#"{"@result":{}}"#, Some(1), Some("not JSON"));
+        let broken = RunFigures {
+            indicator: Indicator::new("script", "script"),
+            ..figures(
+                r#"{"name":"s","component":"s","@result":{}}"#,
+                Some(1),
+                Some("x"),
+            )
+        };
         assert!(broken
             .summary()
             .ends_with("; no usable result (see the message above)"));
     }
 
+    /// The host checks a benchmark's result by the SDK's rules: what a
+    /// plugin could not have built is refused with the SDK's reason.
     #[test]
-    fn broken_indicators_say_why() {
+    fn the_host_takes_the_sdks_rules() {
         for (text, want) in [
-            ("not json", "not JSON"),
-            ("[1]", "not a JSON object"),
-            (r#"{"name":"x"}"#, "no \"@result\""),
-            (r#"{"@result":3}"#, "\"@result\" must be a JSON object"),
+            (r#"{"@result":{}}"#, "\"name\" is missing"),
             (
-                r#"{"@parameters":{"k":1},"@result":{"k":2}}"#,
+                r#"{"name":"a","component":"b","@result":3}"#,
+                "\"@result\" must be an object",
+            ),
+            (
+                r#"{"name":"a","component":"b","@parameters":{"k":1},"@result":{"k":2}}"#,
                 "key \"k\" is in both",
             ),
-            (r#"{"@result":{},"overall_score":"x"}"#, "must be a number"),
         ] {
-            let e = Indicator::parse(text, "b").expect_err(text).to_string();
+            let e = Indicator::parse(text).expect_err(text).to_string();
             assert!(e.contains(want), "{text}: {e}");
         }
     }
 
+    fn fixed_figures(cgroup: Option<CgroupTotals>, error: Option<&str>) -> RunFigures {
+        let mut rusage = [0.0; 16];
+        rusage[0] = 0.25;
+        rusage[2] = 30480.0;
+        RunFigures {
+            indicator: indicator(
+                r#"{"name":"sort","component":"coreutils","@parameters":{"lines":5,"b":"x"},
+                    "@result":{"seconds":0.5,"n":7}}"#,
+            ),
+            error: error.map(str::to_owned),
+            exit_code: Some(0),
+            wall_time_s: 1.5,
+            rusage: Rusage(rusage),
+            cgroup,
+            end_uptime_us: 9,
+        }
+    }
+
+    /// `indicator.json` keeps its form: keys sorted, seconds as floats,
+    /// counts as integers, every cgroup key (null without a cgroup), no
+    /// `overall_score` or `error` unless there is one.
+    #[test]
+    fn indicator_json_keeps_its_form() {
+        let text = fixed_figures(None, None).file().to_text().expect("text");
+        let keys: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("  \""))
+            .filter_map(|l| l.trim().strip_prefix('"')?.split('"').next())
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        assert_eq!(keys, sorted, "{text}");
+        assert_eq!(keys.len(), 2 + 2 + 2 + 16 + 9, "{text}");
+        for line in [
+            "  \"@parameters\": {\n    \"b\": \"x\",\n    \"lines\": 5\n  },",
+            "  \"cgroup_cpu_usage_us\": null,",
+            "  \"exit_code\": 0,",
+            "  \"ru_maxrss\": 30480,",
+            "  \"ru_stime\": 0.0,",
+            "  \"ru_utime\": 0.25,",
+            "  \"wall_time_s\": 1.5\n}\n",
+        ] {
+            assert!(text.contains(line), "{line:?} in {text}");
+        }
+        assert!(!text.contains("overall_score") && !text.contains("\"error\""));
+        let with = fixed_figures(Some(CgroupTotals([Some(3); 9])), Some("bad"));
+        let text = with.file().to_text().expect("text");
+        assert!(text.contains("  \"cgroup_io_pressure_us\": 3,"), "{text}");
+        assert!(text.contains("  \"error\": \"bad\","), "{text}");
+    }
+
+    /// What the host writes reads back as the same value; a file of an
+    /// older version, without the runner's later figures, reads with them
+    /// absent.
+    #[test]
+    fn indicator_json_reads_back_and_tolerates_older_files() {
+        let dir = kernmlops_sys::private::TempDir::new("kernmlops-indicator-test").expect("temp");
+        for figures in [
+            fixed_figures(None, None),
+            fixed_figures(Some(CgroupTotals([Some(1); 9])), Some("why")),
+        ] {
+            figures.write(dir.path()).expect("write");
+            let back = IndicatorFile::read(dir.path()).expect("read");
+            assert_eq!(back, figures.file());
+            let json: Vec<(&str, Value)> = back.rusage.entries().collect();
+            assert_eq!(json[0], ("ru_utime", Value::from(0.25)));
+            assert!(json[2].1.is_i64() || json[2].1.is_u64(), "{json:?}");
+        }
+        std::fs::write(
+            dir.path().join(FILE),
+            r#"{"name": "a", "component": "b", "@result": {"x": 1}, "ru_utime": 0.5}"#,
+        )
+        .expect("older file");
+        let old = IndicatorFile::read(dir.path()).expect("older file reads");
+        assert_eq!(old.indicator.result["x"], 1);
+        assert_eq!(
+            (old.exit_code, old.wall_time_s, old.error),
+            (None, None, None)
+        );
+        assert_eq!(old.rusage.0[0], Some(0.5));
+        assert_eq!(old.rusage.0[1..], [None; 15]);
+        assert_eq!(old.cgroup, CgroupTotals::default());
+        // A key of the wrong type is an error, not a silent null.
+        std::fs::write(
+            dir.path().join(FILE),
+            r#"{"name": "a", "component": "b", "@result": {}, "ru_maxrss": "big"}"#,
+        )
+        .expect("bad file");
+        let e = IndicatorFile::read(dir.path()).expect_err("wrong type");
+        assert!(e.to_string().contains("invalid type"), "{e}");
+        // Bounded: a file past the limit is refused unread.
+        let f = std::fs::File::create(dir.path().join(FILE)).expect("big file");
+        f.set_len(MAX_FILE_BYTES + 1).expect("size");
+        let e = IndicatorFile::read(dir.path()).expect_err("too large");
+        assert!(e.to_string().contains("larger than"), "{e}");
+    }
+
     #[test]
     fn the_table_flattens_parameters_and_results_with_types() {
-        let i = Indicator::parse(
-            r#"{"@parameters":{"Block Size":"4k","jobs":2},"@result":{"iops":1.5,"ok":true}}"#,
-            "fio",
-        )
-        .expect("valid");
+        let i = indicator(
+            r#"{"name":"fio","component":"fio","@parameters":{"Block Size":"4k","jobs":2},"@result":{"iops":1.5,"ok":true}}"#,
+        );
         let figures = RunFigures {
             indicator: i,
             error: None,
@@ -630,7 +792,7 @@ mod tests {
         assert_eq!(ty("ru_nvcsw"), DataType::Int64);
         assert_eq!(ty("ru_utime"), DataType::Float64);
         assert!(schema.field_with_name("collection_id").is_ok());
-        let json = figures.to_json();
+        let json = serde_json::to_value(figures.file()).expect("json");
         for (k, _, _) in RUSAGE_FIELDS {
             assert!(json.get(k).is_some(), "{k} in indicator.json");
         }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use kernmlops_sys::clock;
 
 /// A point in time on both clocks.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Instant {
     pub uptime_us: u64,
     pub unix_us: i64,
@@ -130,8 +130,10 @@ pub struct TableEntry {
     pub needs_repair: bool,
 }
 
-/// The workload a run collected around.
+/// The workload a run collected around. Keys an older version did not
+/// write read as their defaults.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct BenchmarkEntry {
     pub name: String,
     pub plugin: String,
@@ -151,7 +153,9 @@ pub struct RefusedPlugin {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// `manifest.json`. Its `Default` (an empty manifest) is only the base of
+/// [`Manifest::from_value_tolerant`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Manifest {
     pub kernmlops_version: String,
     pub collection_id: String,
@@ -263,6 +267,24 @@ impl Manifest {
         let text = std::fs::read_to_string(dir.join("manifest.json"))?;
         serde_json::from_str(&text).map_err(std::io::Error::other)
     }
+
+    /// A manifest from JSON, tolerant of top-level keys that an older
+    /// version (or the experiment layer's record of a run that never
+    /// collected) did not write: each takes its value in
+    /// `Manifest::default()`. Keys that are present must have their types.
+    /// [`Manifest::read`] stays strict: the collector repairs and exports
+    /// only whole manifests.
+    pub fn from_value_tolerant(value: serde_json::Value) -> serde_json::Result<Self> {
+        let serde_json::Value::Object(mut given) = value else {
+            return serde_json::from_value(value);
+        };
+        if let serde_json::Value::Object(defaults) = serde_json::to_value(Self::default())? {
+            for (key, default) in defaults {
+                given.entry(key).or_insert(default);
+            }
+        }
+        serde_json::from_value(serde_json::Value::Object(given))
+    }
 }
 
 /// Nanoseconds per event, when there were events.
@@ -325,5 +347,76 @@ impl CollectorOverhead {
             self.user_cpu_percent,
             self.peak_rss_bytes as f64 / (1 << 20) as f64
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        Manifest {
+            kernmlops_version: "1".into(),
+            collection_id: "c1".into(),
+            status: Status::CompleteWithErrors,
+            hostname: "h".into(),
+            start: Instant {
+                uptime_us: 1,
+                unix_us: 2,
+                utc: "t".into(),
+            },
+            end: Some(Instant::default()),
+            errors: vec!["e".into()],
+            run_class: RunClass::Failed,
+            benchmark: Some(BenchmarkEntry {
+                name: "script".into(),
+                exit_code: Some(3),
+                ..BenchmarkEntry::default()
+            }),
+            slurm: Some(SlurmEntry {
+                job_id: 7,
+                ..SlurmEntry::default()
+            }),
+            ..Manifest::default()
+        }
+    }
+
+    #[test]
+    fn a_whole_manifest_reads_back_the_same_either_way() {
+        let value = serde_json::to_value(sample()).expect("json");
+        let strict: Manifest = serde_json::from_value(value.clone()).expect("strict");
+        assert_eq!(strict, sample());
+        assert_eq!(
+            Manifest::from_value_tolerant(value).expect("tolerant"),
+            sample()
+        );
+    }
+
+    /// A run that never collected has only what the experiment layer
+    /// wrote: the missing keys take their defaults, and strict reading
+    /// still refuses it.
+    #[test]
+    fn tolerant_reading_fills_missing_keys_and_keeps_types() {
+        let partial = serde_json::json!({
+            "status": "failed", "run_class": "failed", "errors": ["role a was not ready"],
+            "hostname": "n", "benchmark": {"stopped_by": "signal"}, "roles": {"a": {}},
+        });
+        assert!(serde_json::from_value::<Manifest>(partial.clone()).is_err());
+        let m = Manifest::from_value_tolerant(partial).expect("tolerant");
+        assert_eq!((m.status, m.run_class), (Status::Failed, RunClass::Failed));
+        assert_eq!(m.errors, ["role a was not ready"]);
+        assert_eq!(m.collection_id, "");
+        assert_eq!(m.end, None);
+        let bench = m.benchmark.expect("benchmark");
+        assert_eq!(bench.stopped_by, Some(StopReason::Signal));
+        assert_eq!(bench.name, "");
+        // A present key of the wrong type is an error, not a default.
+        for bad in [
+            serde_json::json!({"status": "sideways"}),
+            serde_json::json!({"tables": {"t": {"rows": "many"}}}),
+            serde_json::json!([1]),
+        ] {
+            assert!(Manifest::from_value_tolerant(bad.clone()).is_err(), "{bad}");
+        }
     }
 }

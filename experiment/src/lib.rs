@@ -26,7 +26,10 @@
 //!   run, cached by a hash of their inputs, the commands and the node.
 //! - [`slurm`]: the Slurm executor (one job array per submission, a task
 //!   per run on an exclusive node) and Slurm's view of the runs.
-//! - [`results`]: `results.parquet` / `results.arrow`, one row per run.
+//! - [`results`]: `results.parquet` / `results.arrow`, one row per run,
+//!   from each run's files read through the host's types ([`run_files`]:
+//!   `manifest.json` with a roles run's additions; `indicator.json` is
+//!   `kernmlops::indicator::IndicatorFile`).
 //! - [`stats`]: mean, standard deviation, Student-t confidence intervals and
 //!   adaptive stopping.
 //! - [`commands`]: the bodies of the `kernmlops experiment` commands (the
@@ -57,6 +60,7 @@ pub mod results;
 pub mod rng;
 pub mod roles;
 pub mod roles_run;
+pub mod run_files;
 pub mod slurm;
 pub mod spec;
 pub mod state;

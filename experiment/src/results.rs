@@ -25,34 +25,19 @@ use arrow_schema::{DataType, Field, Schema};
 use serde_json::Value as Json;
 
 use super::{
-    plan::label,
+    plan::{label, PlannedRun},
     record::{ExpDir, Lock, Record},
+    run_files::RunManifest,
     spec::{column_type, ColumnType},
     state::Observed,
     stats::Summary,
     ExperimentError, Result,
 };
-use kernmlops::files;
-
-/// The 16 `getrusage` fields, in `struct rusage` order.
-pub const RUSAGE: [&str; 16] = [
-    "ru_utime",
-    "ru_stime",
-    "ru_maxrss",
-    "ru_ixrss",
-    "ru_idrss",
-    "ru_isrss",
-    "ru_minflt",
-    "ru_majflt",
-    "ru_nswap",
-    "ru_inblock",
-    "ru_oublock",
-    "ru_msgsnd",
-    "ru_msgrcv",
-    "ru_nsignals",
-    "ru_nvcsw",
-    "ru_nivcsw",
-];
+use kernmlops::{
+    files,
+    indicator::{IndicatorFile, CGROUP_FIELDS, RUSAGE_FIELDS},
+    machine::Applied,
+};
 
 /// What a column holds, as `kernmlops.role` in its field metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,8 +100,37 @@ fn snake(name: &str) -> String {
         .collect()
 }
 
-fn read_json(path: &std::path::Path) -> Option<Json> {
-    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+/// A typed value as its JSON (an enum as its name in the files).
+fn json_of<T: serde::Serialize>(value: &T) -> Json {
+    serde_json::to_value(value).unwrap_or(Json::Null)
+}
+
+/// Text that is null where it is empty (a key the file did not have).
+fn text_or_null(text: &str) -> Json {
+    if text.is_empty() {
+        Json::Null
+    } else {
+        Json::from(text)
+    }
+}
+
+/// Names in order of first appearance, each once.
+fn first_seen<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for name in names {
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// Names sorted, each once.
+fn sorted<'a>(names: impl IntoIterator<Item = &'a String>) -> Vec<&'a String> {
+    let mut out: Vec<&String> = names.into_iter().collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The kernel knobs the runs set (`[machine]`, the manifest's `machine`
@@ -124,33 +138,18 @@ fn read_json(path: &std::path::Path) -> Option<Json> {
 /// `machine.block.loop0.read_ahead_kb`) holding the value read back after
 /// writing, in the order the knobs were first set: integers when every
 /// value is one, else strings; null in runs that did not set it.
-fn machine_columns(manifests: &[&Json]) -> Vec<(String, ColumnType, Vec<Json>)> {
-    let set = |m: &Json| -> Vec<(String, String)> {
-        m["machine"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|k| {
-                Some((
-                    k["name"].as_str()?.to_owned(),
-                    k["value"].as_str()?.to_owned(),
-                ))
-            })
-            .collect()
-    };
-    let per_run: Vec<Vec<(String, String)>> = manifests.iter().map(|m| set(m)).collect();
-    let mut names: Vec<&str> = Vec::new();
-    for (name, _) in per_run.iter().flatten() {
-        if !names.contains(&name.as_str()) {
-            names.push(name);
-        }
-    }
+fn machine_columns(runs: &[&[Applied]]) -> Vec<(String, ColumnType, Vec<Json>)> {
+    let names = first_seen(runs.iter().flat_map(|r| r.iter().map(|k| k.name.as_str())));
     names
         .into_iter()
         .map(|name| {
-            let texts: Vec<Option<&str>> = per_run
+            let texts: Vec<Option<&str>> = runs
                 .iter()
-                .map(|run| run.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str()))
+                .map(|run| {
+                    run.iter()
+                        .find(|k| k.name == name)
+                        .map(|k| k.value.as_str())
+                })
                 .collect();
             let ints = texts.iter().flatten().all(|v| v.parse::<i64>().is_ok());
             let values = texts
@@ -171,300 +170,343 @@ fn machine_columns(manifests: &[&Json]) -> Vec<(String, ColumnType, Vec<Json>)> 
         .collect()
 }
 
+/// One run with a finished collection, its files read through the host's
+/// types.
+struct Row<'a> {
+    run: &'a PlannedRun,
+    manifest: RunManifest,
+    /// `None` when the run wrote no readable `indicator.json`.
+    indicator: Option<IndicatorFile>,
+}
+
+impl Row<'_> {
+    /// The runner's figures of `indicator.json`, rusage then cgroup, each
+    /// as JSON (null where absent).
+    fn runner_figures(&self) -> Vec<Json> {
+        match &self.indicator {
+            None => vec![Json::Null; RUSAGE_FIELDS.len() + CGROUP_FIELDS.len()],
+            Some(i) => i
+                .rusage
+                .entries()
+                .map(|(_, v)| v)
+                .chain(i.cgroup.fields().map(|(_, v)| Json::from(v)))
+                .collect(),
+        }
+    }
+
+    /// `<array job>_<task>` of the Slurm task that ran it, or the job.
+    fn slurm_job(&self) -> Json {
+        match &self.manifest.manifest.slurm {
+            None => Json::Null,
+            Some(s) => match (s.array_job_id, s.array_task_id) {
+                (Some(j), Some(t)) => Json::from(format!("{j}_{t}")),
+                _ => Json::from(s.job_id.to_string()),
+            },
+        }
+    }
+
+    /// The benchmark's exit code: the manifest's, else the indicator's.
+    fn exit_code(&self) -> Json {
+        let manifest = self.manifest.manifest.benchmark.as_ref();
+        manifest
+            .and_then(|b| b.exit_code)
+            .or(self.indicator.as_ref().and_then(|i| i.exit_code))
+            .map_or(Json::Null, Json::from)
+    }
+
+    /// The collection's length, from the manifest's start and end.
+    fn duration_s(&self) -> Json {
+        let m = &self.manifest.manifest;
+        m.end.as_ref().map_or(Json::Null, |end| {
+            Json::from((end.unix_us - m.start.unix_us) as f64 / 1e6)
+        })
+    }
+
+    /// The first reason given for a failure: the benchmark's, the run's
+    /// first error, or why the benchmark's result could not be used.
+    fn error(&self) -> Json {
+        let m = &self.manifest.manifest;
+        m.benchmark
+            .as_ref()
+            .and_then(|b| b.error.clone())
+            .or_else(|| m.errors.first().cloned())
+            .or_else(|| self.indicator.as_ref().and_then(|i| i.error.clone()))
+            .map_or(Json::Null, Json::from)
+    }
+
+    /// Energy of zone `zone` of power source `source`, in joules.
+    fn energy_j(&self, source: &str, zone: &str) -> Json {
+        let power = self.manifest.manifest.power.as_ref();
+        power
+            .into_iter()
+            .flat_map(|p| &p.sources)
+            .filter(|s| s.name == source)
+            .flat_map(|s| &s.zones)
+            .find(|z| z.name == zone)
+            .map_or(Json::Null, |z| Json::from(z.energy_uj as f64 / 1e6))
+    }
+}
+
+/// Reads every run with a finished collection (`observed` in the record's
+/// run order), sorted by combination (variables in declared order) and
+/// repeat. A run whose manifest cannot be read is left out.
+fn read_rows<'a>(dir: &ExpDir, record: &'a Record, observed: &[Observed]) -> Vec<Row<'a>> {
+    let mut rows: Vec<Row<'a>> = record
+        .runs
+        .iter()
+        .zip(observed)
+        .filter(|(_, o)| o.has_collection)
+        .filter_map(|(run, _)| {
+            let d = dir.run(&run.run_id);
+            Some(Row {
+                run,
+                manifest: RunManifest::read(&d).ok()?,
+                indicator: IndicatorFile::read(&d).ok(),
+            })
+        })
+        .collect();
+    let position = |run: &PlannedRun| -> Vec<Option<usize>> {
+        record
+            .variables
+            .iter()
+            .map(|v| {
+                let value = run.variables.get(&v.name).unwrap_or(&Json::Null);
+                v.levels.iter().position(|l| &l.column() == value)
+            })
+            .collect()
+    };
+    rows.sort_by_key(|r| (position(r.run), r.run.repeat));
+    rows
+}
+
+/// The columns, built in their order from the rows.
+struct Builder<'a> {
+    rows: &'a [Row<'a>],
+    columns: Vec<Column>,
+}
+
+impl<'a> Builder<'a> {
+    /// Adds a column; its type is `kind`, or inferred from its values.
+    fn push(
+        &mut self,
+        name: String,
+        role: Role,
+        kind: Option<ColumnType>,
+        values: Vec<Json>,
+    ) -> &mut Column {
+        let kind = kind.unwrap_or_else(|| column_type(values.iter().cloned()));
+        self.columns.push(Column {
+            name,
+            role,
+            kind,
+            values,
+            metadata: HashMap::from([("kernmlops.role".to_owned(), role.as_str().to_owned())]),
+        });
+        let last = self.columns.len() - 1;
+        &mut self.columns[last]
+    }
+
+    /// A run column of type `kind`: `value` of each row.
+    fn run(&mut self, name: &str, kind: ColumnType, value: impl Fn(&Row<'a>) -> Json) {
+        let values = self.rows.iter().map(value).collect();
+        self.push(name.into(), Role::Run, Some(kind), values);
+    }
+
+    /// The variables, typed by their levels, with their key and levels.
+    fn variables(&mut self, record: &Record) {
+        for v in &record.variables {
+            let values = self
+                .rows
+                .iter()
+                .map(|r| r.run.variables.get(&v.name).cloned().unwrap_or(Json::Null))
+                .collect();
+            let column = self.push(
+                v.name.clone(),
+                Role::Variable,
+                Some(v.column_type()),
+                values,
+            );
+            column
+                .metadata
+                .insert("kernmlops.key".into(), v.key.clone());
+            let levels: Vec<Json> = v.levels.iter().map(|l| l.column()).collect();
+            column
+                .metadata
+                .insert("kernmlops.levels".into(), Json::from(levels).to_string());
+        }
+    }
+
+    /// What identifies each run and how it went.
+    fn run_columns(&mut self) {
+        use ColumnType::{Float, Int, String};
+        self.run("repeat", Int, |r| Json::from(r.run.repeat));
+        self.run("run_id", String, |r| Json::from(r.run.run_id.clone()));
+        self.run("combo_id", String, |r| Json::from(r.run.combo_id.clone()));
+        self.run("collection_id", String, |r| {
+            text_or_null(&r.manifest.manifest.collection_id)
+        });
+        self.run("status", String, |r| json_of(&r.manifest.manifest.status));
+        self.run("run_class", String, |r| {
+            json_of(&r.manifest.manifest.run_class)
+        });
+        self.run("hostname", String, |r| {
+            text_or_null(&r.manifest.manifest.hostname)
+        });
+        self.run("slurm_job", String, Row::slurm_job);
+        self.run("exit_code", Int, Row::exit_code);
+        self.run("duration_s", Float, Row::duration_s);
+        self.run("wall_time_s", Float, |r| {
+            Json::from(r.indicator.as_ref().and_then(|i| i.wall_time_s))
+        });
+        self.run("overall_score", Float, |r| {
+            Json::from(r.indicator.as_ref().and_then(|i| i.indicator.overall_score))
+        });
+    }
+
+    /// Every `@result` figure as `result_<key>`, then every `@parameters`
+    /// entry as `param_<key>`, keys sorted, typed from their values.
+    fn indicator_columns(&mut self) {
+        type Section = fn(&IndicatorFile) -> &serde_json::Map<std::string::String, Json>;
+        let sections: [(&str, Role, Section); 2] = [
+            ("result_", Role::Result, |i| &i.indicator.result),
+            ("param_", Role::Parameter, |i| &i.indicator.parameters),
+        ];
+        for (prefix, role, section) in sections {
+            let rows = self.rows;
+            let keys = sorted(
+                rows.iter()
+                    .flat_map(|r| r.indicator.iter().flat_map(|i| section(i).keys())),
+            );
+            for key in keys {
+                let values = rows
+                    .iter()
+                    .map(|r| {
+                        r.indicator
+                            .as_ref()
+                            .and_then(|i| section(i).get(key).cloned())
+                            .unwrap_or(Json::Null)
+                    })
+                    .collect();
+                self.push(format!("{prefix}{key}"), role, None, values);
+            }
+        }
+    }
+
+    /// The rusage figures, then the cgroup's, each where any run has it.
+    fn runner_columns(&mut self) {
+        let per_row: Vec<Vec<Json>> = self.rows.iter().map(Row::runner_figures).collect();
+        let names = RUSAGE_FIELDS.iter().chain(&CGROUP_FIELDS).map(|f| f.0);
+        for (k, name) in names.enumerate() {
+            if per_row.iter().any(|figures| !figures[k].is_null()) {
+                let values = per_row.iter().map(|figures| figures[k].clone()).collect();
+                self.push(name.into(), Role::Rusage, None, values);
+            }
+        }
+    }
+
+    /// `rows_<table>` then `lost_<table>` per table of any run, sorted.
+    fn table_columns(&mut self) {
+        let rows = self.rows;
+        let tables = sorted(rows.iter().flat_map(|r| r.manifest.manifest.tables.keys()));
+        for (prefix, lost) in [("rows_", false), ("lost_", true)] {
+            for t in &tables {
+                let values = rows
+                    .iter()
+                    .map(|r| {
+                        let entry = r.manifest.manifest.tables.get(*t);
+                        entry.map_or(Json::Null, |e| {
+                            Json::from(if lost { e.lost_events } else { e.rows })
+                        })
+                    })
+                    .collect();
+                self.push(
+                    format!("{prefix}{t}"),
+                    Role::Table,
+                    Some(ColumnType::Int),
+                    values,
+                );
+            }
+        }
+    }
+
+    /// Runs with roles: `node_<role>`, each role's node.
+    fn role_columns(&mut self) {
+        let rows = self.rows;
+        for role in sorted(rows.iter().flat_map(|r| r.manifest.roles.keys())) {
+            self.run(&format!("node_{role}"), ColumnType::String, |r| {
+                r.manifest
+                    .roles
+                    .get(role)
+                    .map_or(Json::Null, |e| Json::from(e.node.clone()))
+            });
+        }
+    }
+
+    /// Energy per power zone (`--power`), in joules, in the order zones
+    /// first appear; the zone's source, name, kind (measured or modelled)
+    /// and scope in the field's metadata.
+    fn energy_columns(&mut self) {
+        let rows = self.rows;
+        let zones = rows
+            .iter()
+            .filter_map(|r| r.manifest.manifest.power.as_ref())
+            .flat_map(|p| &p.sources)
+            .flat_map(|s| s.zones.iter().map(move |z| (s, z)));
+        let mut seen: Vec<(&str, &str)> = Vec::new();
+        for (source, zone) in zones {
+            if seen.contains(&(source.name.as_str(), zone.name.as_str())) {
+                continue;
+            }
+            seen.push((&source.name, &zone.name));
+            let values = rows
+                .iter()
+                .map(|r| r.energy_j(&source.name, &zone.name))
+                .collect();
+            let name = format!("energy_{}_{}_j", snake(&source.name), snake(&zone.name));
+            let column = self.push(name, Role::Energy, Some(ColumnType::Float), values);
+            for (key, value) in [
+                ("kernmlops.source", &source.name),
+                ("kernmlops.zone", &zone.name),
+                ("kernmlops.kind", &zone.kind),
+                ("kernmlops.scope", &zone.scope),
+            ] {
+                column.metadata.insert(key.into(), value.clone());
+            }
+            column.metadata.insert("unit".into(), "J".into());
+        }
+    }
+}
+
 impl Results {
     /// Reads every run with a finished collection (`observed` in the
     /// record's run order), rows sorted by combination (variables in
     /// declared order) and repeat.
     pub fn collect(dir: &ExpDir, record: &Record, observed: &[Observed]) -> Self {
-        // Rows: runs with a finished collection, in combination order.
-        let mut rows: Vec<(&super::plan::PlannedRun, Json, Json)> = record
-            .runs
+        let rows = read_rows(dir, record, observed);
+        let mut b = Builder {
+            rows: &rows,
+            columns: Vec::new(),
+        };
+        b.variables(record);
+        b.run_columns();
+        b.indicator_columns();
+        b.runner_columns();
+        b.table_columns();
+        b.role_columns();
+        b.energy_columns();
+        let knobs: Vec<&[Applied]> = rows
             .iter()
-            .zip(observed)
-            .filter(|(_, o)| o.has_collection)
-            .filter_map(|(run, _)| {
-                let d = dir.run(&run.run_id);
-                let manifest = read_json(&d.join("manifest.json"))?;
-                let indicator = read_json(&d.join("indicator.json")).unwrap_or(Json::Null);
-                Some((run, manifest, indicator))
-            })
+            .map(|r| &r.manifest.manifest.machine[..])
             .collect();
-        let position = |run: &super::plan::PlannedRun| -> Vec<Option<usize>> {
-            record
-                .variables
-                .iter()
-                .map(|v| {
-                    let value = run.variables.get(&v.name).unwrap_or(&Json::Null);
-                    v.levels.iter().position(|l| &l.column() == value)
-                })
-                .collect()
-        };
-        rows.sort_by_key(|(run, _, _)| (position(run), run.repeat));
-
-        let mut columns = Vec::new();
-        let mut push = |name: String, role: Role, kind: Option<ColumnType>, values: Vec<Json>| {
-            let kind = kind.unwrap_or_else(|| column_type(values.iter().cloned()));
-            columns.push(Column {
-                name,
-                role,
-                kind,
-                values,
-                metadata: HashMap::from([("kernmlops.role".to_owned(), role.as_str().to_owned())]),
-            });
-        };
-        for v in &record.variables {
-            push(
-                v.name.clone(),
-                Role::Variable,
-                Some(v.column_type()),
-                rows.iter()
-                    .map(|(r, _, _)| r.variables.get(&v.name).cloned().unwrap_or(Json::Null))
-                    .collect(),
-            );
+        for (name, kind, values) in machine_columns(&knobs) {
+            b.push(name, Role::Machine, Some(kind), values);
         }
-        let run_col = |f: &dyn Fn(&super::plan::PlannedRun, &Json, &Json) -> Json| -> Vec<Json> {
-            rows.iter().map(|(r, m, i)| f(r, m, i)).collect()
-        };
-        push(
-            "repeat".into(),
-            Role::Run,
-            Some(ColumnType::Int),
-            run_col(&|r, _, _| Json::from(r.repeat)),
-        );
-        push(
-            "run_id".into(),
-            Role::Run,
-            Some(ColumnType::String),
-            run_col(&|r, _, _| Json::from(r.run_id.clone())),
-        );
-        push(
-            "combo_id".into(),
-            Role::Run,
-            Some(ColumnType::String),
-            run_col(&|r, _, _| Json::from(r.combo_id.clone())),
-        );
-        for key in ["collection_id", "status", "run_class", "hostname"] {
-            push(
-                key.into(),
-                Role::Run,
-                Some(ColumnType::String),
-                run_col(&|_, m, _| m[key].clone()),
-            );
-        }
-        // The Slurm task that ran it (`<array job>_<task>`), if one did.
-        push(
-            "slurm_job".into(),
-            Role::Run,
-            Some(ColumnType::String),
-            run_col(&|_, m, _| {
-                let s = &m["slurm"];
-                match (s["array_job_id"].as_u64(), s["array_task_id"].as_u64()) {
-                    (Some(j), Some(t)) => Json::from(format!("{j}_{t}")),
-                    _ => s["job_id"]
-                        .as_u64()
-                        .map_or(Json::Null, |j| Json::from(j.to_string())),
-                }
-            }),
-        );
-        push(
-            "exit_code".into(),
-            Role::Run,
-            Some(ColumnType::Int),
-            run_col(&|_, m, i| {
-                let from_manifest = &m["benchmark"]["exit_code"];
-                if from_manifest.is_null() {
-                    i["exit_code"].clone()
-                } else {
-                    from_manifest.clone()
-                }
-            }),
-        );
-        push(
-            "duration_s".into(),
-            Role::Run,
-            Some(ColumnType::Float),
-            run_col(
-                &|_, m, _| match (m["start"]["unix_us"].as_i64(), m["end"]["unix_us"].as_i64()) {
-                    (Some(s), Some(e)) => Json::from((e - s) as f64 / 1e6),
-                    _ => Json::Null,
-                },
-            ),
-        );
-        push(
-            "wall_time_s".into(),
-            Role::Run,
-            Some(ColumnType::Float),
-            run_col(&|_, _, i| i["wall_time_s"].clone()),
-        );
-        push(
-            "overall_score".into(),
-            Role::Run,
-            Some(ColumnType::Float),
-            run_col(&|_, _, i| i["overall_score"].clone()),
-        );
-
-        let keys_of = |f: &dyn Fn(&Json) -> Vec<String>| -> Vec<String> {
-            let mut keys: Vec<String> = rows
-                .iter()
-                .flat_map(|(_, m, i)| f(if i.is_null() { m } else { i }))
-                .collect();
-            keys.sort();
-            keys.dedup();
-            keys
-        };
-        for (section, prefix, role) in [
-            ("@result", "result_", Role::Result),
-            ("@parameters", "param_", Role::Parameter),
-        ] {
-            let keys = keys_of(&|i: &Json| {
-                i[section]
-                    .as_object()
-                    .map(|o| o.keys().cloned().collect())
-                    .unwrap_or_default()
-            });
-            for k in keys {
-                push(
-                    format!("{prefix}{k}"),
-                    role,
-                    None,
-                    run_col(&|_, _, i| i[section][&k].clone()),
-                );
-            }
-        }
-        let cgroup = kernmlops::indicator::CGROUP_FIELDS.map(|f| f.0);
-        for k in RUSAGE.into_iter().chain(cgroup) {
-            if rows.iter().any(|(_, _, i)| !i[k].is_null()) {
-                push(
-                    k.into(),
-                    Role::Rusage,
-                    None,
-                    run_col(&|_, _, i| i[k].clone()),
-                );
-            }
-        }
-        let tables = keys_of(&|_| Vec::new());
-        let mut tables = tables;
-        for (_, m, _) in &rows {
-            if let Some(t) = m["tables"].as_object() {
-                tables.extend(t.keys().cloned());
-            }
-        }
-        tables.sort();
-        tables.dedup();
-        for t in &tables {
-            push(
-                format!("rows_{t}"),
-                Role::Table,
-                Some(ColumnType::Int),
-                run_col(&|_, m, _| m["tables"][t]["rows"].clone()),
-            );
-        }
-        for t in &tables {
-            push(
-                format!("lost_{t}"),
-                Role::Table,
-                Some(ColumnType::Int),
-                run_col(&|_, m, _| m["tables"][t]["lost_events"].clone()),
-            );
-        }
-        // Runs with roles: each role's node.
-        let mut role_names: Vec<String> = rows
-            .iter()
-            .flat_map(|(_, m, _)| m["roles"].as_object().into_iter().flatten())
-            .map(|(k, _)| k.clone())
-            .collect();
-        role_names.sort();
-        role_names.dedup();
-        for r in &role_names {
-            push(
-                format!("node_{r}"),
-                Role::Run,
-                Some(ColumnType::String),
-                run_col(&|_, m, _| m["roles"][r]["node"].clone()),
-            );
-        }
-        // Energy per power zone (`--power`): joules, the zone's kind
-        // (measured or modelled) and scope in the field's metadata.
-        let mut zones: Vec<(String, String, String, String)> = Vec::new();
-        for (_, m, _) in &rows {
-            for src in m["power"]["sources"].as_array().into_iter().flatten() {
-                let source = src["name"].as_str().unwrap_or_default();
-                for z in src["zones"].as_array().into_iter().flatten() {
-                    let zone = z["name"].as_str().unwrap_or_default();
-                    if !zones.iter().any(|(s, n, _, _)| s == source && n == zone) {
-                        zones.push((
-                            source.to_owned(),
-                            zone.to_owned(),
-                            z["kind"].as_str().unwrap_or_default().to_owned(),
-                            z["scope"].as_str().unwrap_or_default().to_owned(),
-                        ));
-                    }
-                }
-            }
-        }
-        for (source, zone, _, _) in &zones {
-            push(
-                format!("energy_{}_{}_j", snake(source), snake(zone)),
-                Role::Energy,
-                Some(ColumnType::Float),
-                run_col(&|_, m, _| {
-                    m["power"]["sources"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter(|s| s["name"] == source.as_str())
-                        .flat_map(|s| s["zones"].as_array().into_iter().flatten())
-                        .find(|z| z["name"] == zone.as_str())
-                        .and_then(|z| z["energy_uj"].as_u64())
-                        .map_or(Json::Null, |uj| Json::from(uj as f64 / 1e6))
-                }),
-            );
-        }
-        let manifests: Vec<&Json> = rows.iter().map(|(_, m, _)| m).collect();
-        for (name, kind, values) in machine_columns(&manifests) {
-            push(name, Role::Machine, Some(kind), values);
-        }
-        push(
-            "error".into(),
-            Role::Run,
-            Some(ColumnType::String),
-            run_col(&|_, m, i| {
-                let bench = &m["benchmark"]["error"];
-                if !bench.is_null() {
-                    return bench.clone();
-                }
-                if let Some(e) = m["errors"].as_array().and_then(|a| a.first()) {
-                    return e.clone();
-                }
-                i["error"].clone()
-            }),
-        );
-        let mut energy = zones.iter();
-        for c in &mut columns {
-            if c.role == Role::Energy {
-                // Pushed in `zones` order.
-                if let Some((source, zone, kind, scope)) = energy.next() {
-                    c.metadata.insert("kernmlops.source".into(), source.clone());
-                    c.metadata.insert("kernmlops.zone".into(), zone.clone());
-                    c.metadata.insert("kernmlops.kind".into(), kind.clone());
-                    c.metadata.insert("kernmlops.scope".into(), scope.clone());
-                    c.metadata.insert("unit".into(), "J".into());
-                }
-            }
-            if c.role == Role::Variable {
-                if let Some(v) = record.variables.iter().find(|v| v.name == c.name) {
-                    c.metadata.insert("kernmlops.key".into(), v.key.clone());
-                    let levels: Vec<Json> = v.levels.iter().map(|l| l.column()).collect();
-                    c.metadata
-                        .insert("kernmlops.levels".into(), Json::from(levels).to_string());
-                }
-            }
-        }
+        b.run("error", ColumnType::String, Row::error);
         Self {
             experiment: record.name.clone(),
             benchmark: record.identity.benchmark.clone(),
             rows: rows.len(),
-            columns,
+            columns: b.columns,
         }
     }
 
@@ -839,9 +881,11 @@ mod tests {
             d.join("manifest.json"),
             format!(
                 r#"{{"collection_id": "c-{run_id}", "status": "complete", "run_class": "{class}",
-                "start": {{"unix_us": 1000000}}, "end": {{"unix_us": 3500000}},
+                "start": {{"uptime_us": 1, "unix_us": 1000000, "utc": "a"}},
+                "end": {{"uptime_us": 2, "unix_us": 3500000, "utc": "b"}},
                 "benchmark": {{"exit_code": 0, "stopped_by": null, "error": null}},
-                "errors": [], "tables": {{"quanta_runtime": {{"rows": 10, "lost_events": 0}}}}}}"#
+                "errors": [], "tables": {{"quanta_runtime": {{"probe": "quanta_runtime",
+                    "file": "quanta_runtime.arrow", "rows": 10, "lost_events": 0}}}}}}"#
             ),
         )
         .expect("manifest");
@@ -932,6 +976,51 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir.root);
     }
 
+    /// A roles run that never collected (only the experiment layer's
+    /// manifest) is a row with what it has: no collection id, its status,
+    /// error, tables and each role's node; the host's keys (Slurm, power)
+    /// come through their types.
+    #[test]
+    fn a_roles_run_without_a_collection_and_typed_sections() {
+        let (dir, record) = fixture("roles");
+        let ids: Vec<&str> = record.runs.iter().map(|r| r.run_id.as_str()).collect();
+        write_run(&dir, ids[0], "curated", 1.0, "");
+        let manifest = |id: &str, text: &str| {
+            let d = dir.run(id);
+            std::fs::create_dir_all(&d).expect("run dir");
+            std::fs::write(d.join("manifest.json"), text).expect("manifest");
+        };
+        manifest(
+            ids[1],
+            r#"{"status": "failed", "run_class": "failed", "errors": ["role s was not ready"],
+                "hostname": "vm", "executor": "local",
+                "tables": {"s_system_info": {"probe": "", "file": "f", "rows": 1, "lost_events": 0}},
+                "roles": {"s": {"node": "vm", "started": true}, "c": {"node": "vm"}}}"#,
+        );
+        let observed = observe(&dir, &record, &[]);
+        let results = Results::collect(&dir, &record, &observed);
+        assert_eq!(results.rows, 2);
+        let row = |name: &str| -> Vec<Json> {
+            let c = results
+                .column(name)
+                .unwrap_or_else(|| panic!("column {name}"));
+            c.values.clone()
+        };
+        let roles_row = row("run_id")
+            .iter()
+            .position(|v| v == ids[1])
+            .expect("the roles run has a row");
+        assert_eq!(row("collection_id")[roles_row], Json::Null);
+        assert_eq!(row("status")[roles_row], "failed");
+        assert_eq!(row("error")[roles_row], "role s was not ready");
+        assert_eq!(row("duration_s")[roles_row], Json::Null);
+        assert_eq!(row("rows_s_system_info")[roles_row], 1);
+        assert_eq!(row("node_s")[roles_row], "vm");
+        assert_eq!(row("node_c")[1 - roles_row], Json::Null);
+        assert_eq!(row("wall_time_s")[1 - roles_row], 2.0);
+        let _ = std::fs::remove_dir_all(&dir.root);
+    }
+
     #[test]
     fn empty_results_still_have_their_schema() {
         let (dir, record) = fixture("empty");
@@ -959,17 +1048,24 @@ mod tests {
 
     #[test]
     fn knobs_read_back_become_machine_columns() {
-        let run = |knobs: &[(&str, &str)]| {
-            serde_json::json!({"machine": knobs.iter().map(|(n, v)| serde_json::json!({
-                "name": n, "path": "/x", "requested": "1", "previous": "0", "value": v,
-            })).collect::<Vec<_>>()})
+        let run = |knobs: &[(&str, &str)]| -> Vec<Applied> {
+            knobs
+                .iter()
+                .map(|(n, v)| Applied {
+                    name: (*n).into(),
+                    path: "/x".into(),
+                    requested: "1".into(),
+                    previous: "0".into(),
+                    value: (*v).into(),
+                })
+                .collect()
         };
         let a = run(&[
             ("sysctl.vm.swappiness", "10"),
             ("block.loop0.scheduler", "none"),
         ]);
         let b = run(&[("sysctl.vm.swappiness", "20")]);
-        let c = serde_json::json!({});
+        let c = run(&[]);
         let cols = machine_columns(&[&a, &b, &c]);
         assert_eq!(cols.len(), 2);
         assert_eq!(cols[0].0, "machine.sysctl.vm.swappiness");

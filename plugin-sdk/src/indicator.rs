@@ -14,13 +14,29 @@
 //! `@result` is present and an object whose values are numbers, strings or
 //! booleans; `@parameters` (optional) is an object; no key is empty and no
 //! key is in both `@parameters` and `@result`, since both are flattened
-//! into one record; `overall_score`, when present, is a number; no other
-//! top-level key.
+//! into one record; `overall_score`, when present, is a finite number; no
+//! other top-level key. Bounds: the text is at most [`MAX_BYTES`], nested
+//! at most 128 deep (serde_json's limit), each of `@parameters` and
+//! `@result` has at most [`MAX_KEYS`] keys of at most [`MAX_KEY_BYTES`]
+//! bytes each.
+//!
+//! This is the one parser and validator of the format: plugins build and
+//! check their results with it, the host checks what a benchmark reported
+//! with it, and the host's `indicator.json` (this object with the runner's
+//! figures) is written and read back through it.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// What is wrong with an indicator. Each message names the offending key.
+/// The longest indicator text accepted, in bytes.
+pub const MAX_BYTES: usize = 1 << 20;
+/// The most keys in `@parameters`, and in `@result`.
+pub const MAX_KEYS: usize = 1024;
+/// The longest key in `@parameters` or `@result`, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// What is wrong with an indicator. Each message is one line naming the
+/// offending key.
 #[derive(Debug, Clone, PartialEq)]
 pub enum IndicatorError {
     /// The output is empty (only white space).
@@ -47,6 +63,13 @@ pub enum IndicatorError {
     Collision(String),
     /// Both `component` and its older name `framework`.
     ComponentTwice,
+    /// The text is longer than [`MAX_BYTES`] (its length).
+    TooLong(usize),
+    /// `@parameters` or `@result` has more than [`MAX_KEYS`] keys.
+    TooManyKeys { section: &'static str, count: usize },
+    /// A key of `@parameters` or `@result` longer than [`MAX_KEY_BYTES`]
+    /// (its first characters).
+    KeyTooLong { section: &'static str, key: String },
 }
 
 /// The JSON type of a value, for messages.
@@ -85,6 +108,18 @@ impl std::fmt::Display for IndicatorError {
             Self::Collision(key) => write!(
                 f,
                 "key {key:?} is in both \"@parameters\" and \"@result\": rename one of them"
+            ),
+            Self::TooLong(bytes) => write!(
+                f,
+                "{bytes} bytes, more than the {MAX_BYTES} an indicator may have: report fewer figures"
+            ),
+            Self::TooManyKeys { section, count } => write!(
+                f,
+                "{section:?} has {count} keys, more than {MAX_KEYS}: report fewer figures"
+            ),
+            Self::KeyTooLong { section, key } => write!(
+                f,
+                "{section:?} has a key longer than {MAX_KEY_BYTES} bytes ({key:?}...)"
             ),
         }
     }
@@ -178,12 +213,8 @@ impl Indicator {
         if self.component.is_empty() {
             return Err(IndicatorError::EmptyName("component"));
         }
-        if self.parameters.keys().any(String::is_empty) {
-            return Err(IndicatorError::EmptyKey("@parameters"));
-        }
-        if self.result.keys().any(String::is_empty) {
-            return Err(IndicatorError::EmptyKey("@result"));
-        }
+        check_keys("@parameters", &self.parameters)?;
+        check_keys("@result", &self.result)?;
         for (key, value) in &self.result {
             if !matches!(value, Value::Number(_) | Value::String(_) | Value::Bool(_)) {
                 return Err(IndicatorError::WrongType {
@@ -223,6 +254,9 @@ impl Indicator {
     /// exactly one JSON object (white space around it is fine), and
     /// validates it.
     pub fn parse(stdout: &str) -> Result<Self, IndicatorError> {
+        if stdout.len() > MAX_BYTES {
+            return Err(IndicatorError::TooLong(stdout.len()));
+        }
         if stdout.trim().is_empty() {
             return Err(IndicatorError::Empty);
         }
@@ -276,6 +310,29 @@ impl Indicator {
         ind.validate()?;
         Ok(ind)
     }
+}
+
+/// The bounds on the keys of `@parameters` or `@result`: not empty, not
+/// too long, not too many.
+fn check_keys(section: &'static str, map: &Map<String, Value>) -> Result<(), IndicatorError> {
+    if map.len() > MAX_KEYS {
+        return Err(IndicatorError::TooManyKeys {
+            section,
+            count: map.len(),
+        });
+    }
+    for key in map.keys() {
+        if key.is_empty() {
+            return Err(IndicatorError::EmptyKey(section));
+        }
+        if key.len() > MAX_KEY_BYTES {
+            return Err(IndicatorError::KeyTooLong {
+                section,
+                key: key.chars().take(32).collect(),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn string_of(key: &'static str, v: Value) -> Result<String, IndicatorError> {
@@ -469,6 +526,111 @@ mod tests {
             }
             let text = got.to_string();
             assert!(text.contains(message), "{stdout}: {text}");
+        }
+    }
+
+    /// Numbers keep their JSON type (integers stay integers, also beyond
+    /// `i64`); a number JSON cannot hold is refused, not rounded.
+    #[test]
+    fn numbers_keep_their_type_and_out_of_range_is_refused() {
+        let i = Indicator::parse(
+            r#"{"name": "a", "component": "b", "@result": {"big": 18446744073709551615,
+                "neg": -3, "exp": 1.5e300, "zero": 0.0, "int": 7}, "overall_score": 2}"#,
+        )
+        .expect("valid");
+        assert_eq!(i.result["big"].as_u64(), Some(u64::MAX));
+        assert_eq!(i.result["neg"].as_i64(), Some(-3));
+        assert_eq!(i.result["exp"].as_f64(), Some(1.5e300));
+        assert!(i.result["zero"].is_f64() && i.result["int"].is_u64());
+        assert_eq!(i.overall_score, Some(2.0));
+        for text in [
+            r#"{"name": "a", "component": "b", "@result": {"x": 1e400}}"#,
+            r#"{"name": "a", "component": "b", "@result": {"x": NaN}}"#,
+            r#"{"name": "a", "component": "b", "@result": {}, "overall_score": -1e999}"#,
+        ] {
+            let e = Indicator::parse(text).expect_err(text);
+            assert!(matches!(e, IndicatorError::NotJson(_)), "{text}: {e:?}");
+        }
+    }
+
+    /// `@parameters` may nest (a setting can be a table); `@result` holds
+    /// plain figures only, and a nested figure is named by its path.
+    #[test]
+    fn nested_parameters_are_kept_and_nested_figures_refused() {
+        let i = Indicator::parse(
+            r#"{"name": "a", "component": "b", "@parameters": {"job": {"bs": "4k", "depth": [1, 2]}},
+                "@result": {"x": 1}}"#,
+        )
+        .expect("nested parameters are valid");
+        assert_eq!(i.parameters["job"]["depth"][1], 2);
+        let again = Indicator::parse(&i.to_value().expect("valid").to_string()).expect("again");
+        assert_eq!(again, i);
+        let e =
+            Indicator::parse(r#"{"name": "a", "component": "b", "@result": {"lat": {"p99": 3}}}"#)
+                .expect_err("nested figure");
+        assert_eq!(
+            e.to_string(),
+            "\"@result.lat\" must be a number, a string or a boolean, found an object"
+        );
+    }
+
+    /// Each bound, at its limit and one past it.
+    #[test]
+    fn bounds_on_size_keys_and_depth() {
+        let with_keys = |section: &str, n: usize, key_len: usize| {
+            let keys: Map<String, Value> = (0..n)
+                .map(|k| (format!("{k:0>key_len$}"), Value::from(1)))
+                .collect();
+            let mut top = serde_json::json!({"name": "a", "component": "b", "@result": {}});
+            top[section] = Value::Object(keys);
+            top.to_string()
+        };
+        for section in ["@parameters", "@result"] {
+            assert!(Indicator::parse(&with_keys(section, MAX_KEYS, 8)).is_ok());
+            let e = Indicator::parse(&with_keys(section, MAX_KEYS + 1, 8)).expect_err("keys");
+            assert_eq!(
+                e,
+                IndicatorError::TooManyKeys {
+                    section,
+                    count: MAX_KEYS + 1
+                }
+            );
+            assert!(Indicator::parse(&with_keys(section, 1, MAX_KEY_BYTES)).is_ok());
+            let e = Indicator::parse(&with_keys(section, 1, MAX_KEY_BYTES + 1)).expect_err("key");
+            assert!(e.to_string().contains("longer than 256 bytes"), "{e}");
+        }
+        // Text: the limit counts bytes, white space included.
+        let valid = r#"{"name": "a", "component": "b", "@result": {}}"#;
+        let padded = format!("{valid}{}", " ".repeat(MAX_BYTES - valid.len()));
+        assert!(Indicator::parse(&padded).is_ok());
+        let e = Indicator::parse(&format!("{padded} ")).expect_err("too long");
+        assert_eq!(e, IndicatorError::TooLong(MAX_BYTES + 1));
+        // Nesting: serde_json's depth limit, an error rather than a crash.
+        let deep = format!(
+            r#"{{"name": "a", "component": "b", "@parameters": {{"x": {}1{}}}, "@result": {{}}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let e = Indicator::parse(&deep).expect_err("too deep");
+        assert!(e.to_string().contains("recursion limit"), "{e}");
+    }
+
+    /// Whatever is wrong, the message is one line, with control characters
+    /// in keys escaped.
+    #[test]
+    fn every_error_is_one_line() {
+        let long_key = "k".repeat(MAX_KEY_BYTES + 1);
+        let texts = [
+            "{\"name\": \"a\",\n \"component\": \"b\",\n \"@result\": {\"x\":\n [1]}}".to_owned(),
+            "{\"name\": \"a\", \"component\": \"b\", \"@result\": {}, \"bad\\nkey\": 1}".to_owned(),
+            "{\"name\": \"a\", \"component\": \"b\", \"@parameters\": {\"k\\n\": 1}, \"@result\": {\"k\\n\": 2}}".to_owned(),
+            format!("{{\"name\": \"a\", \"component\": \"b\", \"@result\": {{\"{long_key}\": 1}}}}"),
+            "{\n\"name\": \n".to_owned(),
+            "\n\n{} {}".to_owned(),
+        ];
+        for text in &texts {
+            let e = Indicator::parse(text).expect_err(text).to_string();
+            assert!(!e.contains('\n') && !e.is_empty(), "{text:?}: {e:?}");
         }
     }
 

@@ -269,11 +269,13 @@ impl BenchmarkRun {
         let wall_time_s = launched_at.elapsed().as_secs_f64();
         let rusage = Rusage::children().since(rusage_before);
         let reported = match self.bench.call(Call::Result) {
-            Ok(Answer::Text(text)) if text.trim().is_empty() => Ok(Indicator::empty(&self.name)),
-            Ok(Answer::Text(text)) => {
-                Indicator::parse(&text, &self.name).map_err(|e| e.to_string())
+            Ok(Answer::Text(text)) if text.trim().is_empty() => {
+                Ok(Indicator::new(&self.name, &self.name))
             }
-            Ok(_) => Ok(Indicator::empty(&self.name)),
+            Ok(Answer::Text(text)) => {
+                Indicator::parse(&text).map_err(|e| format!("not a performance indicator: {e}"))
+            }
+            Ok(_) => Ok(Indicator::new(&self.name, &self.name)),
             Err(CallError::Failed(e)) => Err(e),
             Err(e) => {
                 let msg = match &e {
@@ -282,7 +284,7 @@ impl BenchmarkRun {
                 };
                 self.call_failed(record, e);
                 return RunFigures {
-                    indicator: Indicator::empty(&self.name),
+                    indicator: Indicator::new(&self.name, &self.name),
                     error: Some(msg),
                     exit_code: self.exit_code,
                     wall_time_s,
@@ -304,7 +306,7 @@ impl BenchmarkRun {
                 } else {
                     eprintln!("warning: {msg}");
                 }
-                (Indicator::empty(&self.name), Some(msg))
+                (Indicator::new(&self.name, &self.name), Some(msg))
             }
         };
         RunFigures {
