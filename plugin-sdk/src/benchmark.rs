@@ -62,18 +62,23 @@ impl ThpMode {
     }
 }
 
-impl TryFrom<String> for ThpMode {
-    type Error = String;
+/// A `thp_mode` that is not one of the kernel's modes (or `""`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("thp_mode = {mode:?}: use \"\" (leave as is), \"always\", \"madvise\" or \"never\"")]
+pub struct ThpModeError {
+    pub mode: String,
+}
 
-    fn try_from(mode: String) -> std::result::Result<Self, String> {
+impl TryFrom<String> for ThpMode {
+    type Error = ThpModeError;
+
+    fn try_from(mode: String) -> std::result::Result<Self, ThpModeError> {
         match mode.as_str() {
             "" => Ok(Self::Unchanged),
             "always" => Ok(Self::Always),
             "madvise" => Ok(Self::Madvise),
             "never" => Ok(Self::Never),
-            _ => Err(format!(
-                "thp_mode = {mode:?}: use \"\" (leave as is), \"always\", \"madvise\" or \"never\""
-            )),
+            _ => Err(ThpModeError { mode }),
         }
     }
 }
