@@ -302,6 +302,16 @@ pub fn resolve_in(machine: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, Kno
     Ok(out)
 }
 
+/// A knob that writes the text of `v` to `path`.
+fn write_knob(name: String, path: PathBuf, v: &toml::Value) -> Result<Knob, KnobError> {
+    Ok(Knob {
+        value: text(&name, v)?,
+        name,
+        path,
+        how: How::Write,
+    })
+}
+
 /// `[machine.sysctl]`: each key a file under `/proc/sys`.
 fn sysctl_knobs(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
     let mut out = Vec::new();
@@ -319,12 +329,7 @@ fn sysctl_knobs(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> 
         }
         let rel = plain(&name, &key.replace('.', "/"))?;
         let path = inside(&name, &roots.proc_sys.join(rel), roots)?;
-        out.push(Knob {
-            value: text(&name, v)?,
-            name,
-            path,
-            how: How::Write,
-        });
+        out.push(write_knob(name, path, v)?);
     }
     Ok(out)
 }
@@ -336,12 +341,7 @@ fn sysfs_knobs(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
         let name = format!("sysfs.{key}");
         let rel = plain(&name, &key)?;
         let path = inside(&name, &roots.sys.join(rel), roots)?;
-        out.push(Knob {
-            value: text(&name, v)?,
-            name,
-            path,
-            how: How::Write,
-        });
+        out.push(write_knob(name, path, v)?);
     }
     Ok(out)
 }
@@ -390,12 +390,7 @@ fn block_knobs(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
                 });
             }
             let path = inside(&name, &dev.join("queue").join(key), roots)?;
-            out.push(Knob {
-                value: text(&name, v)?,
-                name,
-                path,
-                how: How::Write,
-            });
+            out.push(write_knob(name, path, v)?);
         }
     }
     Ok(out)
