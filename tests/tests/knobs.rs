@@ -164,7 +164,7 @@ fn root_knobs_swept_in_an_experiment_are_recorded_and_restored() {
              [variables.scan]\nkey = \"machine.sysfs.kernel.mm.transparent_hugepage.khugepaged.scan_sleep_millisecs\"\nvalues = [{f1}, {f2}]\n\
              [variables.ra]\nkey = \"machine.block.{}.read_ahead_kb\"\nvalues = [{r1}, {r2}]\n",
             dev.name(),
-            script = s(&script),
+            script = s(script),
         ),
     )
     .expect("experiment file");
@@ -172,7 +172,7 @@ fn root_knobs_swept_in_an_experiment_are_recorded_and_restored() {
     let t0 = Instant::now();
     let out = Command::new(kernmlops_bin())
         .arg("--plugin-dir")
-        .arg(&plugins)
+        .arg(plugins)
         .args([
             "experiment",
             "run",
@@ -304,7 +304,7 @@ fn root_knobs_are_restored_after_sigkill_by_the_guardian_or_the_next_start() {
              [machine.sysfs]\n\"kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs\" = {f}\n\
              [machine.block.{}]\nread_ahead_kb = {r}\n",
             dev.name(),
-            script = s(&script),
+            script = s(script),
         ),
     )
     .expect("config");
@@ -314,7 +314,7 @@ fn root_knobs_are_restored_after_sigkill_by_the_guardian_or_the_next_start() {
             "--config",
             s(&cfg),
             "--plugin-dir",
-            s(&plugins),
+            s(plugins),
             "--benchmark",
             "script",
             "--baseline",
