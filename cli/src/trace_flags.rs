@@ -69,9 +69,7 @@ pub(crate) fn check(cfg: &Config, registry: &Registry, args: &RunArgs) -> Result
             let message = e.message.as_str();
             anyhow::anyhow!(
                 "{}",
-                message
-                    .strip_prefix("[probes.trace]: ")
-                    .unwrap_or(message)
+                message.strip_prefix("[probes.trace]: ").unwrap_or(message)
             )
         })
     };
