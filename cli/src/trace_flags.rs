@@ -63,16 +63,14 @@ pub(crate) fn check(cfg: &Config, registry: &Registry, args: &RunArgs) -> Result
     };
     // The trace probe's rules on these settings: the message without its
     // section.
-    let rules = |settings: &toml::Table| -> Result<(), String> {
-        let json = serde_json::to_value(settings)
-            .map_err(|e| e.to_string())?
-            .to_string();
+    let rules = |settings: &toml::Table| -> Result<()> {
+        let json = serde_json::to_value(settings)?.to_string();
         plugin.check_config(TRACE_PROBE, &json).map_err(|e| {
             let message = e.message.as_str();
-            message
-                .strip_prefix("[probes.trace]: ")
-                .unwrap_or(message)
-                .to_owned()
+            anyhow::anyhow!(
+                "{}",
+                message.strip_prefix("[probes.trace]: ").unwrap_or(message)
+            )
         })
     };
     let merged = cfg.probe_settings(registry.config_defaults())?;

@@ -139,37 +139,56 @@ pub fn host_table(
     RecordBatch::try_new(Arc::new(Schema::new(fields).with_metadata(meta)), arrays)
 }
 
-fn check_host_table(table: &str, columns: &[HostColumn]) -> Result<(), String> {
+/// Why a table the host builds breaks the table rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum HostTableError {
+    #[error("the table name is not snake_case")]
+    TableName,
+    #[error("column {0:?} is not snake_case")]
+    ColumnName(String),
+    #[error("column {0} is declared twice or reserved")]
+    Duplicate(String),
+    #[error("column {0} has no description")]
+    NoDescription(String),
+    #[error("column {column} has {values} values, not {rows}")]
+    Length {
+        column: String,
+        values: usize,
+        rows: usize,
+    },
+    #[error("{} must be a u64 in us", kernmlops_plugin_api::TIMESTAMP_COLUMN)]
+    Timestamp,
+}
+
+fn check_host_table(table: &str, columns: &[HostColumn]) -> Result<(), HostTableError> {
     use kernmlops_sys::names::is_snake_case;
     if !is_snake_case(table) {
-        return Err("the table name is not snake_case".into());
+        return Err(HostTableError::TableName);
     }
     let rows = columns.first().map_or(0, |c| c.values.len());
     let mut seen = std::collections::BTreeSet::new();
     for c in columns {
+        let name = || c.name.clone();
         if !is_snake_case(&c.name) {
-            return Err(format!("column {:?} is not snake_case", c.name));
+            return Err(HostTableError::ColumnName(name()));
         }
         if c.name == COLLECTION_ID_COLUMN || !seen.insert(c.name.as_str()) {
-            return Err(format!("column {} is declared twice or reserved", c.name));
+            return Err(HostTableError::Duplicate(name()));
         }
         if c.description.is_empty() {
-            return Err(format!("column {} has no description", c.name));
+            return Err(HostTableError::NoDescription(name()));
         }
         if c.values.len() != rows {
-            return Err(format!(
-                "column {} has {} values, not {rows}",
-                c.name,
-                c.values.len()
-            ));
+            return Err(HostTableError::Length {
+                column: name(),
+                values: c.values.len(),
+                rows,
+            });
         }
         if c.name == kernmlops_plugin_api::TIMESTAMP_COLUMN
             && (c.values.data_type() != &DataType::UInt64 || c.unit != "us")
         {
-            return Err(format!(
-                "{} must be a u64 in us",
-                kernmlops_plugin_api::TIMESTAMP_COLUMN
-            ));
+            return Err(HostTableError::Timestamp);
         }
     }
     Ok(())

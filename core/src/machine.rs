@@ -278,91 +278,13 @@ pub fn resolve_in(machine: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, Kno
         }
     };
     if let Some(t) = table("sysctl")? {
-        for (key, v) in flatten(t, '.') {
-            let name = format!("sysctl.{key}");
-            let ok = !key.is_empty()
-                && key
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
-            if !ok {
-                return Err(KnobError::Invalid {
-                    name,
-                    why: "a sysctl name is letters, digits, '.', '_', '-' (e.g. vm.swappiness)"
-                        .into(),
-                });
-            }
-            let rel = plain(&name, &key.replace('.', "/"))?;
-            let path = inside(&name, &roots.proc_sys.join(rel), roots)?;
-            out.push(Knob {
-                value: text(&name, v)?,
-                name,
-                path,
-                how: How::Write,
-            });
-        }
+        out.extend(sysctl_knobs(t, roots)?);
     }
     if let Some(t) = table("sysfs")? {
-        for (key, v) in flatten(t, '/') {
-            let name = format!("sysfs.{key}");
-            let rel = plain(&name, &key)?;
-            let path = inside(&name, &roots.sys.join(rel), roots)?;
-            out.push(Knob {
-                value: text(&name, v)?,
-                name,
-                path,
-                how: How::Write,
-            });
-        }
+        out.extend(sysfs_knobs(t, roots)?);
     }
     if let Some(t) = table("block")? {
-        let mut disks: Vec<_> = t.iter().collect();
-        disks.sort_by(|a, b| a.0.cmp(b.0));
-        for (disk, settings) in disks {
-            let ok = !disk.is_empty()
-                && disk.len() <= 32
-                && disk
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-                && disk != "."
-                && disk != "..";
-            if !ok {
-                return Err(KnobError::Invalid {
-                    name: format!("block.{disk}"),
-                    why: "a disk name such as vda, nvme0n1 or loop3".into(),
-                });
-            }
-            let toml::Value::Table(settings) = settings else {
-                return Err(KnobError::Invalid {
-                    name: format!("block.{disk}"),
-                    why: format!("expected a table of {}", BLOCK_KNOBS.join(", ")),
-                });
-            };
-            let dev = roots.sys.join("block").join(disk);
-            if !dev.exists() {
-                return Err(KnobError::Missing {
-                    name: format!("block.{disk}"),
-                    path: dev,
-                });
-            }
-            let mut keys: Vec<_> = settings.iter().collect();
-            keys.sort_by(|a, b| a.0.cmp(b.0));
-            for (key, v) in keys {
-                let name = format!("block.{disk}.{key}");
-                if !BLOCK_KNOBS.contains(&key.as_str()) {
-                    return Err(KnobError::Invalid {
-                        name,
-                        why: format!("not a block-device setting ({})", BLOCK_KNOBS.join(", ")),
-                    });
-                }
-                let path = inside(&name, &dev.join("queue").join(key), roots)?;
-                out.push(Knob {
-                    value: text(&name, v)?,
-                    name,
-                    path,
-                    how: How::Write,
-                });
-            }
-        }
+        out.extend(block_knobs(t, roots)?);
     }
     if let Some(t) = table("cpufreq")? {
         out.extend(cpufreq(t, roots)?);
@@ -371,21 +293,127 @@ pub fn resolve_in(machine: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, Kno
         out.push(smt(v, roots)?);
     }
     if let Some(v) = machine.get("thp_mode") {
-        let mode = text("thp_mode", v)?;
-        if !mode.is_empty() {
-            let name = "thp_mode".to_owned();
-            let path = inside(&name, &roots.sys.join(THP_ENABLED), roots)?;
-            out.push(Knob {
-                name,
-                path,
-                value: mode,
-                how: How::Write,
-            });
-        }
+        out.extend(thp_mode(v, roots)?);
     }
     if let Some(v) = machine.get("cpus") {
         out.push(cpus(v, roots)?);
     }
+    check_distinct(&out)?;
+    Ok(out)
+}
+
+/// A knob that writes the text of `v` to `path`.
+fn write_knob(name: String, path: PathBuf, v: &toml::Value) -> Result<Knob, KnobError> {
+    Ok(Knob {
+        value: text(&name, v)?,
+        name,
+        path,
+        how: How::Write,
+    })
+}
+
+/// `[machine.sysctl]`: each key a file under `/proc/sys`.
+fn sysctl_knobs(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
+    let mut out = Vec::new();
+    for (key, v) in flatten(t, '.') {
+        let name = format!("sysctl.{key}");
+        let ok = !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
+        if !ok {
+            return Err(KnobError::Invalid {
+                name,
+                why: "a sysctl name is letters, digits, '.', '_', '-' (e.g. vm.swappiness)".into(),
+            });
+        }
+        let rel = plain(&name, &key.replace('.', "/"))?;
+        let path = inside(&name, &roots.proc_sys.join(rel), roots)?;
+        out.push(write_knob(name, path, v)?);
+    }
+    Ok(out)
+}
+
+/// `[machine.sysfs]`: each key a file under `/sys`.
+fn sysfs_knobs(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
+    let mut out = Vec::new();
+    for (key, v) in flatten(t, '/') {
+        let name = format!("sysfs.{key}");
+        let rel = plain(&name, &key)?;
+        let path = inside(&name, &roots.sys.join(rel), roots)?;
+        out.push(write_knob(name, path, v)?);
+    }
+    Ok(out)
+}
+
+/// `[machine.block.<disk>]`: queue settings of a block device, disks and
+/// keys sorted.
+fn block_knobs(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
+    let mut out = Vec::new();
+    let mut disks: Vec<_> = t.iter().collect();
+    disks.sort_by(|a, b| a.0.cmp(b.0));
+    for (disk, settings) in disks {
+        let ok = !disk.is_empty()
+            && disk.len() <= 32
+            && disk
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            && disk != "."
+            && disk != "..";
+        if !ok {
+            return Err(KnobError::Invalid {
+                name: format!("block.{disk}"),
+                why: "a disk name such as vda, nvme0n1 or loop3".into(),
+            });
+        }
+        let toml::Value::Table(settings) = settings else {
+            return Err(KnobError::Invalid {
+                name: format!("block.{disk}"),
+                why: format!("expected a table of {}", BLOCK_KNOBS.join(", ")),
+            });
+        };
+        let dev = roots.sys.join("block").join(disk);
+        if !dev.exists() {
+            return Err(KnobError::Missing {
+                name: format!("block.{disk}"),
+                path: dev,
+            });
+        }
+        let mut keys: Vec<_> = settings.iter().collect();
+        keys.sort_by(|a, b| a.0.cmp(b.0));
+        for (key, v) in keys {
+            let name = format!("block.{disk}.{key}");
+            if !BLOCK_KNOBS.contains(&key.as_str()) {
+                return Err(KnobError::Invalid {
+                    name,
+                    why: format!("not a block-device setting ({})", BLOCK_KNOBS.join(", ")),
+                });
+            }
+            let path = inside(&name, &dev.join("queue").join(key), roots)?;
+            out.push(write_knob(name, path, v)?);
+        }
+    }
+    Ok(out)
+}
+
+/// `machine.thp_mode`: the THP `enabled` file; `""` sets nothing.
+fn thp_mode(v: &toml::Value, roots: &Roots) -> Result<Option<Knob>, KnobError> {
+    let mode = text("thp_mode", v)?;
+    if mode.is_empty() {
+        return Ok(None);
+    }
+    let name = "thp_mode".to_owned();
+    let path = inside(&name, &roots.sys.join(THP_ENABLED), roots)?;
+    Ok(Some(Knob {
+        name,
+        path,
+        value: mode,
+        how: How::Write,
+    }))
+}
+
+/// No file is set twice, and there are at most [`MAX_KNOBS`] knobs.
+fn check_distinct(out: &[Knob]) -> Result<(), KnobError> {
     for (i, k) in out.iter().enumerate() {
         if let Some(first) = out[..i].iter().find(|o| o.path == k.path) {
             return Err(KnobError::Invalid {
@@ -404,7 +432,7 @@ pub fn resolve_in(machine: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, Kno
             why: format!("{} knobs; at most {MAX_KNOBS}", out.len()),
         });
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The THP mode's file under `/sys`.
@@ -595,7 +623,35 @@ fn cpufreq(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
         ));
     }
     let dir = roots.cpu().join("cpufreq");
-    let mut policies: Vec<(u32, PathBuf)> = std::fs::read_dir(&dir)
+    let policies = cpufreq_policies(&dir);
+    let mut out = Vec::new();
+    let keys: Vec<&String> = t.keys().filter(|k| *k != "boost").collect();
+    if let Some(first) = keys.first() {
+        if policies.is_empty() {
+            return Err(invalid(
+                &format!("cpufreq.{first}"),
+                format!(
+                    "this machine has no CPU frequency scaling (no cpufreq policy in {})",
+                    dir.display()
+                ),
+            ));
+        }
+    }
+    for (n, pdir) in &policies {
+        if let Some(v) = t.get("governor") {
+            out.push(governor(*n, pdir, v, roots)?);
+        }
+        out.extend(freq_range(t, *n, pdir, roots)?);
+    }
+    if let Some(v) = t.get("boost") {
+        out.push(boost(v, &dir, roots)?);
+    }
+    Ok(out)
+}
+
+/// The cpufreq policies (`policy<N>` folders of `dir`), by number.
+fn cpufreq_policies(dir: &Path) -> Vec<(u32, PathBuf)> {
+    let mut policies: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
         .map(|d| {
             d.flatten()
                 .filter_map(|e| {
@@ -611,149 +667,141 @@ fn cpufreq(t: &toml::Table, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
         })
         .unwrap_or_default();
     policies.sort();
-    let mut out = Vec::new();
-    let keys: Vec<&String> = t.keys().filter(|k| *k != "boost").collect();
-    if let Some(first) = keys.first() {
-        if policies.is_empty() {
-            return Err(invalid(
-                &format!("cpufreq.{first}"),
-                format!(
-                    "this machine has no CPU frequency scaling (no cpufreq policy in {})",
-                    dir.display()
-                ),
-            ));
-        }
-    }
-    for (n, pdir) in &policies {
-        let mut per = Vec::new();
-        if let Some(v) = t.get("governor") {
-            let name = format!("cpufreq.policy{n}.governor");
-            let value = text(&name, v)?;
-            let offered_path = pdir.join("scaling_available_governors");
-            let offered: Vec<String> = std::fs::read_to_string(&offered_path)
-                .map_err(|source| KnobError::Io {
-                    name: name.clone(),
-                    path: offered_path.clone(),
-                    source,
-                })?
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect();
-            let path = inside(&name, &pdir.join("scaling_governor"), roots)?;
-            if !offered.contains(&value) {
-                return Err(KnobError::NotOffered {
-                    name,
-                    path,
-                    value,
-                    offered,
-                });
-            }
-            per.push(Knob {
-                name,
-                path,
-                value,
-                how: How::Write,
-            });
-        }
-        let hw_min = || {
-            khz(
-                &format!("cpufreq.policy{n}"),
-                &pdir.join("cpuinfo_min_freq"),
-            )
-        };
-        let hw_max = || {
-            khz(
-                &format!("cpufreq.policy{n}"),
-                &pdir.join("cpuinfo_max_freq"),
-            )
-        };
-        let mut freqs = Vec::new();
-        for (key, file) in [
-            ("min_freq_khz", "scaling_min_freq"),
-            ("max_freq_khz", "scaling_max_freq"),
-        ] {
-            let Some(v) = t.get(key) else { continue };
-            let name = format!("cpufreq.policy{n}.{key}");
-            let toml::Value::Integer(f) = v else {
-                return Err(invalid(
-                    &name,
-                    format!("expected a frequency in kHz, not {}", v.type_str()),
-                ));
-            };
-            let (lo, hi) = (hw_min()?, hw_max()?);
-            if *f < 0 || (*f as u64) < lo || (*f as u64) > hi {
-                return Err(invalid(
-                    &name,
-                    format!("{f} kHz is outside the CPU's range {lo}-{hi} kHz"),
-                ));
-            }
-            let path = inside(&name, &pdir.join(file), roots)?;
-            freqs.push((
-                key,
-                *f as u64,
-                Knob {
-                    name,
-                    path,
-                    value: f.to_string(),
-                    how: How::Write,
-                },
-            ));
-        }
-        if let [(_, lo, _), (_, hi, _)] = freqs.as_slice() {
-            if lo > hi {
-                return Err(invalid(
-                    &format!("cpufreq.policy{n}.min_freq_khz"),
-                    format!("{lo} kHz is above max_freq_khz ({hi} kHz)"),
-                ));
-            }
-            // Raising the range past the current maximum: the maximum first,
-            // so the minimum is never above it in between.
-            let now_max = khz(
-                &format!("cpufreq.policy{n}"),
-                &pdir.join("scaling_max_freq"),
-            )?;
-            if *lo > now_max {
-                freqs.reverse();
-            }
-        }
-        per.extend(freqs.into_iter().map(|(_, _, k)| k));
-        out.extend(per);
-    }
-    if let Some(v) = t.get("boost") {
-        let on = match v {
-            toml::Value::Boolean(b) => *b,
-            other => {
-                return Err(invalid(
-                    "cpufreq.boost",
-                    format!("expected true or false, not {}", other.type_str()),
-                ))
-            }
-        };
-        let global = dir.join("boost");
-        let pstate = roots.cpu().join("intel_pstate/no_turbo");
-        let (name, path, value) = if global.exists() {
-            ("cpufreq.boost", global, if on { "1" } else { "0" })
-        } else if pstate.exists() {
-            ("cpufreq.no_turbo", pstate, if on { "0" } else { "1" })
-        } else {
-            return Err(invalid(
-                "cpufreq.boost",
-                format!(
-                    "this machine has no boost switch (neither {} nor {})",
-                    global.display(),
-                    pstate.display()
-                ),
-            ));
-        };
-        let path = inside(name, &path, roots)?;
-        out.push(Knob {
-            name: name.to_owned(),
+    policies
+}
+
+/// `cpufreq.governor` for policy `n`: one of its available governors.
+fn governor(n: u32, pdir: &Path, v: &toml::Value, roots: &Roots) -> Result<Knob, KnobError> {
+    let name = format!("cpufreq.policy{n}.governor");
+    let value = text(&name, v)?;
+    let offered_path = pdir.join("scaling_available_governors");
+    let offered: Vec<String> = std::fs::read_to_string(&offered_path)
+        .map_err(|source| KnobError::Io {
+            name: name.clone(),
+            path: offered_path.clone(),
+            source,
+        })?
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let path = inside(&name, &pdir.join("scaling_governor"), roots)?;
+    if !offered.contains(&value) {
+        return Err(KnobError::NotOffered {
+            name,
             path,
-            value: value.to_owned(),
-            how: How::Write,
+            value,
+            offered,
         });
     }
-    Ok(out)
+    Ok(Knob {
+        name,
+        path,
+        value,
+        how: How::Write,
+    })
+}
+
+/// `cpufreq.min_freq_khz` and `max_freq_khz` for policy `n`: within the
+/// CPU's range, ordered so the range never inverts while they are set.
+fn freq_range(t: &toml::Table, n: u32, pdir: &Path, roots: &Roots) -> Result<Vec<Knob>, KnobError> {
+    let hw_min = || {
+        khz(
+            &format!("cpufreq.policy{n}"),
+            &pdir.join("cpuinfo_min_freq"),
+        )
+    };
+    let hw_max = || {
+        khz(
+            &format!("cpufreq.policy{n}"),
+            &pdir.join("cpuinfo_max_freq"),
+        )
+    };
+    let mut freqs = Vec::new();
+    for (key, file) in [
+        ("min_freq_khz", "scaling_min_freq"),
+        ("max_freq_khz", "scaling_max_freq"),
+    ] {
+        let Some(v) = t.get(key) else { continue };
+        let name = format!("cpufreq.policy{n}.{key}");
+        let toml::Value::Integer(f) = v else {
+            return Err(invalid(
+                &name,
+                format!("expected a frequency in kHz, not {}", v.type_str()),
+            ));
+        };
+        let (lo, hi) = (hw_min()?, hw_max()?);
+        if *f < 0 || (*f as u64) < lo || (*f as u64) > hi {
+            return Err(invalid(
+                &name,
+                format!("{f} kHz is outside the CPU's range {lo}-{hi} kHz"),
+            ));
+        }
+        let path = inside(&name, &pdir.join(file), roots)?;
+        freqs.push((
+            key,
+            *f as u64,
+            Knob {
+                name,
+                path,
+                value: f.to_string(),
+                how: How::Write,
+            },
+        ));
+    }
+    if let [(_, lo, _), (_, hi, _)] = freqs.as_slice() {
+        if lo > hi {
+            return Err(invalid(
+                &format!("cpufreq.policy{n}.min_freq_khz"),
+                format!("{lo} kHz is above max_freq_khz ({hi} kHz)"),
+            ));
+        }
+        // Raising the range past the current maximum: the maximum first,
+        // so the minimum is never above it in between.
+        let now_max = khz(
+            &format!("cpufreq.policy{n}"),
+            &pdir.join("scaling_max_freq"),
+        )?;
+        if *lo > now_max {
+            freqs.reverse();
+        }
+    }
+    Ok(freqs.into_iter().map(|(_, _, k)| k).collect())
+}
+
+/// `cpufreq.boost`: cpufreq's `boost`, else `intel_pstate/no_turbo`.
+fn boost(v: &toml::Value, dir: &Path, roots: &Roots) -> Result<Knob, KnobError> {
+    let on = match v {
+        toml::Value::Boolean(b) => *b,
+        other => {
+            return Err(invalid(
+                "cpufreq.boost",
+                format!("expected true or false, not {}", other.type_str()),
+            ))
+        }
+    };
+    let global = dir.join("boost");
+    let pstate = roots.cpu().join("intel_pstate/no_turbo");
+    let (name, path, value) = if global.exists() {
+        ("cpufreq.boost", global, if on { "1" } else { "0" })
+    } else if pstate.exists() {
+        ("cpufreq.no_turbo", pstate, if on { "0" } else { "1" })
+    } else {
+        return Err(invalid(
+            "cpufreq.boost",
+            format!(
+                "this machine has no boost switch (neither {} nor {})",
+                global.display(),
+                pstate.display()
+            ),
+        ));
+    };
+    let path = inside(name, &path, roots)?;
+    Ok(Knob {
+        name: name.to_owned(),
+        path,
+        value: value.to_owned(),
+        how: How::Write,
+    })
 }
 
 /// The choices a file lists with the current one in brackets

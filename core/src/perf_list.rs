@@ -475,15 +475,26 @@ pub struct Resolution {
     pub reason: Option<String>,
 }
 
+/// Why an event name resolves to nothing here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// The name is malformed (the `perf` probe's own message).
+    #[error("{0}")]
+    Malformed(String),
+    /// No source has it; `why` says what each lacks.
+    #[error("no event {name:?} here: {why}")]
+    Missing { name: String, why: String },
+}
+
 /// Resolves `name` the way the `perf` probe does (generic names, sysfs
 /// under `root`, tracepoints, raw codes, then libpfm4) and tries to open
 /// it. `Err` is one line: the name is malformed, or which sources lack it.
-pub fn resolve(root: &Path, name: &str) -> Result<Resolution, String> {
-    let Some(r) = events::resolve_event(root, name)? else {
-        return Err(format!(
-            "no event {name:?} here: {}",
-            events::why_missing(&[name.to_owned()])
-        ));
+pub fn resolve(root: &Path, name: &str) -> Result<Resolution, ResolveError> {
+    let Some(r) = events::resolve_event(root, name).map_err(ResolveError::Malformed)? else {
+        return Err(ResolveError::Missing {
+            name: name.to_owned(),
+            why: events::why_missing(&[name.to_owned()]),
+        });
     };
     let check = events::try_open(&r.spec);
     Ok(Resolution {

@@ -381,7 +381,23 @@ impl SystemInfo {
             "when the collection started (CLOCK_BOOTTIME)",
             Arc::new(UInt64Array::from(vec![ts_uptime_us])) as ArrayRef,
         )];
+        cols.extend(self.identity_columns(plugins));
+        cols.extend(self.size_columns());
+        cols.extend(self.state_columns());
+        cols.extend(self.flag_and_time_columns(collection_start_unix_us));
+        decode::host_table(
+            "system_info",
+            "The machine, the kernel and the run, one row",
+            collection_id,
+            cols,
+        )
+    }
+
+    /// The machine and the run as text and counts: host, OS, kernel, CPU, THP
+    /// modes, plugins, kernel features; sockets, cores, logical CPUs.
+    fn identity_columns(&self, plugins: &[String]) -> Vec<HostColumn> {
         let f = &self.features;
+        let mut cols = Vec::new();
         for (name, desc, v) in [
             (
                 "hostname",
@@ -442,6 +458,13 @@ impl SystemInfo {
                 Arc::new(UInt32Array::from(vec![v])),
             ));
         }
+        cols
+    }
+
+    /// Memory, huge page and cache sizes, swappiness and CPU frequency range
+    /// (null where unknown).
+    fn size_columns(&self) -> Vec<HostColumn> {
+        let mut cols = Vec::new();
         for (name, unit, desc, v) in [
             ("memory_bytes", "bytes", "MemTotal", Some(self.memory_bytes)),
             ("swap_bytes", "bytes", "SwapTotal", Some(self.swap_bytes)),
@@ -499,7 +522,14 @@ impl SystemInfo {
                 HostColumn::new(name, unit, desc, Arc::new(UInt64Array::from(vec![v]))).nullable(),
             );
         }
+        cols
+    }
+
+    /// The machine state at the start (`MachineState`): governors, SMT,
+    /// idle, mitigations, boost, C-states, ASLR, load.
+    fn state_columns(&self) -> Vec<HostColumn> {
         let st = &self.state;
+        let mut cols = Vec::new();
         for (name, desc, v) in [
             (
                 "cpufreq_governor",
@@ -586,6 +616,14 @@ impl SystemInfo {
             )
             .nullable(),
         );
+        cols
+    }
+
+    /// What the machine is and has (VM, BTF, probes), and when it booted and
+    /// the collection started.
+    fn flag_and_time_columns(&self, collection_start_unix_us: i64) -> Vec<HostColumn> {
+        let f = &self.features;
+        let mut cols = Vec::new();
         for (name, desc, v) in [
             ("is_vm", "a virtual machine (hypervisor flag)", self.is_vm),
             ("has_btf", "the kernel has BTF", f.btf.available),
@@ -628,12 +666,7 @@ impl SystemInfo {
                 Arc::new(TimestampMicrosecondArray::from(vec![v]).with_timezone("UTC")),
             ));
         }
-        decode::host_table(
-            "system_info",
-            "The machine, the kernel and the run, one row",
-            collection_id,
-            cols,
-        )
+        cols
     }
 }
 

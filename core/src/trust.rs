@@ -659,203 +659,257 @@ struct Section {
 /// Checks, from the opened file alone, that it is a complete shared
 /// library for this machine exporting `symbol` (abi_stable's root module).
 pub fn check_elf(file: &File, symbol: &'static str) -> Result<(), TrustError> {
-    let size = file
-        .metadata()
-        .map_err(|e| TrustError::Malformed(format!("reading its size: {e}")))?
-        .len();
-    let mut ident = [0u8; 16];
-    let got = read_up_to(file, &mut ident)
-        .map_err(|e| TrustError::Malformed(format!("reading its header: {e}")))?;
-    if got < 4 || ident[..4] != *b"\x7fELF" {
-        return Err(TrustError::NotElf {
-            start: printable(&ident[..got.min(8)]).replace('"', "\\\""),
-        });
-    }
-    if got < 16 {
-        return Err(TrustError::Truncated {
-            what: "ELF identification".into(),
-            end: 16,
-            size,
-        });
-    }
-    let (class, data) = (ident[4], ident[5]);
-    if class != ELFCLASS32 && class != ELFCLASS64 {
-        return Err(TrustError::Malformed(format!("unknown ELF class {class}")));
-    }
-    if data != ELFDATA2LSB && data != ELFDATA2MSB {
-        return Err(TrustError::Malformed(format!("unknown byte order {data}")));
-    }
-    let describe = |class: u8, data: u8| {
-        format!(
-            "{}-bit {}",
-            if class == ELFCLASS64 { 64 } else { 32 },
-            if data == ELFDATA2LSB {
-                "little-endian"
-            } else {
-                "big-endian"
-            }
-        )
-    };
-    if (class, data) != (HOST_CLASS, HOST_DATA) {
-        return Err(TrustError::Foreign {
-            found: describe(class, data),
-            expected: describe(HOST_CLASS, HOST_DATA),
-        });
-    }
-    let elf = Elf {
-        file,
-        size,
-        is64: class == ELFCLASS64,
-        le: data == ELFDATA2LSB,
-    };
-    let h = elf.read(0, if elf.is64 { 64 } else { 52 }, "ELF header")?;
-    let e_type = elf.u16(&h, 16);
-    if e_type != ET_DYN {
-        let kind = match e_type {
-            1 => "relocatable object (.o)",
-            2 => "executable",
-            4 => "core dump",
-            _ => "file of unknown type",
-        };
-        return Err(TrustError::NotShared { kind });
-    }
-    let machine = elf.u16(&h, 18);
-    if HOST_MACHINE != 0 && machine != HOST_MACHINE {
-        return Err(TrustError::Foreign {
-            found: machine_name(machine),
-            expected: machine_name(HOST_MACHINE),
-        });
-    }
-    let (phoff, shoff) = (elf.word(&h, 28, 32), elf.word(&h, 32, 40));
-    let at = |in32: usize, in64: usize| if elf.is64 { in64 } else { in32 };
-    let phentsize = u64::from(elf.u16(&h, at(42, 54)));
-    let phnum = u64::from(elf.u16(&h, at(44, 56)));
-    let shentsize = u64::from(elf.u16(&h, at(46, 58)));
-    let mut shnum = u64::from(elf.u16(&h, at(48, 60)));
+    let elf = Elf::open(file)?;
+    let h = elf.header()?;
+    elf.check_segments(&h)?;
+    let sections = elf.sections(&h)?;
+    elf.find_root_module(&sections, symbol)
+}
 
-    // Program headers: every loadable segment and the dynamic section must
-    // lie inside the file, or the loader maps pages that do not exist.
-    let want_ph = if elf.is64 { 56 } else { 32 };
-    if phnum == 0 || phentsize != want_ph {
-        return Err(TrustError::Malformed(format!(
-            "{phnum} program headers of {phentsize} bytes"
-        )));
-    }
-    let ph = elf.read(phoff, phnum * phentsize, "program header table")?;
-    let (mut loads, mut dynamic) = (0, false);
-    for i in 0..phnum as usize {
-        let p = &ph[i * want_ph as usize..(i + 1) * want_ph as usize];
-        let kind = elf.u32(p, 0);
-        let offset = elf.word(p, 4, 8);
-        let filesz = elf.word(p, 16, 32);
-        let memsz = elf.word(p, 20, 40);
-        let what = match kind {
-            PT_LOAD => format!("loadable segment {i}"),
-            PT_DYNAMIC => "dynamic section".to_owned(),
-            _ => continue,
-        };
-        let end = offset
-            .checked_add(filesz)
-            .ok_or_else(|| TrustError::Malformed(format!("its {what} has an impossible size")))?;
-        if end > size {
-            return Err(TrustError::Truncated { what, end, size });
-        }
-        if kind == PT_LOAD {
-            if filesz > memsz {
-                return Err(TrustError::Malformed(format!(
-                    "{what} is larger in the file than in memory"
-                )));
-            }
-            loads += 1;
-        } else {
-            dynamic = true;
-        }
-    }
-    if loads == 0 || !dynamic {
-        return Err(TrustError::Malformed(
-            "no loadable segment or no dynamic section".into(),
-        ));
-    }
+/// Where the ELF header says the program and section header tables are.
+struct Header {
+    phoff: u64,
+    shoff: u64,
+    phentsize: u64,
+    phnum: u64,
+    shentsize: u64,
+    shnum: u64,
+}
 
-    // Section headers: all present and inside the file, then the dynamic
-    // symbol table.
-    let want_sh = if elf.is64 { 64 } else { 40 };
-    if shoff == 0 {
-        return Err(TrustError::Malformed(
-            "no section headers, so its dynamic symbols cannot be found".into(),
-        ));
-    }
-    if shentsize != want_sh {
-        return Err(TrustError::Malformed(format!(
-            "section headers of {shentsize} bytes"
-        )));
-    }
-    let section = |b: &[u8]| Section {
-        kind: elf.u32(b, 4),
-        offset: elf.word(b, 16, 24),
-        size: elf.word(b, 20, 32),
-        link: elf.u32(b, at(24, 40)),
-        entsize: elf.word(b, 36, 56),
-    };
-    if shnum == 0 {
-        // More sections than fit in e_shnum: the count is in section 0.
-        shnum = section(&elf.read(shoff, want_sh, "section header table")?).size;
-    }
-    let sh = elf.read(shoff, shnum * want_sh, "section header table")?;
-    let sections: Vec<Section> = sh.chunks_exact(want_sh as usize).map(section).collect();
-    for (i, s) in sections.iter().enumerate() {
-        if s.kind == SHT_NULL || s.kind == SHT_NOBITS {
-            continue;
+impl<'a> Elf<'a> {
+    /// Reads the identification: an ELF file of this machine's class and
+    /// byte order.
+    fn open(file: &'a File) -> Result<Self, TrustError> {
+        let size = file
+            .metadata()
+            .map_err(|e| TrustError::Malformed(format!("reading its size: {e}")))?
+            .len();
+        let mut ident = [0u8; 16];
+        let got = read_up_to(file, &mut ident)
+            .map_err(|e| TrustError::Malformed(format!("reading its header: {e}")))?;
+        if got < 4 || ident[..4] != *b"\x7fELF" {
+            return Err(TrustError::NotElf {
+                start: printable(&ident[..got.min(8)]).replace('"', "\\\""),
+            });
         }
-        let end = s
-            .offset
-            .checked_add(s.size)
-            .ok_or_else(|| TrustError::Malformed(format!("section {i} has an impossible size")))?;
-        if end > size {
+        if got < 16 {
             return Err(TrustError::Truncated {
-                what: format!("section {i}"),
-                end,
+                what: "ELF identification".into(),
+                end: 16,
                 size,
             });
         }
+        let (class, data) = (ident[4], ident[5]);
+        if class != ELFCLASS32 && class != ELFCLASS64 {
+            return Err(TrustError::Malformed(format!("unknown ELF class {class}")));
+        }
+        if data != ELFDATA2LSB && data != ELFDATA2MSB {
+            return Err(TrustError::Malformed(format!("unknown byte order {data}")));
+        }
+        let describe = |class: u8, data: u8| {
+            format!(
+                "{}-bit {}",
+                if class == ELFCLASS64 { 64 } else { 32 },
+                if data == ELFDATA2LSB {
+                    "little-endian"
+                } else {
+                    "big-endian"
+                }
+            )
+        };
+        if (class, data) != (HOST_CLASS, HOST_DATA) {
+            return Err(TrustError::Foreign {
+                found: describe(class, data),
+                expected: describe(HOST_CLASS, HOST_DATA),
+            });
+        }
+        Ok(Elf {
+            file,
+            size,
+            is64: class == ELFCLASS64,
+            le: data == ELFDATA2LSB,
+        })
     }
-    let Some(dynsym) = sections.iter().find(|s| s.kind == SHT_DYNSYM) else {
-        return Err(TrustError::NoRootModule { symbol });
-    };
-    let strtab = sections
-        .get(dynsym.link as usize)
-        .filter(|s| s.kind == SHT_STRTAB)
-        .ok_or_else(|| {
-            TrustError::Malformed("its dynamic symbol table has no string table".into())
-        })?;
-    let sym_size = if elf.is64 { 24 } else { 16 };
-    if dynsym.entsize != 0 && dynsym.entsize != sym_size {
-        return Err(TrustError::Malformed(format!(
-            "dynamic symbols of {} bytes",
-            dynsym.entsize
-        )));
-    }
-    let syms = elf.read(dynsym.offset, dynsym.size, "dynamic symbol table")?;
-    let strs = elf.read(strtab.offset, strtab.size, "dynamic string table")?;
-    let wanted = symbol.as_bytes();
-    for s in syms.chunks_exact(sym_size as usize) {
-        let name_at = elf.u32(s, 0) as usize;
-        let (info, other, shndx) = if elf.is64 {
-            (s[4], s[5], elf.u16(s, 6))
+
+    /// The offset of a field at `in32` in ELF32 and `in64` in ELF64.
+    fn at(&self, in32: usize, in64: usize) -> usize {
+        if self.is64 {
+            in64
         } else {
-            (s[12], s[13], elf.u16(s, 14))
-        };
-        let Some(name) = strs.get(name_at..) else {
-            continue;
-        };
-        let name = name.split(|&b| b == 0).next().unwrap_or_default();
-        let bind = info >> 4;
-        let visible = matches!(other & 3, 0 | 3); // default or protected
-        if name == wanted && shndx != 0 && matches!(bind, 1 | 2) && visible {
-            return Ok(());
+            in32
         }
     }
-    Err(TrustError::NoRootModule { symbol })
+
+    /// The ELF header: a shared object for this machine, and where its
+    /// tables are.
+    fn header(&self) -> Result<Header, TrustError> {
+        let h = self.read(0, if self.is64 { 64 } else { 52 }, "ELF header")?;
+        let e_type = self.u16(&h, 16);
+        if e_type != ET_DYN {
+            let kind = match e_type {
+                1 => "relocatable object (.o)",
+                2 => "executable",
+                4 => "core dump",
+                _ => "file of unknown type",
+            };
+            return Err(TrustError::NotShared { kind });
+        }
+        let machine = self.u16(&h, 18);
+        if HOST_MACHINE != 0 && machine != HOST_MACHINE {
+            return Err(TrustError::Foreign {
+                found: machine_name(machine),
+                expected: machine_name(HOST_MACHINE),
+            });
+        }
+        Ok(Header {
+            phoff: self.word(&h, 28, 32),
+            shoff: self.word(&h, 32, 40),
+            phentsize: u64::from(self.u16(&h, self.at(42, 54))),
+            phnum: u64::from(self.u16(&h, self.at(44, 56))),
+            shentsize: u64::from(self.u16(&h, self.at(46, 58))),
+            shnum: u64::from(self.u16(&h, self.at(48, 60))),
+        })
+    }
+
+    /// Program headers: every loadable segment and the dynamic section must
+    /// lie inside the file, or the loader maps pages that do not exist.
+    fn check_segments(&self, h: &Header) -> Result<(), TrustError> {
+        let (phnum, phentsize, size) = (h.phnum, h.phentsize, self.size);
+        let want_ph = if self.is64 { 56 } else { 32 };
+        if phnum == 0 || phentsize != want_ph {
+            return Err(TrustError::Malformed(format!(
+                "{phnum} program headers of {phentsize} bytes"
+            )));
+        }
+        let ph = self.read(h.phoff, phnum * phentsize, "program header table")?;
+        let (mut loads, mut dynamic) = (0, false);
+        for i in 0..phnum as usize {
+            let p = &ph[i * want_ph as usize..(i + 1) * want_ph as usize];
+            let kind = self.u32(p, 0);
+            let offset = self.word(p, 4, 8);
+            let filesz = self.word(p, 16, 32);
+            let memsz = self.word(p, 20, 40);
+            let what = match kind {
+                PT_LOAD => format!("loadable segment {i}"),
+                PT_DYNAMIC => "dynamic section".to_owned(),
+                _ => continue,
+            };
+            let end = offset.checked_add(filesz).ok_or_else(|| {
+                TrustError::Malformed(format!("its {what} has an impossible size"))
+            })?;
+            if end > size {
+                return Err(TrustError::Truncated { what, end, size });
+            }
+            if kind == PT_LOAD {
+                if filesz > memsz {
+                    return Err(TrustError::Malformed(format!(
+                        "{what} is larger in the file than in memory"
+                    )));
+                }
+                loads += 1;
+            } else {
+                dynamic = true;
+            }
+        }
+        if loads == 0 || !dynamic {
+            return Err(TrustError::Malformed(
+                "no loadable segment or no dynamic section".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Section headers: all present and inside the file.
+    fn sections(&self, h: &Header) -> Result<Vec<Section>, TrustError> {
+        let (shoff, shentsize, size) = (h.shoff, h.shentsize, self.size);
+        let want_sh = if self.is64 { 64 } else { 40 };
+        if shoff == 0 {
+            return Err(TrustError::Malformed(
+                "no section headers, so its dynamic symbols cannot be found".into(),
+            ));
+        }
+        if shentsize != want_sh {
+            return Err(TrustError::Malformed(format!(
+                "section headers of {shentsize} bytes"
+            )));
+        }
+        let section = |b: &[u8]| Section {
+            kind: self.u32(b, 4),
+            offset: self.word(b, 16, 24),
+            size: self.word(b, 20, 32),
+            link: self.u32(b, self.at(24, 40)),
+            entsize: self.word(b, 36, 56),
+        };
+        let mut shnum = h.shnum;
+        if shnum == 0 {
+            // More sections than fit in e_shnum: the count is in section 0.
+            shnum = section(&self.read(shoff, want_sh, "section header table")?).size;
+        }
+        let sh = self.read(shoff, shnum * want_sh, "section header table")?;
+        let sections: Vec<Section> = sh.chunks_exact(want_sh as usize).map(section).collect();
+        for (i, s) in sections.iter().enumerate() {
+            if s.kind == SHT_NULL || s.kind == SHT_NOBITS {
+                continue;
+            }
+            let end = s.offset.checked_add(s.size).ok_or_else(|| {
+                TrustError::Malformed(format!("section {i} has an impossible size"))
+            })?;
+            if end > size {
+                return Err(TrustError::Truncated {
+                    what: format!("section {i}"),
+                    end,
+                    size,
+                });
+            }
+        }
+        Ok(sections)
+    }
+
+    /// The dynamic symbol table exports `symbol`: defined, global or weak,
+    /// default or protected visibility.
+    fn find_root_module(
+        &self,
+        sections: &[Section],
+        symbol: &'static str,
+    ) -> Result<(), TrustError> {
+        let Some(dynsym) = sections.iter().find(|s| s.kind == SHT_DYNSYM) else {
+            return Err(TrustError::NoRootModule { symbol });
+        };
+        let strtab = sections
+            .get(dynsym.link as usize)
+            .filter(|s| s.kind == SHT_STRTAB)
+            .ok_or_else(|| {
+                TrustError::Malformed("its dynamic symbol table has no string table".into())
+            })?;
+        let sym_size = if self.is64 { 24 } else { 16 };
+        if dynsym.entsize != 0 && dynsym.entsize != sym_size {
+            return Err(TrustError::Malformed(format!(
+                "dynamic symbols of {} bytes",
+                dynsym.entsize
+            )));
+        }
+        let syms = self.read(dynsym.offset, dynsym.size, "dynamic symbol table")?;
+        let strs = self.read(strtab.offset, strtab.size, "dynamic string table")?;
+        let wanted = symbol.as_bytes();
+        for s in syms.chunks_exact(sym_size as usize) {
+            let name_at = self.u32(s, 0) as usize;
+            let (info, other, shndx) = if self.is64 {
+                (s[4], s[5], self.u16(s, 6))
+            } else {
+                (s[12], s[13], self.u16(s, 14))
+            };
+            let Some(name) = strs.get(name_at..) else {
+                continue;
+            };
+            let name = name.split(|&b| b == 0).next().unwrap_or_default();
+            let bind = info >> 4;
+            let visible = matches!(other & 3, 0 | 3); // default or protected
+            if name == wanted && shndx != 0 && matches!(bind, 1 | 2) && visible {
+                return Ok(());
+            }
+        }
+        Err(TrustError::NoRootModule { symbol })
+    }
 }
 
 /// Reads up to `buf.len()` bytes from the start of `file`.

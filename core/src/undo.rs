@@ -50,6 +50,12 @@ pub enum UndoError {
     /// The state folder's parent is not root's alone.
     #[error("{} is not a folder only root can write ({why}); remove it", path.display())]
     Unsafe { path: PathBuf, why: String },
+    /// A kernel file refused a write (the OS error without its code).
+    #[error("{}: {why}", path.display())]
+    Write { path: PathBuf, why: String },
+    /// Neither cgroup hierarchy offers the cpuset controller.
+    #[error("this machine has no cpuset controller to confine the benchmark with (not in the cgroup v2 hierarchy{}, and no cgroup v1 cpuset hierarchy)", v2_parent.as_ref().map(|p| format!(" at {}", p.display())).unwrap_or_default())]
+    NoCpuset { v2_parent: Option<PathBuf> },
 }
 
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> UndoError + '_ {
@@ -301,19 +307,16 @@ impl RunGuard {
     /// group made for the run (journalled before it is made, removed at
     /// the end, by the guardian, or by the next start). Returns the file
     /// set, the CPUs its parent allows and the list read back.
-    pub fn set_cpus(&mut self, cpus: &str) -> Result<(PathBuf, String, String), String> {
+    pub fn set_cpus(&mut self, cpus: &str) -> Result<(PathBuf, String, String), UndoError> {
         let read = |p: &Path| {
             std::fs::read_to_string(p)
                 .map(|s| s.trim().to_owned())
-                .map_err(|e| format!("{}: {e}", p.display()))
+                .map_err(io_at(p))
         };
         let write = |p: &Path, v: &str| {
-            std::fs::write(p, v).map_err(|e| {
-                format!(
-                    "{}: {}",
-                    p.display(),
-                    kernmlops_sys::private::strip_os_error(&e)
-                )
+            std::fs::write(p, v).map_err(|e| UndoError::Write {
+                path: p.to_owned(),
+                why: kernmlops_sys::private::strip_os_error(&e),
             })
         };
         if let Some(cg) = &self.cgroup {
@@ -333,14 +336,13 @@ impl RunGuard {
             }
         }
         let Some(mount) = cpuset_v1_mount() else {
-            return Err(format!(
-                "this machine has no cpuset controller to confine the benchmark with (not in the cgroup v2 hierarchy{}, and no cgroup v1 cpuset hierarchy)",
-                self.cgroup
+            return Err(UndoError::NoCpuset {
+                v2_parent: self
+                    .cgroup
                     .as_ref()
                     .and_then(|c| c.path.parent())
-                    .map(|p| format!(" at {}", p.display()))
-                    .unwrap_or_default()
-            ));
+                    .map(Path::to_path_buf),
+            });
         };
         let home = cpuset_v1_home(&mount).unwrap_or_else(|| mount.clone());
         let id = self
@@ -349,9 +351,8 @@ impl RunGuard {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let path = mount.join(format!("{CPUSET_PREFIX}{id}"));
-        record(&self.state, &Action::Cpuset { path: path.clone() })
-            .map_err(|e| format!("{}: {e}", self.state.display()))?;
-        std::fs::create_dir(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        record(&self.state, &Action::Cpuset { path: path.clone() }).map_err(io_at(&self.state))?;
+        std::fs::create_dir(&path).map_err(io_at(&path))?;
         self.cpuset_v1 = Some(Cgroup {
             path: path.clone(),
             home,

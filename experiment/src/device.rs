@@ -126,21 +126,41 @@ pub struct ActiveDevice {
     mounted: bool,
 }
 
-fn tool(program: &str, args: &[&std::ffi::OsStr]) -> std::result::Result<(), String> {
+/// Why a system tool (`mkfs.ext4`, `mount`, `umount`) did not do its job.
+#[derive(Debug, thiserror::Error)]
+enum ToolError {
+    #[error("{program}: {source}")]
+    Start {
+        program: String,
+        source: std::io::Error,
+    },
+    /// It ran and failed; `said` is the first line of its error output.
+    #[error("{program} failed ({status}): {said}")]
+    Failed {
+        program: String,
+        status: std::process::ExitStatus,
+        said: String,
+    },
+}
+
+fn tool(program: &str, args: &[&std::ffi::OsStr]) -> std::result::Result<(), ToolError> {
     let out = Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|e| format!("{program}: {e}"))?;
+        .map_err(|source| ToolError::Start {
+            program: program.to_owned(),
+            source,
+        })?;
     if out.status.success() {
         return Ok(());
     }
     let err = String::from_utf8_lossy(&out.stderr);
-    Err(format!(
-        "{program} failed ({}): {}",
-        out.status,
-        err.lines().next().unwrap_or("").trim()
-    ))
+    Err(ToolError::Failed {
+        program: program.to_owned(),
+        status: out.status,
+        said: err.lines().next().unwrap_or("").trim().to_owned(),
+    })
 }
 
 /// The source device of the mount at `dir`, from /proc/self/mountinfo.
@@ -219,7 +239,7 @@ impl ActiveDevice {
                 .chain([backing.as_os_str()])
                 .collect::<Vec<_>>(),
         )
-        .map_err(fail)?;
+        .map_err(|e| fail(e.to_string()))?;
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&device.dir)
@@ -233,7 +253,7 @@ impl ActiveDevice {
                 device.dir.as_os_str(),
             ],
         )
-        .map_err(fail)?;
+        .map_err(|e| fail(e.to_string()))?;
         device.mounted = true;
         let source = mounted_device(&device.dir).ok_or_else(|| {
             fail(format!(

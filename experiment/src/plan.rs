@@ -357,14 +357,24 @@ pub fn check_size(
     }
 }
 
+/// Why a variable's key cannot be set in the base configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum SetKeyError {
+    #[error("an empty key")]
+    Empty,
+    /// `prefix` holds a value where the key needs a table.
+    #[error("{prefix} is a value in the base configuration, not a table")]
+    NotATable { prefix: String },
+}
+
 /// Sets `value` at the dotted `key` of `table`, creating tables on the way.
 fn set_key(
     table: &mut toml::Table,
     key: &str,
     value: toml::Value,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), SetKeyError> {
     let parts: Vec<&str> = key.split('.').collect();
-    let (last, path) = parts.split_last().ok_or("an empty key")?;
+    let (last, path) = parts.split_last().ok_or(SetKeyError::Empty)?;
     let mut t = table;
     for (i, p) in path.iter().enumerate() {
         let entry = t
@@ -373,10 +383,9 @@ fn set_key(
         t = match entry {
             toml::Value::Table(inner) => inner,
             _ => {
-                return Err(format!(
-                    "{} is a value in the base configuration, not a table",
-                    parts[..=i].join(".")
-                ))
+                return Err(SetKeyError::NotATable {
+                    prefix: parts[..=i].join("."),
+                })
             }
         };
     }
@@ -443,7 +452,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Vec<PlannedRun>> {
             }
             let value = super::spec::json_to_toml(&level.value)
                 .ok_or_else(|| invalid("null is not a configuration value".into()))?;
-            set_key(&mut config, &var.key, value).map_err(invalid)?;
+            set_key(&mut config, &var.key, value).map_err(|e| invalid(e.to_string()))?;
             set_keys.insert(key, &var.name);
             for p in above {
                 set_above.entry(p).or_insert(&var.name);

@@ -208,7 +208,9 @@ impl<S> LoadContext<'_, S> {
 #[derive(Default)]
 pub struct Features {
     btf: OnceCell<Option<kernmlops_sys::btf::Btf>>,
-    fentry: std::cell::RefCell<BTreeMap<String, std::result::Result<(), String>>>,
+    fentry: std::cell::RefCell<
+        BTreeMap<String, std::result::Result<(), kernmlops_sys::features::FeatureError>>,
+    >,
 }
 
 impl Features {
@@ -220,7 +222,10 @@ impl Features {
 
     /// Whether an fentry/fexit program can attach to `kernel_function`
     /// here (the kernel allows trampolines, and the function is in BTF).
-    pub fn fentry_attachable(&self, kernel_function: &str) -> std::result::Result<(), String> {
+    pub fn fentry_attachable(
+        &self,
+        kernel_function: &str,
+    ) -> std::result::Result<(), kernmlops_sys::features::FeatureError> {
         self.fentry
             .borrow_mut()
             .entry(kernel_function.to_owned())

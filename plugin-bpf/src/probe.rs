@@ -133,6 +133,14 @@ impl<P: BpfHooks> BpfProbe<P> {
         &self.hooks
     }
 
+    /// The loaded skeleton, until the probe is freed: a probe whose rows
+    /// come from maps reads (and prunes) the skeleton's own maps here, sized
+    /// in `before_load` (`set_max_entries`), instead of creating maps of its
+    /// own and handing them to the object.
+    pub fn skel(&self) -> Option<&Loaded<P>> {
+        self.skel.as_ref()
+    }
+
     /// Opens, configures and loads the skeleton in `storage`, running the
     /// before-load hook; returns the loaded skeleton, the notes, and whether
     /// it stages records (`KML_STAGED`, where the kernel lets the host send

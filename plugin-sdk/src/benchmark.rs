@@ -3,6 +3,11 @@
 //! [`Run`] that holds what a benchmark started and changed, so one `poll`
 //! and one `kill` serve every benchmark.
 //!
+//! `thp_mode` is a benchmark setting the host applies itself: it turns it
+//! into the run's `machine.thp_mode` kernel knob (set, read back, recorded
+//! and restored with every knob) and passes the benchmark its settings
+//! without it, so a benchmark only reads the mode in force.
+//!
 //! ```ignore
 //! settings! {
 //!     /// `[benchmarks.fio]` settings.
@@ -57,18 +62,23 @@ impl ThpMode {
     }
 }
 
-impl TryFrom<String> for ThpMode {
-    type Error = String;
+/// A `thp_mode` that is not one of the kernel's modes (or `""`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("thp_mode = {mode:?}: use \"\" (leave as is), \"always\", \"madvise\" or \"never\"")]
+pub struct ThpModeError {
+    pub mode: String,
+}
 
-    fn try_from(mode: String) -> std::result::Result<Self, String> {
+impl TryFrom<String> for ThpMode {
+    type Error = ThpModeError;
+
+    fn try_from(mode: String) -> std::result::Result<Self, ThpModeError> {
         match mode.as_str() {
             "" => Ok(Self::Unchanged),
             "always" => Ok(Self::Always),
             "madvise" => Ok(Self::Madvise),
             "never" => Ok(Self::Never),
-            _ => Err(format!(
-                "thp_mode = {mode:?}: use \"\" (leave as is), \"always\", \"madvise\" or \"never\""
-            )),
+            _ => Err(ThpModeError { mode }),
         }
     }
 }
@@ -108,9 +118,8 @@ pub struct Run {
     dir: Option<TempDir>,
     work: Option<Workload>,
     servers: Vec<Workload>,
-    thp_before: Option<String>,
     /// The THP mode during the run, once `prepare` ran (`None` on a kernel
-    /// without THP when the setting leaves it as is).
+    /// without THP).
     thp_in_force: Option<String>,
 }
 
@@ -126,7 +135,6 @@ impl Run {
             dir: None,
             work: None,
             servers: Vec::new(),
-            thp_before: None,
             thp_in_force: None,
         }
     }
@@ -136,21 +144,13 @@ impl Run {
         &self.undo
     }
 
-    /// Drops the page cache if asked and sets the THP mode unless left as
-    /// is; `kill` puts the mode back.
+    /// Drops the page cache if asked and notes the THP mode in force (the
+    /// host set it from `thp_mode` before the benchmark was created).
     pub fn prepare(&mut self, machine: &MachineSettings) -> Result<()> {
         if machine.drop_page_cache {
             workload::drop_page_cache()?;
         }
-        let thp = machine.thp_mode.as_str();
-        if !thp.is_empty() && self.thp_before.is_none() {
-            self.thp_before = Some(self.undo.set_thp_mode(thp)?);
-        }
-        self.thp_in_force = if thp.is_empty() {
-            workload::thp_mode().ok()
-        } else {
-            Some(thp.to_owned())
-        };
+        self.thp_in_force = workload::thp_mode().ok();
         Ok(())
     }
 
@@ -265,15 +265,14 @@ impl Run {
     }
 
     /// Stops everything and undoes every change, in this order: the
-    /// workload, the servers (last started first), the private folder,
-    /// the THP mode. Every step runs; the first error is returned.
+    /// workload, the servers (last started first), the private folder.
+    /// Every step runs; the first error is returned.
     pub fn kill(&mut self) -> Result<()> {
         let mut result = self.stop();
         for server in self.servers.iter_mut().rev() {
             result = result.and(server.kill(GRACE));
         }
-        result = result.and(self.remove_private_dir());
-        result.and(self.restore())
+        result.and(self.remove_private_dir())
     }
 
     fn remove_private_dir(&mut self) -> Result<()> {
@@ -285,14 +284,6 @@ impl Run {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::new(format!("removing {}: {e}", dir.display()))),
-        }
-    }
-
-    /// Puts the THP mode back as `prepare` found it.
-    fn restore(&mut self) -> Result<()> {
-        match self.thp_before.take() {
-            Some(mode) => workload::set_thp_mode(&mode).map(|_| ()),
-            None => Ok(()),
         }
     }
 }

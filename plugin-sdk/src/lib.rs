@@ -172,7 +172,7 @@ pub trait BenchmarkImpl: Sized + Send + 'static {
 
     /// Fails with what to install or configure when the software is missing.
     fn is_configured(&self) -> Result<()>;
-    /// Prepares the machine (page cache, THP mode, data files).
+    /// Prepares the machine (page cache, data files).
     fn setup(&mut self) -> Result<()>;
     /// Starts the workload and returns at once.
     fn launch(&mut self) -> Result<()>;

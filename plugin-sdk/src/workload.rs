@@ -368,19 +368,6 @@ pub fn thp_mode() -> Result<String> {
         .ok_or_else(|| Error::new(format!("{THP_ENABLED}: no selected mode in {text:?}")))
 }
 
-/// Sets the transparent huge page mode, returning the previous one.
-pub fn set_thp_mode(mode: &str) -> Result<String> {
-    let before = thp_mode()?;
-    if !["always", "madvise", "never"].contains(&mode) {
-        return Err(Error::new(format!(
-            "THP mode {mode:?} is not always, madvise or never"
-        )));
-    }
-    std::fs::write(THP_ENABLED, mode)
-        .map_err(|e| Error::new(format!("setting {THP_ENABLED} to {mode}: {e}")))?;
-    Ok(before)
-}
-
 /// The undo log's file in the state folder: one JSON object per line,
 /// `{"restore": PATH, "value": TEXT}` (write `TEXT` back to the kernel
 /// setting `PATH`, under `/sys` or `/proc/sys`) or `{"remove": PATH}`
@@ -423,19 +410,6 @@ impl UndoLog {
     /// be removed; call before creating it.
     pub fn remove_later(&self, path: &Path) -> Result<()> {
         self.append(&serde_json::json!({ "remove": path.to_string_lossy() }))
-    }
-
-    /// Sets the transparent huge page mode, recording the previous one
-    /// first; returns the previous mode.
-    pub fn set_thp_mode(&self, mode: &str) -> Result<String> {
-        let before = thp_mode()?;
-        if !["always", "madvise", "never"].contains(&mode) {
-            return Err(Error::new(format!(
-                "THP mode {mode:?} is not always, madvise or never"
-            )));
-        }
-        self.restore_later(Path::new(THP_ENABLED), &before)?;
-        set_thp_mode(mode)
     }
 
     /// Creates a fresh private folder `<base>/<prefix>.<random>` (mode

@@ -19,6 +19,53 @@ use crate::{
     tracefs::{self, BTF_VMLINUX},
 };
 
+/// Why a probe cannot attach where it asks to, or a feature it needs is
+/// refused: the step that failed and what the kernel said.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FeatureError {
+    #[error("this kernel has no kprobes ({detail})")]
+    NoKprobes { detail: String },
+    #[error("{function} is not a kernel symbol (/proc/kallsyms)")]
+    NotASymbol { function: String },
+    #[error("/proc/kallsyms is not readable")]
+    KallsymsUnreadable,
+    #[error("{function} is on the kernel's kprobe blacklist")]
+    KprobeBlacklisted { function: String },
+    #[error("fentry needs kernel BTF: {why}")]
+    NoBtf { why: String },
+    #[error("{function} is not a function in the kernel's BTF (inlined, static without BTF, or missing)")]
+    NotInBtf { function: String },
+    #[error("fentry on {function}: loading a program: {why}")]
+    FentryLoad { function: String, why: String },
+    #[error("fentry on {function}: attaching the loaded program: {why}")]
+    FentryAttach { function: String, why: String },
+    /// The tracepoint's id could not be read (missing, tracefs, permission).
+    #[error("{why}")]
+    TracepointId { why: String },
+    #[error("tracepoint {system}:{event}: loading a program: {why}")]
+    TracepointLoad {
+        system: String,
+        event: String,
+        why: String,
+    },
+    #[error("tracepoint {system}:{event}: opening its perf event: {why}")]
+    TracepointOpen {
+        system: String,
+        event: String,
+        why: String,
+    },
+    #[error("tracepoint {system}:{event}: attaching a program: {why}")]
+    TracepointAttach {
+        system: String,
+        event: String,
+        why: String,
+    },
+    #[error("loading a raw_tp program: {why}")]
+    RawTpLoad { why: String },
+    #[error("running a raw_tp program on CPU {cpu} (BPF_F_TEST_RUN_ON_CPU, Linux 5.10): {why}")]
+    RunOnCpu { cpu: u32, why: String },
+}
+
 /// One feature: available or not, and why (empty when there is nothing to
 /// add).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,10 +161,10 @@ pub fn uprobes() -> Feature {
 /// has kprobes (a `kprobe` PMU), and the function is neither missing from
 /// `/proc/kallsyms` nor on the kprobe blacklist (read where debugfs shows
 /// it). Reads files only; attaches nothing. The error says which.
-pub fn kprobe_attachable(kernel_function: &str) -> Result<(), String> {
+pub fn kprobe_attachable(kernel_function: &str) -> Result<(), FeatureError> {
     let pmu = kprobes();
     if !pmu.available {
-        return Err(format!("this kernel has no kprobes ({})", pmu.detail));
+        return Err(FeatureError::NoKprobes { detail: pmu.detail });
     }
     let listed = |path: &str, column: usize| -> Option<bool> {
         let text = std::fs::read_to_string(path).ok()?;
@@ -129,18 +176,18 @@ pub fn kprobe_attachable(kernel_function: &str) -> Result<(), String> {
     };
     match listed("/proc/kallsyms", 2) {
         Some(false) => {
-            return Err(format!(
-                "{kernel_function} is not a kernel symbol (/proc/kallsyms)"
-            ))
+            return Err(FeatureError::NotASymbol {
+                function: kernel_function.to_owned(),
+            })
         }
-        None => return Err("/proc/kallsyms is not readable".to_owned()),
+        None => return Err(FeatureError::KallsymsUnreadable),
         Some(true) => {}
     }
     // Lines are "0xstart-0xend\tsymbol".
     if listed("/sys/kernel/debug/kprobes/blacklist", 1) == Some(true) {
-        return Err(format!(
-            "{kernel_function} is on the kernel's kprobe blacklist"
-        ));
+        return Err(FeatureError::KprobeBlacklisted {
+            function: kernel_function.to_owned(),
+        });
     }
     Ok(())
 }
@@ -190,29 +237,39 @@ pub fn fentry() -> Feature {
 /// Whether a fentry program can attach to `kernel_function` here: finds its
 /// BTF id, loads a do-nothing `fentry` program for it and attaches it for
 /// an instant. The error says which step failed and what the kernel said.
-pub fn fentry_attachable(kernel_function: &str) -> Result<(), String> {
-    let btf = Btf::vmlinux().map_err(|e| format!("fentry needs kernel BTF: {e}"))?;
+pub fn fentry_attachable(kernel_function: &str) -> Result<(), FeatureError> {
+    let function = || kernel_function.to_owned();
+    let btf = Btf::vmlinux().map_err(|e| FeatureError::NoBtf { why: e.to_string() })?;
     let btf_id = btf
         .type_id_of_kind(kernel_function, Kind::Func)
-        .ok_or_else(|| {
-            format!("{kernel_function} is not a function in the kernel's BTF (inlined, static without BTF, or missing)")
+        .ok_or_else(|| FeatureError::NotInBtf {
+            function: function(),
         })?;
     fentry_attach_check(btf_id).map_err(|e| match e {
-        FentryFailure::Load(f) => format!("fentry on {kernel_function}: loading a program: {f}"),
-        FentryFailure::Attach(e) => format!(
-            "fentry on {kernel_function}: attaching the loaded program: {}",
-            errno_text(&e)
-        ),
+        FentryFailure::Load(f) => FeatureError::FentryLoad {
+            function: function(),
+            why: f.to_string(),
+        },
+        FentryFailure::Attach(e) => FeatureError::FentryAttach {
+            function: function(),
+            why: errno_text(&e),
+        },
     })
 }
 
 /// Whether a `tp/<system>/<event>` program can attach here: the tracepoint
 /// exists in tracefs, a do-nothing tracepoint program loads, and it
 /// attaches to a (disabled) perf event of that tracepoint.
-pub fn tracepoint_attachable(system: &str, event: &str) -> Result<(), String> {
-    let id = tracefs::tracepoint_id(system, event).map_err(|e| e.to_string())?;
-    let prog = load_program(PROG_TYPE_TRACEPOINT, 0, 0)
-        .map_err(|f| format!("tracepoint {system}:{event}: loading a program: {f}"))?;
+pub fn tracepoint_attachable(system: &str, event: &str) -> Result<(), FeatureError> {
+    let (system, event) = (system.to_owned(), event.to_owned());
+    let id = tracefs::tracepoint_id(&system, &event)
+        .map_err(|e| FeatureError::TracepointId { why: e.to_string() })?;
+    let prog =
+        load_program(PROG_TYPE_TRACEPOINT, 0, 0).map_err(|f| FeatureError::TracepointLoad {
+            system: system.clone(),
+            event: event.clone(),
+            why: f.to_string(),
+        })?;
     let mut attr = [0u8; PERF_ATTR_SIZE];
     put_u32(&mut attr, 0, PERF_TYPE_TRACEPOINT);
     put_u32(&mut attr, 4, PERF_ATTR_SIZE as u32);
@@ -228,11 +285,10 @@ pub fn tracepoint_attachable(system: &str, event: &str) -> Result<(), String> {
             PERF_FLAG_FD_CLOEXEC,
         )
     };
-    let event_fd = owned(fd).map_err(|e| {
-        format!(
-            "tracepoint {system}:{event}: opening its perf event: {}",
-            errno_text(&e)
-        )
+    let event_fd = owned(fd).map_err(|e| FeatureError::TracepointOpen {
+        system: system.clone(),
+        event: event.clone(),
+        why: errno_text(&e),
     })?;
     // SAFETY: both descriptors are open and owned here; the ioctl takes the
     // program descriptor by value.
@@ -244,10 +300,11 @@ pub fn tracepoint_attachable(system: &str, event: &str) -> Result<(), String> {
         )
     };
     if rc != 0 {
-        return Err(format!(
-            "tracepoint {system}:{event}: attaching a program: {}",
-            errno_text(&io::Error::last_os_error())
-        ));
+        return Err(FeatureError::TracepointAttach {
+            system,
+            event,
+            why: errno_text(&io::Error::last_os_error()),
+        });
     }
     Ok(())
 }
@@ -487,9 +544,9 @@ const BPF_F_TEST_RUN_ON_CPU: u32 = 1;
 /// how the host sends a CPU's staged records: loads a do-nothing raw_tp
 /// program and runs it so on the calling CPU. The error says which step
 /// failed and what the kernel said.
-pub fn test_run_on_cpu() -> Result<(), String> {
+pub fn test_run_on_cpu() -> Result<(), FeatureError> {
     let prog = load_program(PROG_TYPE_RAW_TRACEPOINT, 0, 0)
-        .map_err(|f| format!("loading a raw_tp program: {f}"))?;
+        .map_err(|f| FeatureError::RawTpLoad { why: f.to_string() })?;
     // SAFETY: sched_getcpu has no preconditions.
     let cpu = u32::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(0);
     let mut attr = [0u8; BPF_ATTR_SIZE];
@@ -510,10 +567,10 @@ pub fn test_run_on_cpu() -> Result<(), String> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(format!(
-            "running a raw_tp program on CPU {cpu} (BPF_F_TEST_RUN_ON_CPU, Linux 5.10): {}",
-            errno_text(&io::Error::last_os_error())
-        ))
+        Err(FeatureError::RunOnCpu {
+            cpu,
+            why: errno_text(&io::Error::last_os_error()),
+        })
     }
 }
 
@@ -552,11 +609,14 @@ mod tests {
     /// missing: no kprobes at all, or no such function.
     #[test]
     fn kprobe_check_says_why_not() {
-        let err = kprobe_attachable("kml_no_such_function_anywhere").expect_err("no such symbol");
+        let err = kprobe_attachable("kml_no_such_function_anywhere")
+            .expect_err("no such symbol")
+            .to_string();
         assert!(!err.is_empty() && !err.contains('\n'), "{err}");
         match kprobe_attachable("vfs_read") {
             Ok(()) => assert!(kprobes().available),
             Err(e) => {
+                let e = e.to_string();
                 eprintln!("kprobe_attachable(vfs_read): {e}");
                 if !kprobes().available {
                     assert!(e.contains("no kprobes"), "{e}");
@@ -569,7 +629,9 @@ mod tests {
     /// with the step and the kernel's answer, not panic or claim success.
     #[test]
     fn fentry_is_refused_here_with_a_reason() {
-        let err = fentry_attachable("vfs_read").expect_err("the VM refuses fentry");
+        let err = fentry_attachable("vfs_read")
+            .expect_err("the VM refuses fentry")
+            .to_string();
         eprintln!("fentry_attachable(vfs_read): {err}");
         assert!(err.starts_with("fentry on vfs_read: "), "{err}");
         assert!(
@@ -577,22 +639,28 @@ mod tests {
             "the failing step is named: {err}"
         );
         assert!(!fentry().available, "fentry() agrees: {:?}", fentry());
-        let err = fentry_attachable("kml_no_such_function").expect_err("made up");
+        let err = fentry_attachable("kml_no_such_function")
+            .expect_err("made up")
+            .to_string();
         assert!(err.contains("not a function in the kernel's BTF"), "{err}");
-        let err = fentry_attachable("task_struct").expect_err("a struct, not a function");
+        let err = fentry_attachable("task_struct")
+            .expect_err("a struct, not a function")
+            .to_string();
         assert!(err.contains("not a function"), "{err}");
     }
 
     #[test]
     fn tracepoints_attach_here() {
-        let err = tracepoint_attachable("sched", "kml_no_such_event").expect_err("made up");
+        let err = tracepoint_attachable("sched", "kml_no_such_event")
+            .expect_err("made up")
+            .to_string();
         assert!(err.contains("sched:kml_no_such_event"), "{err}");
         let result = tracepoint_attachable("sched", "sched_switch");
         if is_root() {
             assert_eq!(result, Ok(()), "tp/sched/sched_switch works on this VM");
         } else {
             eprintln!("not root: tracepoint_attachable(sched, sched_switch) = {result:?}");
-            assert!(result.is_err_and(|e| !e.is_empty()));
+            assert!(result.is_err_and(|e| !e.to_string().is_empty()));
         }
     }
 

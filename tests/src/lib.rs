@@ -200,6 +200,126 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+// ---- Shared set-up of experiment and kernel-knob tests -------------------
+// (experiment.rs, comparisons.rs, experiment_hardening.rs, khugepaged.rs,
+// readahead.rs, knobs.rs): paths as arguments, `kernmlops experiment`,
+// results read back with polars, kernel settings put back.
+
+/// A path as an argument (the tests' paths are UTF-8).
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// `kernmlops [PRE..] --plugin-dir PLUGINS experiment ARGS`, run in `cwd`
+/// (`None`: the test's own current folder), to completion.
+pub fn experiment_cmd(cwd: Option<&Path>, plugins: &Path, pre: &[&str], args: &[&str]) -> Output {
+    let mut cmd = Command::new(kernmlops_bin());
+    cmd.args(pre)
+        .arg("--plugin-dir")
+        .arg(plugins)
+        .arg("experiment")
+        .args(args);
+    if let Some(cwd) = cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.output().expect("running kernmlops experiment")
+}
+
+/// An experiment folder's `results.parquet` read with polars: the dtype of
+/// each column (a JSON object) and every row as JSON.
+pub fn polars_results(dir: &Path) -> (serde_json::Value, Vec<serde_json::Value>) {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(
+            r#"
+import json, sys, polars as pl
+df = pl.read_parquet(sys.argv[1])
+print(json.dumps({name: str(dtype) for name, dtype in df.schema.items()}))
+print(json.dumps(df.to_dicts()))
+"#,
+        )
+        .arg(dir.join("results.parquet"))
+        .output()
+        .expect("running python3");
+    assert!(
+        out.status.success(),
+        "polars could not read the results:\n{}",
+        text(&out.stderr)
+    );
+    let stdout = text(&out.stdout);
+    let mut lines = stdout.lines();
+    let dtypes = serde_json::from_str(lines.next().unwrap_or("")).expect("dtypes JSON");
+    let rows = serde_json::from_str(lines.next().unwrap_or("")).expect("rows JSON");
+    (dtypes, rows)
+}
+
+/// A kernel setting's value (the file's text, trimmed).
+pub fn read_setting(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading {path}: {e}"))
+        .trim()
+        .to_owned()
+}
+
+/// Asks `ok` every 20 ms until it holds or `limit` has passed; its last
+/// answer.
+pub fn wait_for(limit: Duration, mut ok: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ok()
+}
+
+/// Kernel settings' original values, written back however the test ends.
+pub struct Originals(Vec<(String, String)>);
+
+impl Originals {
+    /// The values the files hold now.
+    pub fn of(paths: &[&str]) -> Self {
+        Self(
+            paths
+                .iter()
+                .map(|p| (p.to_string(), read_setting(p)))
+                .collect(),
+        )
+    }
+
+    /// Files that do not hold their original value, as text.
+    pub fn changed(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(p, v)| read_setting(p) != *v)
+            .map(|(p, v)| format!("{p} holds {} (was {v})", read_setting(p)))
+            .collect()
+    }
+
+    /// The original value of `path` (the same file by its real path).
+    pub fn value(&self, path: &str) -> &str {
+        let real = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+        let want = real(path);
+        &self
+            .0
+            .iter()
+            .find(|(p, _)| real(p) == want)
+            .unwrap_or_else(|| panic!("{path} is not a file of the test"))
+            .1
+    }
+}
+
+impl Drop for Originals {
+    fn drop(&mut self) {
+        for (p, v) in &self.0 {
+            let _ = std::fs::write(p, v);
+        }
+    }
+}
+
+// ---- End of the experiment and kernel-knob set-up ------------------------
+
 /// CLOCK_BOOTTIME in microseconds, the collector's clock (the same function
 /// the collector uses).
 pub use kernmlops_sys::clock::uptime_us;

@@ -36,42 +36,8 @@ fn plugins(test: &str) -> PathBuf {
     )
 }
 
-/// Reads `results.parquet` with polars: the dtypes and every row as JSON.
-fn read_results(dir: &Path) -> (Value, Vec<Value>) {
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(
-            r#"
-import json, sys, polars as pl
-df = pl.read_parquet(sys.argv[1])
-print(json.dumps({name: str(dtype) for name, dtype in df.schema.items()}))
-print(json.dumps(df.to_dicts()))
-"#,
-        )
-        .arg(dir.join("results.parquet"))
-        .output()
-        .expect("running python3");
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let stdout = text(&out.stdout);
-    let mut lines = stdout.lines();
-    let dtypes = serde_json::from_str(lines.next().unwrap_or("")).expect("dtypes JSON");
-    let rows = serde_json::from_str(lines.next().unwrap_or("")).expect("rows JSON");
-    (dtypes, rows)
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
 fn experiment(plugins: &Path, cwd: &Path, args: &[&str]) -> Output {
-    Command::new(kernmlops_bin())
-        .arg("--plugin-dir")
-        .arg(plugins)
-        .arg("experiment")
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("running kernmlops experiment")
+    experiment_cmd(Some(cwd), plugins, &[], args)
 }
 
 /// Writes the script and an experiment file; `variables` is TOML text.
@@ -483,7 +449,7 @@ fn root_probes_variable_measures_the_collectors_overhead() {
         "{stdout}"
     );
     // The results' probes column names the set.
-    let (_, rows) = read_results(&dir);
+    let (_, rows) = polars_results(&dir);
     let mut sets: Vec<&str> = rows.iter().filter_map(|r| r["probes"].as_str()).collect();
     sets.sort_unstable();
     sets.dedup();

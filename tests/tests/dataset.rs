@@ -15,10 +15,6 @@ use std::{
 use kernmlops_e2e::*;
 use serde_json::Value;
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
 /// Rows per table of one collection, as `kernmlops dump` prints them
 /// (`<table>: <n> rows, ...`).
 fn dump_rows(collection: &Path) -> BTreeMap<String, u64> {

@@ -33,18 +33,7 @@ fn plugins(test: &str) -> PathBuf {
 /// `kernmlops --plugin-dir P experiment ARGS`, from the workspace root (the
 /// example files name paths relative to it).
 fn experiment(plugins: &Path, args: &[&str]) -> Output {
-    Command::new(kernmlops_bin())
-        .arg("--plugin-dir")
-        .arg(plugins)
-        .arg("experiment")
-        .args(args)
-        .current_dir(workspace_root())
-        .output()
-        .expect("running kernmlops experiment")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
+    experiment_cmd(Some(&workspace_root()), plugins, &[], args)
 }
 
 fn example(name: &str) -> String {
@@ -57,29 +46,11 @@ fn example(name: &str) -> String {
 
 /// Reads `results.parquet` with polars: the dtypes and every row as JSON.
 fn read_results(dir: &Path) -> (BTreeMap<String, String>, Vec<Value>) {
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(
-            r#"
-import json, sys, polars as pl
-df = pl.read_parquet(sys.argv[1])
-print(json.dumps({name: str(dtype) for name, dtype in df.schema.items()}))
-print(json.dumps(df.to_dicts()))
-"#,
-        )
-        .arg(dir.join("results.parquet"))
-        .output()
-        .expect("running python3");
-    assert!(
-        out.status.success(),
-        "polars could not read the results:\n{}",
-        text(&out.stderr)
-    );
-    let stdout = text(&out.stdout);
-    let mut lines = stdout.lines();
-    let dtypes = serde_json::from_str(lines.next().unwrap_or("")).expect("dtypes JSON");
-    let rows = serde_json::from_str(lines.next().unwrap_or("")).expect("rows JSON");
-    (dtypes, rows)
+    let (dtypes, rows) = polars_results(dir);
+    (
+        serde_json::from_value(dtypes).expect("dtypes as text"),
+        rows,
+    )
 }
 
 fn read_json(path: &Path) -> Value {

@@ -28,19 +28,7 @@ fn plugins(test: &str) -> PathBuf {
 
 /// `kernmlops [PRE..] --plugin-dir P experiment ARGS` run in `cwd`.
 fn experiment_in(cwd: &Path, plugins: &Path, pre: &[&str], args: &[&str]) -> Output {
-    Command::new(kernmlops_bin())
-        .args(pre)
-        .arg("--plugin-dir")
-        .arg(plugins)
-        .arg("experiment")
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("running kernmlops experiment")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
+    experiment_cmd(Some(cwd), plugins, pre, args)
 }
 
 fn chmod(path: &Path, mode: u32) {

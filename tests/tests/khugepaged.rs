@@ -15,26 +15,12 @@ const SCAN: &str = "/sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_mi
 const ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
 const COLUMN: &str = "machine.sysfs.kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs";
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
 fn experiment(plugins: &Path, args: &[&str]) -> Output {
-    Command::new(kernmlops_bin())
-        .arg("--plugin-dir")
-        .arg(plugins)
-        .arg("experiment")
-        .args(args)
-        .output()
-        .expect("running kernmlops experiment")
+    experiment_cmd(None, plugins, &[], args)
 }
 
 fn example() -> PathBuf {
     workspace_root().join("examples/experiments/khugepaged.toml")
-}
-
-fn read(path: &str) -> String {
-    std::fs::read_to_string(path).expect(path).trim().to_owned()
 }
 
 #[test]
@@ -65,7 +51,7 @@ fn root_khugepaged_example_plans_and_runs_briefly() {
         .replace("timeout = \"5s\"", "timeout = \"1s\"")
         .replace("\"256m\"", "\"64m\"");
     std::fs::write(&brief, text_brief).expect("brief file");
-    let (scan_before, enabled_before) = (read(SCAN), read(ENABLED));
+    let (scan_before, enabled_before) = (read_setting(SCAN), read_setting(ENABLED));
     let dir = work.join("exp");
     let out = {
         let _serial = serial();
@@ -78,12 +64,12 @@ fn root_khugepaged_example_plans_and_runs_briefly() {
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert!(stdout.contains("5 runs: 5 done"), "{stdout}");
     assert_eq!(
-        read(SCAN),
+        read_setting(SCAN),
         scan_before,
         "the scan interval was not restored"
     );
     assert_eq!(
-        read(ENABLED),
+        read_setting(ENABLED),
         enabled_before,
         "the THP mode was not restored"
     );

@@ -25,89 +25,81 @@ use kernmlops_e2e::*;
 const SYSCTL: &str = "/proc/sys/vm/dirty_expire_centisecs";
 const SYSFS: &str = "/sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs";
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
+/// The set-up of the tests over all three kinds of file (a sysctl, a
+/// sysfs file and a loop device's read-ahead): the machine to itself, the
+/// workloads plugin, a work folder, the loop device, the files' originals
+/// (written back on drop, first) and a script benchmark reporting the
+/// values it sees.
+struct ThreeKnobs {
+    originals: Originals,
+    dev: LoopDevice,
+    plugins: PathBuf,
+    work: PathBuf,
+    script: PathBuf,
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
-fn read(path: &str) -> String {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("reading {path}: {e}"))
-        .trim()
-        .to_owned()
-}
-
-/// Writes every file's original value back however the test ends.
-struct Originals(Vec<(String, String)>);
-
-impl Originals {
-    fn of(paths: &[&str]) -> Self {
-        Self(paths.iter().map(|p| (p.to_string(), read(p))).collect())
-    }
-
-    /// Files that do not hold their original value, as text.
-    fn changed(&self) -> Vec<String> {
-        self.0
-            .iter()
-            .filter(|(p, v)| read(p) != *v)
-            .map(|(p, v)| format!("{p} holds {} (was {v})", read(p)))
-            .collect()
-    }
-
-    /// The original value of `path` (the same file by its real path).
-    fn value(&self, path: &str) -> &str {
-        let real = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|e| panic!("{p}: {e}"));
-        let want = real(path);
-        &self
-            .0
-            .iter()
-            .find(|(p, _)| real(p) == want)
-            .unwrap_or_else(|| panic!("{path} is not a file of the test"))
-            .1
-    }
-}
-
-impl Drop for Originals {
-    fn drop(&mut self) {
-        for (p, v) in &self.0 {
-            let _ = std::fs::write(p, v);
+impl ThreeKnobs {
+    /// `None` (the test skips) without root or losetup; the script runs
+    /// `wait` before it reports.
+    fn start(test: &str, tag: &str, wait: &str) -> Option<Self> {
+        if !require_root(test) || !require_tool(test, "losetup") {
+            return None;
         }
-    }
-}
-
-/// A loop device over a small file, detached on drop.
-struct Loop {
-    dev: String,
-}
-
-impl Loop {
-    fn create(work: &Path) -> Self {
-        let file = work.join("loop.img");
-        std::fs::write(&file, vec![0u8; 4 << 20]).expect("backing file");
-        let out = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(&file)
-            .output()
-            .expect("running losetup");
-        assert!(out.status.success(), "losetup: {}", text(&out.stderr));
-        let dev = text(&out.stdout).trim().to_owned();
-        assert!(dev.starts_with("/dev/loop"), "losetup gave {dev:?}");
-        Self { dev }
+        let serial = serial();
+        let plugins = plugin_dir(tag, &[("workloads", "workloads")]);
+        let work = temp_dir(tag);
+        let backing = work.join("loop.img");
+        std::fs::write(&backing, vec![0u8; 4 << 20]).expect("backing file");
+        let dev = LoopDevice::attach(&backing);
+        let ra = read_ahead(&dev);
+        let originals = Originals::of(&[SYSCTL, SYSFS, &ra]);
+        let script = script(&work, &ra, wait);
+        Some(Self {
+            originals,
+            dev,
+            plugins,
+            work,
+            script,
+            _serial: serial,
+        })
     }
 
-    /// `loop3` for `/dev/loop3`.
-    fn name(&self) -> &str {
-        self.dev.trim_start_matches("/dev/")
-    }
-
+    /// The loop device's `read_ahead_kb` file.
     fn read_ahead(&self) -> String {
-        format!("/sys/block/{}/queue/read_ahead_kb", self.name())
+        read_ahead(&self.dev)
+    }
+
+    /// Two values other than the original for each file (sysctl, sysfs,
+    /// read-ahead), from the pairs given.
+    fn others(&self, sysctl: (i64, i64), sysfs: (i64, i64), ra: (i64, i64)) -> [(i64, i64); 3] {
+        [
+            (SYSCTL.to_owned(), sysctl),
+            (SYSFS.to_owned(), sysfs),
+            (self.read_ahead(), ra),
+        ]
+        .map(|(file, (a, b))| two_others(self.originals.value(&file), a, b))
+    }
+
+    /// Writes the files back, detaches the device, removes the folders.
+    fn finish(self) {
+        let Self {
+            originals,
+            dev,
+            plugins,
+            work,
+            ..
+        } = self;
+        drop(originals);
+        drop(dev);
+        let _ = std::fs::remove_dir_all(&work);
+        let _ = std::fs::remove_dir_all(&plugins);
     }
 }
 
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
-    }
+/// A loop device's `read_ahead_kb` file.
+fn read_ahead(dev: &LoopDevice) -> String {
+    format!("/sys/block/{}/queue/read_ahead_kb", dev.name())
 }
 
 /// Two values other than `now`, for a sweep.
@@ -118,17 +110,6 @@ fn two_others(now: &str, a: i64, b: i64) -> (i64, i64) {
     } else {
         (a, b)
     }
-}
-
-fn wait_for(limit: Duration, mut ok: impl FnMut() -> bool) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if ok() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    ok()
 }
 
 /// A script benchmark that reports the three files' values as it sees
@@ -167,18 +148,12 @@ fn ints(batches: &[RecordBatch], name: &str) -> Vec<Option<i64>> {
 #[test]
 fn root_knobs_swept_in_an_experiment_are_recorded_and_restored() {
     let test = "root_knobs_swept_in_an_experiment_are_recorded_and_restored";
-    if !require_root(test) || !require_tool(test, "losetup") {
+    let Some(t) = ThreeKnobs::start(test, "knobs-sweep", "") else {
         return;
-    }
-    let _serial = serial();
-    let plugins = plugin_dir("knobs-sweep", &[("workloads", "workloads")]);
-    let work = temp_dir("knobs-sweep");
-    let dev = Loop::create(&work);
-    let originals = Originals::of(&[SYSCTL, SYSFS, &dev.read_ahead()]);
-    let (c1, c2) = two_others(originals.value(SYSCTL), 1500, 2500);
-    let (f1, f2) = two_others(originals.value(SYSFS), 5000, 7000);
-    let (r1, r2) = two_others(originals.value(&dev.read_ahead()), 64, 512);
-    let script = script(&work, &dev.read_ahead(), "");
+    };
+    let [(c1, c2), (f1, f2), (r1, r2)] = t.others((1500, 2500), (5000, 7000), (64, 512));
+    let (plugins, work, dev, originals, script) =
+        (&t.plugins, &t.work, &t.dev, &t.originals, &t.script);
     let file = work.join("knobs.toml");
     std::fs::write(
         &file,
@@ -189,7 +164,7 @@ fn root_knobs_swept_in_an_experiment_are_recorded_and_restored() {
              [variables.scan]\nkey = \"machine.sysfs.kernel.mm.transparent_hugepage.khugepaged.scan_sleep_millisecs\"\nvalues = [{f1}, {f2}]\n\
              [variables.ra]\nkey = \"machine.block.{}.read_ahead_kb\"\nvalues = [{r1}, {r2}]\n",
             dev.name(),
-            script = s(&script),
+            script = s(script),
         ),
     )
     .expect("experiment file");
@@ -197,7 +172,7 @@ fn root_knobs_swept_in_an_experiment_are_recorded_and_restored() {
     let t0 = Instant::now();
     let out = Command::new(kernmlops_bin())
         .arg("--plugin-dir")
-        .arg(&plugins)
+        .arg(plugins)
         .args([
             "experiment",
             "run",
@@ -273,10 +248,7 @@ fn root_knobs_swept_in_an_experiment_are_recorded_and_restored() {
         manifests += 1;
     }
     assert_eq!(manifests, 8);
-    drop(originals);
-    drop(dev);
-    let _ = std::fs::remove_dir_all(&work);
-    let _ = std::fs::remove_dir_all(&plugins);
+    t.finish();
 }
 
 /// A results column of numbers as f64 (the script's `@result` figures).
@@ -317,18 +289,12 @@ fn guardian_of(host: u32) -> Vec<u32> {
 #[test]
 fn root_knobs_are_restored_after_sigkill_by_the_guardian_or_the_next_start() {
     let test = "root_knobs_are_restored_after_sigkill_by_the_guardian_or_the_next_start";
-    if !require_root(test) || !require_tool(test, "losetup") {
+    let Some(t) = ThreeKnobs::start(test, "knobs-kill", "sleep 60") else {
         return;
-    }
-    let _serial = serial();
-    let plugins = plugin_dir("knobs-kill", &[("workloads", "workloads")]);
-    let work = temp_dir("knobs-kill");
-    let dev = Loop::create(&work);
-    let originals = Originals::of(&[SYSCTL, SYSFS, &dev.read_ahead()]);
-    let (c, _) = two_others(originals.value(SYSCTL), 1700, 2700);
-    let (f, _) = two_others(originals.value(SYSFS), 6000, 8000);
-    let (r, _) = two_others(originals.value(&dev.read_ahead()), 256, 1024);
-    let script = script(&work, &dev.read_ahead(), "sleep 60");
+    };
+    let [(c, _), (f, _), (r, _)] = t.others((1700, 2700), (6000, 8000), (256, 1024));
+    let (plugins, work, dev, originals, script) =
+        (&t.plugins, &t.work, &t.dev, &t.originals, &t.script);
     let cfg = work.join("knobs.toml");
     std::fs::write(
         &cfg,
@@ -338,7 +304,7 @@ fn root_knobs_are_restored_after_sigkill_by_the_guardian_or_the_next_start() {
              [machine.sysfs]\n\"kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs\" = {f}\n\
              [machine.block.{}]\nread_ahead_kb = {r}\n",
             dev.name(),
-            script = s(&script),
+            script = s(script),
         ),
     )
     .expect("config");
@@ -348,7 +314,7 @@ fn root_knobs_are_restored_after_sigkill_by_the_guardian_or_the_next_start() {
             "--config",
             s(&cfg),
             "--plugin-dir",
-            s(&plugins),
+            s(plugins),
             "--benchmark",
             "script",
             "--baseline",
@@ -361,10 +327,14 @@ fn root_knobs_are_restored_after_sigkill_by_the_guardian_or_the_next_start() {
         let set = [
             (SYSCTL.to_owned(), c.to_string()),
             (SYSFS.to_owned(), f.to_string()),
-            (dev.read_ahead(), r.to_string()),
+            (t.read_ahead(), r.to_string()),
         ];
         for (path, want) in &set {
-            assert_eq!(&read(path), want, "{path} is set while the run runs");
+            assert_eq!(
+                &read_setting(path),
+                want,
+                "{path} is set while the run runs"
+            );
         }
         let guardian = guardian_of(host);
         assert_eq!(guardian.len(), 1, "one guardian per run");
@@ -419,10 +389,7 @@ fn root_knobs_are_restored_after_sigkill_by_the_guardian_or_the_next_start() {
             m["machine"]
         );
     }
-    drop(originals);
-    drop(dev);
-    let _ = std::fs::remove_dir_all(&work);
-    let _ = std::fs::remove_dir_all(&plugins);
+    t.finish();
 }
 
 #[test]
@@ -530,7 +497,7 @@ fn root_knobs_apply_to_a_run_without_a_benchmark_too() {
         "--output",
         s(&output),
     ]);
-    assert_eq!(read(SYSCTL), c.to_string(), "set while collecting");
+    assert_eq!(read_setting(SYSCTL), c.to_string(), "set while collecting");
     let done = collector.wait();
     assert!(done.status.success(), "{}", done.stderr);
     assert_eq!(
@@ -568,7 +535,7 @@ fn cpuset_groups() -> Vec<PathBuf> {
 
 /// The last online CPU, as a list of one.
 fn last_online_cpu() -> String {
-    let online = read("/sys/devices/system/cpu/online");
+    let online = read_setting("/sys/devices/system/cpu/online");
     let last = online.rsplit([',', '-']).next().expect("a CPU").to_owned();
     last
 }
@@ -631,7 +598,7 @@ fn root_cpus_confine_the_benchmark_and_are_undone_even_after_sigkill() {
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
-        read(s(&seen)),
+        read_setting(s(&seen)),
         cpu,
         "the benchmark's Cpus_allowed_list is the knob's"
     );
@@ -700,9 +667,9 @@ fn root_cpus_confine_the_benchmark_and_are_undone_even_after_sigkill() {
         .find(|p| !before.contains(p))
         .expect("a new cpuset")
         .clone();
-    assert_eq!(read(s(&made.join("cpuset.cpus"))), cpu);
+    assert_eq!(read_setting(s(&made.join("cpuset.cpus"))), cpu);
     assert!(
-        wait_for(Duration::from_secs(10), || !read(s(
+        wait_for(Duration::from_secs(10), || !read_setting(s(
             &made.join("cgroup.procs")
         ))
         .is_empty()),
@@ -735,7 +702,7 @@ fn root_cpufreq_and_smt_are_set_where_the_kernel_has_them_else_one_line_each() {
     let governor = policy0
         .join("scaling_governor")
         .exists()
-        .then(|| read("/sys/devices/system/cpu/cpufreq/policy0/scaling_governor"));
+        .then(|| read_setting("/sys/devices/system/cpu/cpufreq/policy0/scaling_governor"));
     let smt = std::fs::read_to_string("/sys/devices/system/cpu/smt/control")
         .ok()
         .map(|c| c.trim().to_owned());
@@ -818,7 +785,7 @@ fn root_cpufreq_and_smt_are_set_where_the_kernel_has_them_else_one_line_each() {
 
 /// The THP mode file's selected value.
 fn thp() -> String {
-    let t = read("/sys/kernel/mm/transparent_hugepage/enabled");
+    let t = read_setting("/sys/kernel/mm/transparent_hugepage/enabled");
     t.split_whitespace()
         .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
         .expect("a selected mode")
@@ -882,9 +849,9 @@ fn root_thp_mode_is_a_knob_from_machine_and_from_the_benchmark_key() {
         ]);
         assert!(out.status.success(), "{case}: {}", text(&out.stderr));
         assert!(
-            read(s(&seen)).contains(&format!("[{other}]")),
+            read_setting(s(&seen)).contains(&format!("[{other}]")),
             "{case}: the benchmark ran under {}",
-            read(s(&seen))
+            read_setting(s(&seen))
         );
         assert_eq!(thp(), before, "{case}: restored");
         let dir = only_collection(&output);
@@ -991,7 +958,7 @@ print(json.dumps({k: v for k, v in row.items() if not hasattr(v, "isoformat")}))
     let row: serde_json::Value = serde_json::from_slice(&py.stdout).expect("JSON");
     // What this machine says, read here the same way.
     let opt = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned());
-    let aslr: u64 = read("/proc/sys/kernel/randomize_va_space")
+    let aslr: u64 = read_setting("/proc/sys/kernel/randomize_va_space")
         .parse()
         .expect("a number");
     assert_eq!(row["aslr"], aslr);

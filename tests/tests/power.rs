@@ -21,10 +21,6 @@ use arrow_array::{cast::AsArray, Array, RecordBatch};
 use kernmlops_e2e::*;
 use kernmlops_plugin_testing::proc_stat;
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
 /// Values of a column of any integer, float or bool type, as f64.
 fn column_f64(batches: &[RecordBatch], name: &str) -> Vec<f64> {
     use arrow_array::types::*;

@@ -17,10 +17,6 @@ use std::{
 
 use kernmlops_e2e::*;
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
 /// Copies the example to a folder of its own, applies `patch` to its
 /// source, builds it in release mode and returns a plugin folder holding
 /// its `.so` with the memory_usage and cpu_time plugins.

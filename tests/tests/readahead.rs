@@ -15,18 +15,8 @@ use std::{
 use kernmlops_e2e::*;
 use serde_json::Value;
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
 fn experiment(plugins: &Path, args: &[&str]) -> Output {
-    Command::new(kernmlops_bin())
-        .arg("--plugin-dir")
-        .arg(plugins)
-        .arg("experiment")
-        .args(args)
-        .output()
-        .expect("running kernmlops experiment")
+    experiment_cmd(None, plugins, &[], args)
 }
 
 fn example() -> PathBuf {

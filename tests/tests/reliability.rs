@@ -92,10 +92,6 @@ impl Drop for Tmpfs {
     }
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf8 path")
-}
-
 /// Rows of a table file.
 fn rows(path: &Path) -> usize {
     read_table(path).iter().map(|b| b.num_rows()).sum()

@@ -630,35 +630,8 @@ pub fn drain_loop(
                 // Given up while the call ran: the files are closed already.
                 break;
             }
-            let mut pass = Drained {
-                tables: Vec::with_capacity(batches.len()),
-                bytes: 0,
-            };
             spare.extend(spare_rx.try_iter());
-            // Largest last: the busiest table takes the largest buffer.
-            spare.sort_by_key(RVec::capacity);
-            for (batch, c) in batches.iter_mut().zip(counters) {
-                let data = if batch.data.is_empty() {
-                    RVec::new()
-                } else {
-                    // A buffer the writer is done with, or one as large as
-                    // this pass's (the next likely needs as much).
-                    let next = spare
-                        .pop()
-                        .unwrap_or_else(|| RVec::with_capacity(batch.data.len()));
-                    std::mem::replace(&mut batch.data, next)
-                };
-                // What it holds in memory until written, not just its rows.
-                pass.bytes += data.capacity() as u64;
-                pass.tables
-                    .push((data, batch.records, batch.malformed_total));
-                batch.records = 0;
-                c.lost.store(batch.lost_total, Ordering::Relaxed);
-            }
-            // Spares beyond one per table are freed, the smallest first
-            // (`spare` is still sorted).
-            let extra = spare.len().saturating_sub(batches.len());
-            spare.drain(..extra);
+            let pass = take_pass(&mut batches, counters, &mut spare);
             // The writer is far behind (a stalled disk): wait for it rather
             // than hold more in memory.
             while backlog.load(Ordering::Relaxed) > WRITE_BACKLOG_BYTES && !writer.is_finished() {
@@ -690,6 +663,61 @@ pub fn drain_loop(
             error.get_or_insert(e);
         }
     }
+    finish_probe(probe, sinks, counters, ends, stats, watched, error)
+}
+
+/// Takes this pass's rows out of the probe's batches, giving each a spare
+/// buffer in exchange (the largest to the busiest table), and stores each
+/// table's lost count; spares beyond one per table are freed.
+fn take_pass(
+    batches: &mut RVec<Batch>,
+    counters: &[Arc<TableCounters>],
+    spare: &mut Vec<RVec<u8>>,
+) -> Drained {
+    let mut pass = Drained {
+        tables: Vec::with_capacity(batches.len()),
+        bytes: 0,
+    };
+    // Largest last: the busiest table takes the largest buffer.
+    spare.sort_by_key(RVec::capacity);
+    for (batch, c) in batches.iter_mut().zip(counters) {
+        let data = if batch.data.is_empty() {
+            RVec::new()
+        } else {
+            // A buffer the writer is done with, or one as large as
+            // this pass's (the next likely needs as much).
+            let next = spare
+                .pop()
+                .unwrap_or_else(|| RVec::with_capacity(batch.data.len()));
+            std::mem::replace(&mut batch.data, next)
+        };
+        // What it holds in memory until written, not just its rows.
+        pass.bytes += data.capacity() as u64;
+        pass.tables
+            .push((data, batch.records, batch.malformed_total));
+        batch.records = 0;
+        c.lost.store(batch.lost_total, Ordering::Relaxed);
+    }
+    // Spares beyond one per table are freed, the smallest first
+    // (`spare` is still sorted).
+    let extra = spare.len().saturating_sub(batches.len());
+    spare.drain(..extra);
+    pass
+}
+
+/// After the last pass: the programs' statistics, the probe freed, the
+/// files closed if the writer did not close them; the first error, or
+/// [`GIVEN_UP`] when the watchdog gave the probe up.
+fn finish_probe(
+    probe: ProbeBox,
+    sinks: &SharedSinks,
+    counters: &[Arc<TableCounters>],
+    ends: DrainEnds<'_>,
+    stats: &ProbeStats,
+    watched: Watched<'_>,
+    mut error: Option<String>,
+) -> Result<(), String> {
+    let Watched { watch, limit } = watched;
     if watch.given_up().is_some() {
         drop(probe);
         return Err(GIVEN_UP.into());

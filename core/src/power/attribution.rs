@@ -10,7 +10,26 @@
 
 use std::collections::BTreeMap;
 
-use kernmlops_plugin_api::{ColumnKind, TableDecl};
+use kernmlops_plugin_api::{ColumnKind, PluginError, TableDecl};
+
+use super::CPU_TIME_PROBE;
+
+/// Why energy cannot be attributed to processes in this run.
+#[derive(Debug, thiserror::Error)]
+pub enum AttributionError {
+    #[error("no {CPU_TIME_PROBE} probe is installed (it ships as plugins/{CPU_TIME_PROBE})")]
+    NotInstalled,
+    #[error("the {CPU_TIME_PROBE} probe could not start: {0}")]
+    Start(PluginError),
+    #[error("the {CPU_TIME_PROBE} probe fills no table")]
+    NoTable,
+    #[error("table {table} has no {kind} column {column}")]
+    NoColumn {
+        table: String,
+        kind: &'static str,
+        column: String,
+    },
+}
 
 /// One process's on-CPU time in a slot, with its names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,19 +103,17 @@ pub struct CpuTimeReader {
 impl CpuTimeReader {
     /// Finds the columns in the probe's table: `tgid` (u32), `comm` and
     /// `cgroup` (text), `cgroup_id` and `cpu_time_us` (u64).
-    pub fn new(table: &TableDecl) -> Result<Self, String> {
+    pub fn new(table: &TableDecl) -> Result<Self, AttributionError> {
         let find = |name: &str, kind: ColumnKind| {
             table
                 .columns
                 .iter()
                 .find(|c| c.name.as_str() == name && c.kind == kind)
                 .map(|c| (c.offset as usize, c.size as usize))
-                .ok_or_else(|| {
-                    format!(
-                        "table {} has no {} column {name}",
-                        table.name,
-                        kind.name().unwrap_or("?")
-                    )
+                .ok_or_else(|| AttributionError::NoColumn {
+                    table: table.name.to_string(),
+                    kind: kind.name().unwrap_or("?"),
+                    column: name.to_owned(),
                 })
         };
         Ok(Self {
@@ -266,7 +283,9 @@ mod tests {
         let mut missing = t.clone();
         missing.columns.truncate(2);
         assert_eq!(
-            CpuTimeReader::new(&missing).expect_err("no comm"),
+            CpuTimeReader::new(&missing)
+                .expect_err("no comm")
+                .to_string(),
             "table cpu_time has no str column comm"
         );
     }

@@ -10,6 +10,25 @@ use serde::{Deserialize, Serialize};
 
 use super::PowerError;
 
+/// What is wrong with a power setting (`[power]`, `--power`,
+/// `--power-interval`); the caller names the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PowerConfigError {
+    #[error(transparent)]
+    Duration(#[from] kernmlops_sys::duration::DurationError),
+    #[error(
+        "{text:?} is shorter than the minimum, {}",
+        kernmlops_sys::duration::format_duration(MIN_INTERVAL)
+    )]
+    TooShort { text: String },
+    #[error("\"none\" turns power off and cannot be combined with other sources (got {got})")]
+    NoneWithOthers { got: String },
+    #[error("power source name {name:?} {problem}")]
+    BadName { name: String, problem: String },
+    #[error("power.max_watts.{scope}: must be more than 0")]
+    ZeroMaxWatts { scope: &'static str },
+}
+
 /// `[power]` in `kernmlops.toml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -76,13 +95,12 @@ impl MaxWatts {
         }
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), PowerConfigError> {
         for scope in PowerScope::KNOWN {
             if self.of(*scope) == 0 {
-                return Err(format!(
-                    "power.max_watts.{}: must be more than 0",
-                    scope.name().unwrap_or("?")
-                ));
+                return Err(PowerConfigError::ZeroMaxWatts {
+                    scope: scope.name().unwrap_or("?"),
+                });
             }
         }
         Ok(())
@@ -111,19 +129,18 @@ impl PowerConfig {
     pub fn check(&self) -> Result<(), String> {
         parse_interval(&self.interval).map_err(|e| format!("power.interval: {e}"))?;
         Selection::parse(&self.sources).map_err(|e| format!("power.sources: {e}"))?;
-        self.max_watts.check()?;
+        self.max_watts.check().map_err(|e| e.to_string())?;
         Ok(())
     }
 }
 
 /// A slot length: a duration of at least [`MIN_INTERVAL`].
-pub fn parse_interval(text: &str) -> Result<Duration, String> {
-    let d = kernmlops_sys::duration::parse_duration(text).map_err(|e| e.to_string())?;
+pub fn parse_interval(text: &str) -> Result<Duration, PowerConfigError> {
+    let d = kernmlops_sys::duration::parse_duration(text)?;
     if d < MIN_INTERVAL {
-        return Err(format!(
-            "{text:?} is shorter than the minimum, {}",
-            kernmlops_sys::duration::format_duration(MIN_INTERVAL)
-        ));
+        return Err(PowerConfigError::TooShort {
+            text: text.to_owned(),
+        });
     }
     Ok(d)
 }
@@ -150,7 +167,7 @@ impl Selection {
     /// Parses a list as `--power` and `[power] sources` take it: names,
     /// `auto`, or `none` alone. Names are checked against the installed
     /// sources later.
-    pub fn parse(list: &[String]) -> Result<Self, String> {
+    pub fn parse(list: &[String]) -> Result<Self, PowerConfigError> {
         let items: Vec<&str> = list
             .iter()
             .flat_map(|s| s.split(','))
@@ -161,17 +178,19 @@ impl Selection {
             return Ok(Self::Off);
         }
         if items.contains(&"none") {
-            return Err(format!(
-                "\"none\" turns power off and cannot be combined with other sources (got {})",
-                items.join(",")
-            ));
+            return Err(PowerConfigError::NoneWithOthers {
+                got: items.join(","),
+            });
         }
         let mut out: Vec<Choice> = Vec::new();
         for item in items {
             let choice = if item == "auto" {
                 Choice::Auto
             } else if let Some(problem) = kernmlops_sys::names::snake_case_problem(item) {
-                return Err(format!("power source name {item:?} {problem}"));
+                return Err(PowerConfigError::BadName {
+                    name: item.to_owned(),
+                    problem,
+                });
             } else {
                 Choice::Named(item.to_owned())
             };
@@ -239,7 +258,10 @@ impl PowerOptions {
             None => parse_interval(&config.interval).map_err(|e| format!("power.interval: {e}")),
         }
         .map_err(PowerError::Config)?;
-        config.max_watts.check().map_err(PowerError::Config)?;
+        config
+            .max_watts
+            .check()
+            .map_err(|e| PowerError::Config(e.to_string()))?;
         Ok(Self {
             selection,
             interval,
@@ -276,6 +298,7 @@ mod tests {
         );
         assert!(Selection::parse(&list(&["none", "rapl"]))
             .expect_err("none with others")
+            .to_string()
             .contains("cannot be combined"));
         assert!(Selection::parse(&list(&["Rapl"])).is_err());
     }

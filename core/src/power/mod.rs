@@ -36,7 +36,7 @@ use kernmlops_plugin_api::{
     validate_power_zones, Batch, BpfProgramStats, PowerSourceBox, PowerZone, StartArgs,
 };
 
-pub use config::{PowerConfig, PowerOptions, Selection};
+pub use config::{PowerConfig, PowerConfigError, PowerOptions, Selection};
 pub use report::{render_summary, PowerManifest};
 
 use self::{
@@ -125,7 +125,9 @@ fn check_installed(installed: &PowerSources<'_>, name: &str) -> Result<(), Power
 /// Checks a source list as `--power` takes it against the installed
 /// sources, without starting any: for plans made before the runs.
 pub fn check_selection(registry: &Registry, list: &[String]) -> Result<(), PowerError> {
-    let Selection::Sources(choices) = Selection::parse(list).map_err(PowerError::Selection)? else {
+    let Selection::Sources(choices) =
+        Selection::parse(list).map_err(|e| PowerError::Selection(e.to_string()))?
+    else {
         return Ok(());
     };
     let installed = PowerSources::of(registry);
@@ -358,7 +360,7 @@ impl Prepared {
                 Err(e) => {
                     eprintln!("warning: power: energy is not attributed to processes: {e}");
                     manifest.attribution.status = AttributionStatus::Failed;
-                    manifest.attribution.error = Some(e);
+                    manifest.attribution.error = Some(e.to_string());
                 }
             }
         }
@@ -388,18 +390,19 @@ impl Prepared {
 
 /// Starts the cpu_time probe as the power thread drains it: a row per
 /// process at every drain, every process (the collector too), no filter.
-fn start_cpu_time(registry: &Registry) -> Result<(Attribution, String), String> {
-    let (plugin, _) = registry.find_probe(CPU_TIME_PROBE).ok_or_else(|| {
-        format!("no {CPU_TIME_PROBE} probe is installed (it ships as plugins/{CPU_TIME_PROBE})")
-    })?;
+fn start_cpu_time(
+    registry: &Registry,
+) -> Result<(Attribution, String), attribution::AttributionError> {
+    use attribution::AttributionError;
+    let (plugin, _) = registry
+        .find_probe(CPU_TIME_PROBE)
+        .ok_or(AttributionError::NotInstalled)?;
     let args = StartArgs::new(r#"{"interval":"0s"}"#).with_include_self(true);
     let probe = plugin
         .start_probe(CPU_TIME_PROBE, &args)
-        .map_err(|e| format!("the {CPU_TIME_PROBE} probe could not start: {e}"))?;
+        .map_err(AttributionError::Start)?;
     let tables = probe.tables().into_vec();
-    let table = tables
-        .first()
-        .ok_or_else(|| format!("the {CPU_TIME_PROBE} probe fills no table"))?;
+    let table = tables.first().ok_or(AttributionError::NoTable)?;
     let reader = attribution::CpuTimeReader::new(table)?;
     let batches: RVec<Batch> = tables.iter().map(|_| Batch::default()).collect();
     Ok((

@@ -17,7 +17,6 @@
 
 use std::{
     collections::HashMap,
-    os::fd::AsFd,
     path::Path,
     sync::{Arc, Condvar, Mutex},
     time::{Duration, Instant},
@@ -25,7 +24,7 @@ use std::{
 
 use kernmlops_plugin_bpf::{
     bpf_probe, export_plugin,
-    libbpf_rs::{libbpf_sys, MapCore, MapFlags, MapHandle, MapType},
+    libbpf_rs::{MapCore, MapFlags},
     sdk::{
         record::{c_chars, set_c_chars},
         sys, BatchExt, HumanDuration, ProbeDecl, ProbeImpl, Record, Schedule, StartArgs, TableDecl,
@@ -79,18 +78,9 @@ bpf_probe! {
     ],
 }
 
-/// The maps user space reads, created here and handed to the BPF object
-/// before load (`reuse_fd`), since the SDK keeps the skeleton's own.
-struct Maps {
-    tgid_time: MapHandle,
-    cpu_now: MapHandle,
-}
-
-/// The BPF side's hooks: they create the maps user space reads.
+/// The BPF side's hooks: they size the processes' map from the settings.
 #[derive(Default)]
-pub struct CpuTimeBpf {
-    maps: Option<Maps>,
-}
+pub struct CpuTimeBpf;
 
 fn map_error(what: &str) -> impl Fn(kernmlops_plugin_bpf::libbpf_rs::Error) -> Error + '_ {
     move |e| Error::new(format!("{what}: {e}"))
@@ -102,38 +92,10 @@ impl BpfHooks for CpuTimeBpf {
         open: &mut Open<Self>,
         cx: &mut LoadContext<'_, Settings>,
     ) -> Result<()> {
-        let opts = libbpf_sys::bpf_map_create_opts {
-            sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
-            ..Default::default()
-        };
-        let tgid_time = MapHandle::create(
-            MapType::Hash,
-            Some("tgid_time"),
-            4,
-            std::mem::size_of::<Value>() as u32,
-            cx.settings.max_processes,
-            &opts,
-        )
-        .map_err(map_error("creating map tgid_time"))?;
-        let cpu_now = MapHandle::create(
-            MapType::PercpuArray,
-            Some("cpu_now"),
-            4,
-            std::mem::size_of::<CpuNow>() as u32,
-            1,
-            &opts,
-        )
-        .map_err(map_error("creating map cpu_now"))?;
         open.maps
             .tgid_time
-            .reuse_fd(tgid_time.as_fd())
-            .map_err(map_error("handing map tgid_time to the program"))?;
-        open.maps
-            .cpu_now
-            .reuse_fd(cpu_now.as_fd())
-            .map_err(map_error("handing map cpu_now to the program"))?;
-        self.maps = Some(Maps { tgid_time, cpu_now });
-        Ok(())
+            .set_max_entries(cx.settings.max_processes)
+            .map_err(map_error("sizing map tgid_time"))
     }
 }
 
@@ -226,12 +188,11 @@ impl CpuTime {
     fn snapshot(&mut self, batch: &mut Batch) -> Result<()> {
         // Every CPU switches now, so what runs is counted up to here.
         self.kicker.kick();
-        let maps = self
+        let maps = &self
             .inner
-            .hooks()
-            .maps
-            .as_ref()
-            .ok_or_else(|| Error::new("the probe's maps were not created"))?;
+            .skel()
+            .ok_or_else(|| Error::new("the probe's maps are gone (read after it was freed)"))?
+            .maps;
         let mut described: HashMap<u32, Value> = HashMap::new();
         let entries = maps
             .tgid_time

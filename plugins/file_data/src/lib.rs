@@ -100,7 +100,7 @@ impl BpfHooks for FileData {
             }
         }
         p.fexit_do_filp_open.set_autoload(false);
-        let why = fexit.err().unwrap_or_default();
+        let why = fexit.err().map(|e| e.to_string()).unwrap_or_default();
         if missing.len() == SYSCALLS.len() {
             return Err(Error::unsupported(format!(
                 "file_data needs fexit on {FEXIT_FUNCTION} or the syscall tracepoints \

@@ -410,13 +410,13 @@ fn thp_now() -> Option<String> {
         .map(str::to_owned)
 }
 
+/// `thp_mode` is applied by the host (as the `machine.thp_mode` knob), not
+/// by the benchmark: a benchmark given the setting leaves the kernel's mode
+/// as it found it, through setup and kill.
 #[test]
-fn root_thp_mode_is_set_and_restored() {
-    if !testing::require_root("root_thp_mode_is_set_and_restored") {
-        return;
-    }
+fn thp_mode_setting_leaves_the_kernel_mode_to_the_host() {
     let Some(before) = thp_now() else {
-        eprintln!("SKIP root_thp_mode_is_set_and_restored: no transparent huge pages here");
+        eprintln!("SKIP thp_mode_setting_leaves_the_kernel_mode_to_the_host: no transparent huge pages here");
         return;
     };
     let other = if before == "never" {
@@ -424,12 +424,12 @@ fn root_thp_mode_is_set_and_restored() {
     } else {
         "never"
     };
-    let mut b: Faux = new(&format!(r#"{{"thp_mode": "{other}"}}"#));
+    let mut b: Faux = new(&format!(r#"{{{NO_DROP}, "thp_mode": "{other}"}}"#));
     b.setup().expect("setup");
-    assert_eq!(thp_now().as_deref(), Some(other), "setup did not set THP");
+    assert_eq!(thp_now(), Some(before.clone()), "setup changed THP");
     b.launch().expect("launch");
     b.kill().expect("kill");
-    assert_eq!(thp_now(), Some(before), "kill did not restore THP");
+    assert_eq!(thp_now(), Some(before), "kill changed THP");
 }
 
 /// `examples/<name>` of this crate.
