@@ -72,7 +72,7 @@ pub(crate) fn print_plan(
 pub(crate) fn print_submitted(dir: &ExpDir, id: &str, runs: usize) {
     let d = dir.root.display();
     kernmlops::outln!(
-        "submitted {runs} run{} to Slurm as job {id} (an array task per run, each on a whole node)",
+        "submitted {runs} run{} to Slurm as job {id} (an array task per run, on whole nodes: one per run, or one per role)",
         if runs == 1 { "" } else { "s" }
     );
     kernmlops::outln!("follow:  kernmlops experiment status {d}   (squeue --jobs {id})");
