@@ -21,6 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use kernmlops_plugin_bpf::stage::{self, Stages};
 use kernmlops_plugin_bpf::libbpf_rs::{
     self,
     skel::{OpenSkel, Skel, SkelBuilder},
@@ -346,6 +347,9 @@ pub struct Trace {
     links: Vec<Link>,
     lost: Option<MapHandle>,
     counts_map: Option<MapHandle>,
+    /// Staged output of the first STAGE_SLOTS slots (None: records go to
+    /// the ring one at a time).
+    stages: Option<Stages>,
     counts: Counts,
     stopped: bool,
     skel: Option<skel::Loaded>,
@@ -366,6 +370,7 @@ impl Drop for Trace {
         self.detach();
         self.lost = None;
         self.counts_map = None;
+        self.stages = None;
         self.skel = None;
         if !self.storage.is_null() {
             // SAFETY: allocated by Box in `start`; the skeleton borrowing it
@@ -376,16 +381,24 @@ impl Drop for Trace {
     }
 }
 
+/// Slots whose records are staged per CPU (`TRACE_STAGE_SLOTS`) and the
+/// stage's batch size (`TRACE_STAGE_BYTES`).
+const STAGE_SLOTS: usize = 8;
+const STAGE_BYTES: u64 = 8192;
+
 /// The ring's size: `--ring-size`, or (auto) an eighth of a second of a
-/// busy event's records, 256 KiB to 16 MiB.
+/// busy event's records, 256 KiB to 16 MiB, and room for every CPU's
+/// staged batch below the wake-up threshold.
 fn ring_bytes(args: &StartArgs, tables: &[TableDecl]) -> u32 {
     if args.ring_bytes != 0 {
         return u32::try_from(args.ring_bytes.clamp(4096, 1 << 30).next_power_of_two())
             .unwrap_or(1 << 30);
     }
     let per_event: u64 = tables.iter().map(|t| u64::from(t.record_size) + 8).sum();
+    let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u64;
     (per_event * 100_000 / 8)
         .clamp(256 << 10, 16 << 20)
+        .max(stage::ring_bytes_for_stages(cpus, STAGE_BYTES))
         .next_power_of_two()
         .try_into()
         .unwrap_or(16 << 20)
@@ -417,6 +430,18 @@ impl Trace {
             ro.kml_filter_cgroup_descendants = u32::from(args.filter_cgroup_descendants);
             ro.kml_self_tgid = if args.include_self { 0 } else { args.self_tgid };
             ro.kml_wakeup_bytes[0] = u64::from(ring / 4);
+            // Staged where the host can send a quiet CPU's partial batch,
+            // in batches every CPU's of which fit below the wake-up
+            // threshold.
+            ro.trace_stage_on = u32::from(kernmlops_sys::features::test_run_on_cpu().is_ok());
+            let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u64;
+            let largest = self.tables.iter().map(|t| t.record_size).max().unwrap_or(1);
+            ro.trace_stage_limit = stage::batch_bytes_for_ring(
+                u64::from(ring),
+                cpus,
+                STAGE_BYTES,
+                u64::from(largest),
+            );
         }
         open.maps
             .trace_ring
@@ -487,7 +512,9 @@ impl Trace {
             .map_err(|e| bpf_error("opening trace_lost", &e))?;
         let counts = MapHandle::try_from(&loaded.maps.trace_counts)
             .map_err(|e| bpf_error("opening trace_counts", &e))?;
+        let stages = Self::stages(&loaded, laid)?;
         self.skel = Some(loaded);
+        self.stages = stages;
         self.lost = Some(lost);
         self.counts_map = Some(counts);
         let now = Instant::now();
@@ -508,6 +535,35 @@ impl Trace {
         self.publish_generations();
         self.attach(laid, plans)?;
         self.build_ring()
+    }
+
+    /// The host's side of the staged output: the stage maps and the flush
+    /// program, for the slots that stage.
+    fn stages(loaded: &skel::Loaded, laid: &[Laid]) -> Result<Option<Stages>> {
+        let on = loaded
+            .maps
+            .rodata_data
+            .as_deref()
+            .is_some_and(|ro| ro.trace_stage_on != 0);
+        if !on {
+            return Ok(None);
+        }
+        let head = MapHandle::try_from(&loaded.maps.kml_stage_head)
+            .map_err(|e| bpf_error("opening kml_stage_head", &e))?;
+        let data = MapHandle::try_from(&loaded.maps.kml_stage_data)
+            .map_err(|e| bpf_error("opening kml_stage_data", &e))?;
+        let flush = loaded
+            .progs
+            .kml_flush
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| Error::new(format!("trace: the flush program's fd: {e}")))?;
+        let sizes = laid
+            .iter()
+            .take(STAGE_SLOTS)
+            .map(|l| l.table.record_size as usize)
+            .collect();
+        Ok(Some(Stages::new(head, data, flush, sizes)))
     }
 
     fn attach(&mut self, laid: &[Laid], plans: &[EventPlan]) -> Result<()> {
@@ -635,10 +691,20 @@ impl Trace {
                 let slot = data
                     .get(SLOT_OFFSET..SLOT_OFFSET + 2)
                     .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])));
+                // A sample holds one record, or a staged batch of whole
+                // records of one slot.
+                let whole = |s: usize, size: usize| {
+                    size >= SLOT_OFFSET + 2
+                        && !data.is_empty()
+                        && data.len() % size == 0
+                        && data
+                            .chunks_exact(size)
+                            .all(|r| usize::from(u16::from_le_bytes([r[SLOT_OFFSET], r[SLOT_OFFSET + 1]])) == s)
+                };
                 match slot {
-                    Some(s) if s < p.sizes.len() && data.len() == p.sizes[s] => {
+                    Some(s) if s < p.sizes.len() && whole(s, p.sizes[s]) => {
                         p.data[s].extend_from_slice(data);
-                        p.records[s] += 1;
+                        p.records[s] += (data.len() / p.sizes[s]) as u64;
                     }
                     Some(s) if s < p.sizes.len() => p.malformed[s] += 1,
                     _ => {
@@ -870,6 +936,7 @@ impl ProbeImpl for Trace {
             links: Vec::new(),
             lost: None,
             counts_map: None,
+            stages: None,
             counts: Counts::default(),
             stopped: false,
             skel: None,
@@ -900,7 +967,12 @@ impl ProbeImpl for Trace {
         if let Some(ring) = self.ring.as_ref() {
             // A stop interrupts the wait with a signal (EINTR): not an error.
             let polled = ring.poll_raw(timeout);
+            let flushed = match self.stages.as_mut() {
+                Some(stages) => stages.flush_stale(),
+                None => Ok(()),
+            };
             let consumed = ring.consume_raw();
+            flushed?;
             for (ret, what) in [(polled, "polling"), (consumed, "reading")] {
                 if ret < 0 && ret != -libc::EINTR {
                     return Err(Error::new(format!(
@@ -912,17 +984,28 @@ impl ProbeImpl for Trace {
         } else if !timeout.is_zero() {
             kernmlops_plugin_sdk::schedule::nap(timeout);
         }
-        let Ok(mut p) = self.pending.lock() else {
+        let Ok(mut guard) = self.pending.lock() else {
             return Err(Error::new("trace: the ring's records are poisoned"));
         };
+        let p = &mut *guard;
         for (i, batch) in batches.iter_mut().enumerate() {
+            if let Some(stages) = self.stages.as_mut() {
+                // Records staged on CPUs gone offline, read at the stop.
+                let leftover = stages.take_leftover(i);
+                if !leftover.is_empty() && p.sizes[i] > 0 {
+                    p.records[i] += (leftover.len() / p.sizes[i]) as u64;
+                    p.data[i].extend_from_slice(&leftover);
+                }
+            }
+            let size = p.sizes[i];
+            sort_by_time(&mut p.data[i], size);
             batch.data.extend_from_slice(&p.data[i]);
             batch.records += p.records[i];
             batch.malformed_total = p.malformed[i];
             p.data[i].clear();
             p.records[i] = 0;
         }
-        drop(p);
+        drop(guard);
         self.count_rows(batches)?;
         for (i, batch) in batches.iter_mut().enumerate() {
             batch.lost_total = self.lost_total(i as u32);
@@ -932,9 +1015,13 @@ impl ProbeImpl for Trace {
 
     fn stop(&mut self) -> Result<()> {
         self.detach();
-        // The drain after the stop closes every count event's last interval.
+        // The drain after the stop closes every count event's last interval
+        // and takes the partial batches sent here.
         self.stopped = true;
-        Ok(())
+        match self.stages.as_mut() {
+            Some(stages) => stages.flush_all(),
+            None => Ok(()),
+        }
     }
 
     fn tables(&self) -> Vec<TableDecl> {
@@ -962,6 +1049,22 @@ impl ProbeImpl for Trace {
             })
             .collect()
     }
+}
+
+/// Orders one drain's records of a table (`size` bytes each) by their
+/// time: staged batches of different CPUs arrive a batch at a time.
+fn sort_by_time(data: &mut Vec<u8>, size: usize) {
+    if size < 8 || data.len() % size != 0 || data.len() <= size {
+        return;
+    }
+    let time = |r: &[u8]| u64::from_le_bytes([r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]]);
+    let pairs = data.chunks_exact(size).zip(data.chunks_exact(size).skip(1));
+    if pairs.clone().all(|(a, b)| time(a) <= time(b)) {
+        return;
+    }
+    let mut rows: Vec<&[u8]> = data.chunks_exact(size).collect();
+    rows.sort_by_key(|r| time(r));
+    *data = rows.concat();
 }
 
 /// The kernel's `bpf_prog_info` of a loaded program (its run-time
