@@ -21,20 +21,23 @@ use std::{
     time::{Duration, Instant},
 };
 
-use kernmlops_plugin_bpf::stage::{self, Stages};
 use kernmlops_plugin_bpf::libbpf_rs::{
     self,
     skel::{OpenSkel, Skel, SkelBuilder},
     Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder,
     TracepointCategory, TracepointOpts, UprobeOpts,
 };
+use kernmlops_plugin_bpf::stage::{self, Stages};
 use kernmlops_plugin_sdk::{
     export_plugin, settings, sys::btf::Btf, Batch, Error, ProbeDecl, ProbeImpl, Result, StartArgs,
     TableDecl,
 };
 
 use crate::{
-    layout::{lay_out, CountLayout, Laid, COUNT_KEY, MAX_SLOTS, SLOT_OFFSET},
+    layout::{
+        lay_out, unmatched_table, CountLayout, Laid, COUNT_KEY, MAX_SLOTS, SLOT_OFFSET,
+        UNMATCHED_RECORD, UNMATCHED_TABLE,
+    },
     plan::{plan_event, EventPlan, Options, Sources},
     spec::{EventSpec, Kind, LongEvent, Target},
 };
@@ -346,6 +349,11 @@ pub struct Trace {
     ring: Option<RingBuffer<'static>>,
     links: Vec<Link>,
     lost: Option<MapHandle>,
+    /// Exits without their entry, per slot (`trace_unmatched`).
+    unmatched: Option<MapHandle>,
+    /// The joined events' slots with the unmatched exits already reported;
+    /// empty when no event is joined (no `trace_unmatched_exits` table).
+    unmatched_seen: Vec<(u32, u64)>,
     counts_map: Option<MapHandle>,
     /// Staged output of the first STAGE_SLOTS slots (None: records go to
     /// the ring one at a time).
@@ -369,6 +377,7 @@ impl Drop for Trace {
         self.ring = None;
         self.detach();
         self.lost = None;
+        self.unmatched = None;
         self.counts_map = None;
         self.stages = None;
         self.skel = None;
@@ -436,12 +445,8 @@ impl Trace {
             ro.trace_stage_on = u32::from(kernmlops_sys::features::test_run_on_cpu().is_ok());
             let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u64;
             let largest = self.tables.iter().map(|t| t.record_size).max().unwrap_or(1);
-            ro.trace_stage_limit = stage::batch_bytes_for_ring(
-                u64::from(ring),
-                cpus,
-                STAGE_BYTES,
-                u64::from(largest),
-            );
+            ro.trace_stage_limit =
+                stage::batch_bytes_for_ring(u64::from(ring), cpus, STAGE_BYTES, u64::from(largest));
         }
         open.maps
             .trace_ring
@@ -510,6 +515,10 @@ impl Trace {
         }
         let lost = MapHandle::try_from(&loaded.maps.trace_lost)
             .map_err(|e| bpf_error("opening trace_lost", &e))?;
+        self.unmatched = Some(
+            MapHandle::try_from(&loaded.maps.trace_unmatched)
+                .map_err(|e| bpf_error("opening trace_unmatched", &e))?,
+        );
         let counts = MapHandle::try_from(&loaded.maps.trace_counts)
             .map_err(|e| bpf_error("opening trace_counts", &e))?;
         let stages = Self::stages(&loaded, laid)?;
@@ -697,9 +706,10 @@ impl Trace {
                     size >= SLOT_OFFSET + 2
                         && !data.is_empty()
                         && data.len() % size == 0
-                        && data
-                            .chunks_exact(size)
-                            .all(|r| usize::from(u16::from_le_bytes([r[SLOT_OFFSET], r[SLOT_OFFSET + 1]])) == s)
+                        && data.chunks_exact(size).all(|r| {
+                            usize::from(u16::from_le_bytes([r[SLOT_OFFSET], r[SLOT_OFFSET + 1]]))
+                                == s
+                        })
                 };
                 match slot {
                     Some(s) if s < p.sizes.len() && whole(s, p.sizes[s]) => {
@@ -895,17 +905,43 @@ impl Trace {
     }
 
     fn lost_total(&self, slot: u32) -> u64 {
-        let Some(lost) = self.lost.as_ref() else {
-            return 0;
-        };
-        match lost.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY) {
-            Ok(Some(per_cpu)) => per_cpu
-                .iter()
-                .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
-                .map(u64::from_ne_bytes)
-                .sum(),
-            _ => 0,
+        per_cpu_sum(self.lost.as_ref(), slot)
+    }
+
+    /// One `trace_unmatched_exits` row per joined event whose exits without
+    /// an entry grew since its last row, into `batch`.
+    fn unmatched_rows(&mut self, batch: &mut Batch) {
+        let ts = kernmlops_plugin_sdk::sys::clock::uptime_us();
+        for i in 0..self.unmatched_seen.len() {
+            let (slot, seen) = self.unmatched_seen[i];
+            let now = per_cpu_sum(self.unmatched.as_ref(), slot);
+            if now <= seen {
+                continue;
+            }
+            self.unmatched_seen[i].1 = now;
+            let mut row = [0u8; UNMATCHED_RECORD as usize];
+            row[..8].copy_from_slice(&ts.to_le_bytes());
+            row[8..16].copy_from_slice(&(now - seen).to_le_bytes());
+            row[16..18].copy_from_slice(&u16::try_from(slot).unwrap_or(u16::MAX).to_le_bytes());
+            batch.data.extend_from_slice(&row);
+            batch.records += 1;
         }
+    }
+}
+
+/// The sum over CPUs of a per-CPU u64 array's entry `slot` (0 when the map
+/// is closed or the entry unreadable).
+fn per_cpu_sum(map: Option<&MapHandle>, slot: u32) -> u64 {
+    let Some(map) = map else {
+        return 0;
+    };
+    match map.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY) {
+        Ok(Some(per_cpu)) => per_cpu
+            .iter()
+            .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+            .map(u64::from_ne_bytes)
+            .sum(),
+        _ => 0,
     }
 }
 
@@ -924,17 +960,34 @@ impl ProbeImpl for Trace {
     fn start(args: &StartArgs, config: Config) -> Result<Self> {
         let (plans, notes) = plan_all(&config)?;
         let laid = lay_out_all(&plans, config.comm)?;
-        let tables: Vec<TableDecl> = laid.iter().map(|l| l.table.clone()).collect();
+        let mut tables: Vec<TableDecl> = laid.iter().map(|l| l.table.clone()).collect();
         let pending = Pending {
             data: tables.iter().map(|_| Vec::new()).collect(),
             records: vec![0; tables.len()],
             sizes: tables.iter().map(|t| t.record_size as usize).collect(),
             malformed: vec![0; tables.len()],
         };
+        // Joined events: their exits without an entry get a table of
+        // their own, after the events' tables.
+        let unmatched_seen: Vec<(u32, u64)> = (0u32..)
+            .zip(&laid)
+            .filter(|(_, l)| l.joined)
+            .map(|(slot, _)| (slot, 0))
+            .collect();
+        if !unmatched_seen.is_empty() {
+            if tables.iter().any(|t| t.name.as_str() == UNMATCHED_TABLE) {
+                return Err(Error::config(format!(
+                    "trace: an event's table is named {UNMATCHED_TABLE}, the table of joined events' unmatched exits: name the event otherwise"
+                )));
+            }
+            tables.push(unmatched_table(&tables));
+        }
         let mut probe = Trace {
             ring: None,
             links: Vec::new(),
             lost: None,
+            unmatched: None,
+            unmatched_seen,
             counts_map: None,
             stages: None,
             counts: Counts::default(),
@@ -988,7 +1041,7 @@ impl ProbeImpl for Trace {
             return Err(Error::new("trace: the ring's records are poisoned"));
         };
         let p = &mut *guard;
-        for (i, batch) in batches.iter_mut().enumerate() {
+        for (i, batch) in batches.iter_mut().enumerate().take(p.data.len()) {
             if let Some(stages) = self.stages.as_mut() {
                 // Records staged on CPUs gone offline, read at the stop.
                 let leftover = stages.take_leftover(i);
@@ -1005,8 +1058,12 @@ impl ProbeImpl for Trace {
             p.data[i].clear();
             p.records[i] = 0;
         }
+        let events = guard.data.len();
         drop(guard);
         self.count_rows(batches)?;
+        if let Some(batch) = batches.get_mut(events) {
+            self.unmatched_rows(batch);
+        }
         for (i, batch) in batches.iter_mut().enumerate() {
             batch.lost_total = self.lost_total(i as u32);
         }
@@ -1098,6 +1155,28 @@ mod tests {
             .map(|e| parse_event(e).expect("parses"))
             .collect();
         copies_needed(&specs.iter().collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_drains_records_are_ordered_by_time() {
+        let rec = |ts: u64, tag: u8| {
+            let mut r = vec![tag; 24];
+            r[..8].copy_from_slice(&ts.to_le_bytes());
+            r
+        };
+        // Two CPUs' batches: 5, 9 then 3, 7.
+        let mut data = [rec(5, 1), rec(9, 2), rec(3, 3), rec(7, 4)].concat();
+        sort_by_time(&mut data, 24);
+        assert_eq!(data, [rec(3, 3), rec(5, 1), rec(7, 4), rec(9, 2)].concat());
+        // Equal times keep their order; a ragged buffer is left alone.
+        let mut same = [rec(1, 2), rec(1, 1)].concat();
+        sort_by_time(&mut same, 24);
+        assert_eq!(same, [rec(1, 2), rec(1, 1)].concat());
+        let mut ragged = [rec(2, 0), rec(1, 0)].concat();
+        ragged.push(0);
+        let before = ragged.clone();
+        sort_by_time(&mut ragged, 24);
+        assert_eq!(ragged, before);
     }
 
     #[test]

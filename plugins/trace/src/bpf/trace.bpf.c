@@ -260,24 +260,39 @@ static __always_inline struct trace_slot *slot_of(__u32 slot)
 	return bpf_map_lookup_elem(&trace_slots, &slot);
 }
 
-/* The header and every field but (phase 0) the return value's. */
+/* Records up to this size are cleared with plain stores, larger ones with
+ * a helper call (calls are dear where returns are mitigated). */
+#define TRACE_INLINE_ZERO 128
+
+/* The header and every field but (phase 0) the return value's. The pid
+ * and tgid are the current task's, read through its BTF pointer. */
 static __always_inline void build(struct trace_slot *slot, __u32 id, __u8 *rec, __u64 *args,
 				  __u64 ret, __u32 phase, __u64 now_ns)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct task_struct *task = bpf_get_current_task_btf();
 	struct fetch_ctx c = {
 		.slot = slot, .rec = rec, .args = args, .ret = ret, .phase = phase,
 	};
+	__u32 size = slot->record_size;
 
-	zero(rec, slot->record_size & (TRACE_MAX_RECORD - 1));
+	if (size <= TRACE_INLINE_ZERO) {
+		/* Records are whole multiples of 8 bytes. */
+#pragma clang loop unroll(full)
+		for (__u32 i = 0; i < TRACE_INLINE_ZERO / 8; i++)
+			if (i * 8 < size)
+				((__u64 *)rec)[i] = 0;
+	} else {
+		zero(rec, size & (TRACE_MAX_RECORD - 1));
+	}
 	*(__u64 *)rec = now_ns / 1000;
-	*(__u32 *)(rec + 8) = (__u32)pid_tgid;
-	*(__u32 *)(rec + 12) = pid_tgid >> 32;
+	*(__u32 *)(rec + 8) = task->pid;
+	*(__u32 *)(rec + 12) = task->tgid;
 	*(__u32 *)(rec + 16) = bpf_get_smp_processor_id();
 	*(__u16 *)(rec + TRACE_SLOT_OFFSET) = id;
 	if (slot->flags & TRACE_COMM)
 		bpf_get_current_comm(rec + (slot->comm_out & (TRACE_MAX_RECORD - 1)), 16);
-	bpf_loop(slot->nfields, fetch_one, &c, 0);
+	if (slot->nfields)
+		bpf_loop(slot->nfields, fetch_one, &c, 0);
 }
 
 static __always_inline void send(__u8 *rec, struct trace_slot *slot, __u32 id)
