@@ -552,7 +552,7 @@ impl Trace {
         let on = loaded
             .maps
             .rodata_data
-            .as_deref()
+            .as_ref()
             .is_some_and(|ro| ro.trace_stage_on != 0);
         if !on {
             return Ok(None);
