@@ -262,6 +262,9 @@ struct Pending {
     data: Vec<Vec<u8>>,
     records: Vec<u64>,
     sizes: Vec<usize>,
+    /// Rows ordered by their time at each drain: not a joined event's,
+    /// whose rows come in the order their calls returned.
+    by_time: Vec<bool>,
     malformed: Vec<u64>,
 }
 
@@ -965,6 +968,7 @@ impl ProbeImpl for Trace {
             data: tables.iter().map(|_| Vec::new()).collect(),
             records: vec![0; tables.len()],
             sizes: tables.iter().map(|t| t.record_size as usize).collect(),
+            by_time: laid.iter().map(|l| !l.joined).collect(),
             malformed: vec![0; tables.len()],
         };
         // Joined events: their exits without an entry get a table of
@@ -1050,8 +1054,10 @@ impl ProbeImpl for Trace {
                     p.data[i].extend_from_slice(&leftover);
                 }
             }
-            let size = p.sizes[i];
-            sort_by_time(&mut p.data[i], size);
+            if p.by_time[i] {
+                let size = p.sizes[i];
+                sort_by_time(&mut p.data[i], size);
+            }
             batch.data.extend_from_slice(&p.data[i]);
             batch.records += p.records[i];
             batch.malformed_total = p.malformed[i];
