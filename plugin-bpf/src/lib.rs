@@ -28,7 +28,7 @@
 //! ```
 
 mod probe;
-mod stage;
+pub mod stage;
 
 use std::{cell::OnceCell, collections::BTreeMap};
 

@@ -1015,3 +1015,155 @@ fn root_trace_count_mode_refusals_are_one_line() {
         assert!(!out.exists(), "a refused run made {}", out.display());
     }
 }
+
+/// Threads that sleep until told to go (`go` on standard input), then
+/// sleep `SHORT` times more and end; each thread's id is printed first.
+const UNMATCHED_WORKLOAD: &str = r#"
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define THREADS 4
+#define SHORT 5
+
+static void woken(int sig) { (void)sig; }
+
+static void *sleeper(void *arg) {
+    (void)arg;
+    struct timespec long_sleep = {3600, 0}, short_sleep = {0, 5000000};
+    printf("%ld\n", (long)syscall(SYS_gettid));
+    fflush(stdout);
+    nanosleep(&long_sleep, NULL);
+    for (int i = 0; i < SHORT; i++)
+        nanosleep(&short_sleep, NULL);
+    return NULL;
+}
+
+int main(void) {
+    pthread_t t[THREADS];
+    struct sigaction sa;
+    char line[16];
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = woken;
+    sigaction(SIGUSR1, &sa, NULL);
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&t[i], NULL, sleeper, NULL);
+    if (!fgets(line, sizeof(line), stdin))
+        return 1;
+    for (int i = 0; i < THREADS; i++)
+        pthread_kill(t[i], SIGUSR1);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    return 0;
+}
+"#;
+
+/// Exits of a joined event whose entries came before the probe attached
+/// are counted in `trace_unmatched_exits`, per event: exactly the sleeps
+/// in progress at the start, while every later sleep is a row.
+#[test]
+fn root_trace_unmatched_exits_are_a_table() {
+    const TEST: &str = "root_trace_unmatched_exits_are_a_table";
+    if !require_root(TEST) || !require_tool(TEST, "gcc") {
+        return;
+    }
+    let _serial = serial();
+    let (threads, short) = (4usize, 5usize);
+    let work = temp_dir("trace-unmatched");
+    let src = work.join("sleepers.c");
+    let bin = work.join("kmlsleepers");
+    std::fs::write(&src, UNMATCHED_WORKLOAD).expect("writing the workload");
+    let built = Command::new("gcc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("running gcc");
+    assert!(built.success(), "gcc failed");
+    // Built before the sleepers start: their long sleep must outlast it.
+    let plugins = plugin_dir("trace-unmatched", &[("trace", "trace")]);
+    /// The sleepers, killed and reaped if the test ends early.
+    struct Sleepers(std::process::Child);
+    impl Drop for Sleepers {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut wl = Sleepers(
+        Command::new(&bin)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting the sleepers"),
+    );
+    let wl = &mut wl.0;
+    // Every thread printed its id just before its long sleep.
+    let mut out = std::io::BufReader::new(wl.stdout.take().expect("stdout"));
+    for _ in 0..threads {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).expect("a thread id");
+        assert!(line.trim().parse::<u32>().is_ok(), "{line:?}");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let cfg = work.join("kernmlops.toml");
+    std::fs::write(
+        &cfg,
+        "[probes.trace]\nevents = [\"syscalls:sys_enter_clock_nanosleep(which_clock) latency exit=syscalls:sys_exit_clock_nanosleep\"]\n",
+    )
+    .expect("writing the config");
+    let data = work.join("data");
+    let tgid = wl.id().to_string();
+    let c = Collector::start(&[
+        "--config",
+        cfg.to_str().expect("utf8"),
+        "--plugin-dir",
+        plugins.to_str().expect("utf8"),
+        "--plugins",
+        "trace",
+        "--tgid",
+        &tgid,
+        "--output",
+        data.to_str().expect("utf8"),
+    ]);
+    {
+        use std::io::Write;
+        let mut stdin = wl.stdin.take().expect("stdin");
+        stdin
+            .write_all(b"go\n")
+            .expect("telling the sleepers to go");
+    }
+    let status = wl.wait().expect("waiting for the sleepers");
+    assert!(status.success(), "the sleepers failed: {status}");
+    std::thread::sleep(Duration::from_millis(300));
+    let done = c.signal_and_wait(libc::SIGINT);
+    assert!(done.status.success(), "{}", done.stderr);
+    let dir = done.dir.expect("collection");
+
+    let sleeps = read_table(&dir.join("sys_enter_clock_nanosleep.arrow"));
+    let lat = ints(&sleeps, "latency_ns");
+    assert_eq!(lat.len(), threads * short, "joined sleeps: {lat:?}");
+    assert!(lat.iter().all(|&ns| ns >= 5_000_000), "{lat:?}");
+    let t = read_table(&dir.join("trace_unmatched_exits.arrow"));
+    let events = strings(&t, "event");
+    let unmatched: i64 = ints(&t, "unmatched_exits").iter().sum();
+    assert!(unmatched > 0, "no unmatched exits: {}", done.stderr);
+    assert_eq!(
+        unmatched, threads as i64,
+        "one exit without its entry per sleep in progress at the start"
+    );
+    assert!(
+        events.iter().all(|e| e == "sys_enter_clock_nanosleep"),
+        "{events:?}"
+    );
+    let man = manifest(&dir);
+    assert_eq!(
+        man["tables"]["trace_unmatched_exits"]["rows"].as_u64(),
+        Some(t.iter().map(|b| b.num_rows() as u64).sum())
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}

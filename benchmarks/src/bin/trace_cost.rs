@@ -17,7 +17,8 @@
 //!
 //! Needs root, `perf`, `bpftrace` (installed with apt-get when missing)
 //! and `cargo xtask build-plugins`:
-//! `cargo run --release -p kernmlops-benchmarks --bin trace_cost -- [ROUNDS]`
+//! `cargo run --release -p kernmlops-benchmarks --bin trace_cost -- [ROUNDS] [--cost-only]`
+//! (`--cost-only`: part (a) only).
 
 use std::{
     path::{Path, PathBuf},
@@ -189,18 +190,25 @@ fn stop(child: Child) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let rounds: usize = match std::env::args().nth(1) {
-        Some(a) => a
-            .parse()
-            .with_context(|| format!("ROUNDS {a:?}: a whole number"))?,
-        None => 3,
-    };
+    let mut rounds = 3;
+    let mut cost_only = false;
+    for a in std::env::args().skip(1) {
+        if a == "--cost-only" {
+            cost_only = true;
+        } else {
+            rounds = a
+                .parse()
+                .with_context(|| format!("ROUNDS {a:?}: a whole number, or --cost-only"))?;
+        }
+    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("needs root (BPF programs and their kernel statistics)");
     }
     let bin = release_host()?;
-    ensure_bpftrace()?;
+    if !cost_only {
+        ensure_bpftrace()?;
+    }
     let scratch =
         Scratch(std::env::temp_dir().join(format!("kml-trace-cost-{}", std::process::id())));
     let data = scratch.0.join("data");
@@ -261,6 +269,29 @@ fn main() -> Result<()> {
     }
     let ns = |v: &[(u64, f64)]| median(&mut v.iter().map(|x| x.1).collect::<Vec<_>>());
     let events = |v: &[(u64, f64)]| v.iter().map(|x| x.0).collect::<Vec<_>>();
+    let cost = serde_json::json!({
+        "switch": {
+            "quanta_runtime_ns": ns(&q).round(),
+            "trace_ns": ns(&ts).round(),
+            "trace_over_hand_written": (ns(&ts) / ns(&q) * 100.0).round() / 100.0,
+            "events_quanta_runtime": events(&q),
+            "events_trace": events(&ts),
+        },
+        "exec": {
+            "process_trace_ns": ns(&p).round(),
+            "trace_ns": ns(&te).round(),
+            "trace_over_hand_written": (ns(&te) / ns(&p) * 100.0).round() / 100.0,
+            "events_process_trace": events(&p),
+            "events_trace": events(&te),
+        },
+    });
+    if cost_only {
+        println!(
+            "{}",
+            serde_json::json!({"benchmark": "trace_cost", "rounds": rounds, "cost_per_event": cost})
+        );
+        return Ok(());
+    }
 
     // (b) The pipe untraced and traced three ways, rounds alternating.
     let (mut base, mut tr, mut pr, mut bt) = (vec![], vec![], vec![], vec![]);
@@ -309,22 +340,7 @@ fn main() -> Result<()> {
         serde_json::json!({
             "benchmark": "trace_cost",
             "rounds": rounds,
-            "cost_per_event": {
-                "switch": {
-                    "quanta_runtime_ns": ns(&q).round(),
-                    "trace_ns": ns(&ts).round(),
-                    "trace_over_hand_written": (ns(&ts) / ns(&q) * 100.0).round() / 100.0,
-                    "events_quanta_runtime": events(&q),
-                    "events_trace": events(&ts),
-                },
-                "exec": {
-                    "process_trace_ns": ns(&p).round(),
-                    "trace_ns": ns(&te).round(),
-                    "trace_over_hand_written": (ns(&te) / ns(&p) * 100.0).round() / 100.0,
-                    "events_process_trace": events(&p),
-                    "events_trace": events(&te),
-                },
-            },
+            "cost_per_event": cost,
             "sched_pipe_pinned": {
                 "loops": PIPE_LOOPS,
                 "untraced_s_median": (b * 1000.0).round() / 1000.0,

@@ -121,6 +121,53 @@ fn column(
     }
 }
 
+/// The table of exits seen without their entry, declared when an event
+/// joins entry and exit.
+pub const UNMATCHED_TABLE: &str = "trace_unmatched_exits";
+/// Its record: ts_uptime_us u64 | unmatched_exits u64 | event u16 | pad.
+pub const UNMATCHED_RECORD: u32 = 24;
+
+/// `trace_unmatched_exits`: per joined event, the exits that came without
+/// their entry since its previous row (the entry predates the probe, or a
+/// thread's entries piled up past TRACE_MAX_DEPTH); `event` names the
+/// event's table among `tables`.
+pub fn unmatched_table(tables: &[TableDecl]) -> TableDecl {
+    let mut event = column(
+        "event",
+        ColumnKind::LABEL,
+        16,
+        2,
+        "",
+        "table of the joined event whose exits these are",
+    );
+    event.labels = tables.iter().map(|t| t.name.clone()).collect();
+    TableDecl {
+        name: UNMATCHED_TABLE.into(),
+        description: "Exits of joined (latency) events seen without their entry, per event: no row was made for them".into(),
+        record_size: UNMATCHED_RECORD,
+        columns: vec![
+            column(
+                "ts_uptime_us",
+                ColumnKind::U64,
+                0,
+                8,
+                "us",
+                "when the drain read the count (CLOCK_BOOTTIME)",
+            ),
+            column(
+                "unmatched_exits",
+                ColumnKind::U64,
+                8,
+                8,
+                "count",
+                "exits without their entry since the event's previous row",
+            ),
+            event,
+        ]
+        .into(),
+    }
+}
+
 /// Lays out one planned event for slot `slot_id`.
 pub fn lay_out(plan: &EventPlan, comm: bool) -> Result<Laid, String> {
     let spec = &plan.spec;

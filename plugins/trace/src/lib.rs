@@ -27,13 +27,17 @@ use kernmlops_plugin_bpf::libbpf_rs::{
     Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder,
     TracepointCategory, TracepointOpts, UprobeOpts,
 };
+use kernmlops_plugin_bpf::stage::{self, Stages};
 use kernmlops_plugin_sdk::{
     export_plugin, settings, sys::btf::Btf, Batch, Error, ProbeDecl, ProbeImpl, Result, StartArgs,
     TableDecl,
 };
 
 use crate::{
-    layout::{lay_out, CountLayout, Laid, COUNT_KEY, MAX_SLOTS, SLOT_OFFSET},
+    layout::{
+        lay_out, unmatched_table, CountLayout, Laid, COUNT_KEY, MAX_SLOTS, SLOT_OFFSET,
+        UNMATCHED_RECORD, UNMATCHED_TABLE,
+    },
     plan::{plan_event, EventPlan, Options, Sources},
     spec::{EventSpec, Kind, LongEvent, Target},
 };
@@ -258,6 +262,9 @@ struct Pending {
     data: Vec<Vec<u8>>,
     records: Vec<u64>,
     sizes: Vec<usize>,
+    /// Rows ordered by their time at each drain: not a joined event's,
+    /// whose rows come in the order their calls returned.
+    by_time: Vec<bool>,
     malformed: Vec<u64>,
 }
 
@@ -345,7 +352,15 @@ pub struct Trace {
     ring: Option<RingBuffer<'static>>,
     links: Vec<Link>,
     lost: Option<MapHandle>,
+    /// Exits without their entry, per slot (`trace_unmatched`).
+    unmatched: Option<MapHandle>,
+    /// The joined events' slots with the unmatched exits already reported;
+    /// empty when no event is joined (no `trace_unmatched_exits` table).
+    unmatched_seen: Vec<(u32, u64)>,
     counts_map: Option<MapHandle>,
+    /// Staged output of the first STAGE_SLOTS slots (None: records go to
+    /// the ring one at a time).
+    stages: Option<Stages>,
     counts: Counts,
     stopped: bool,
     skel: Option<skel::Loaded>,
@@ -365,7 +380,9 @@ impl Drop for Trace {
         self.ring = None;
         self.detach();
         self.lost = None;
+        self.unmatched = None;
         self.counts_map = None;
+        self.stages = None;
         self.skel = None;
         if !self.storage.is_null() {
             // SAFETY: allocated by Box in `start`; the skeleton borrowing it
@@ -376,16 +393,24 @@ impl Drop for Trace {
     }
 }
 
+/// Slots whose records are staged per CPU (`TRACE_STAGE_SLOTS`) and the
+/// stage's batch size (`TRACE_STAGE_BYTES`).
+const STAGE_SLOTS: usize = 8;
+const STAGE_BYTES: u64 = 8192;
+
 /// The ring's size: `--ring-size`, or (auto) an eighth of a second of a
-/// busy event's records, 256 KiB to 16 MiB.
+/// busy event's records, 256 KiB to 16 MiB, and room for every CPU's
+/// staged batch below the wake-up threshold.
 fn ring_bytes(args: &StartArgs, tables: &[TableDecl]) -> u32 {
     if args.ring_bytes != 0 {
         return u32::try_from(args.ring_bytes.clamp(4096, 1 << 30).next_power_of_two())
             .unwrap_or(1 << 30);
     }
     let per_event: u64 = tables.iter().map(|t| u64::from(t.record_size) + 8).sum();
+    let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u64;
     (per_event * 100_000 / 8)
         .clamp(256 << 10, 16 << 20)
+        .max(stage::ring_bytes_for_stages(cpus, STAGE_BYTES))
         .next_power_of_two()
         .try_into()
         .unwrap_or(16 << 20)
@@ -417,6 +442,14 @@ impl Trace {
             ro.kml_filter_cgroup_descendants = u32::from(args.filter_cgroup_descendants);
             ro.kml_self_tgid = if args.include_self { 0 } else { args.self_tgid };
             ro.kml_wakeup_bytes[0] = u64::from(ring / 4);
+            // Staged where the host can send a quiet CPU's partial batch,
+            // in batches every CPU's of which fit below the wake-up
+            // threshold.
+            ro.trace_stage_on = u32::from(kernmlops_sys::features::test_run_on_cpu().is_ok());
+            let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u64;
+            let largest = self.tables.iter().map(|t| t.record_size).max().unwrap_or(1);
+            ro.trace_stage_limit =
+                stage::batch_bytes_for_ring(u64::from(ring), cpus, STAGE_BYTES, u64::from(largest));
         }
         open.maps
             .trace_ring
@@ -485,9 +518,15 @@ impl Trace {
         }
         let lost = MapHandle::try_from(&loaded.maps.trace_lost)
             .map_err(|e| bpf_error("opening trace_lost", &e))?;
+        self.unmatched = Some(
+            MapHandle::try_from(&loaded.maps.trace_unmatched)
+                .map_err(|e| bpf_error("opening trace_unmatched", &e))?,
+        );
         let counts = MapHandle::try_from(&loaded.maps.trace_counts)
             .map_err(|e| bpf_error("opening trace_counts", &e))?;
+        let stages = Self::stages(&loaded, laid)?;
         self.skel = Some(loaded);
+        self.stages = stages;
         self.lost = Some(lost);
         self.counts_map = Some(counts);
         let now = Instant::now();
@@ -508,6 +547,35 @@ impl Trace {
         self.publish_generations();
         self.attach(laid, plans)?;
         self.build_ring()
+    }
+
+    /// The host's side of the staged output: the stage maps and the flush
+    /// program, for the slots that stage.
+    fn stages(loaded: &skel::Loaded, laid: &[Laid]) -> Result<Option<Stages>> {
+        let on = loaded
+            .maps
+            .rodata_data
+            .as_ref()
+            .is_some_and(|ro| ro.trace_stage_on != 0);
+        if !on {
+            return Ok(None);
+        }
+        let head = MapHandle::try_from(&loaded.maps.kml_stage_head)
+            .map_err(|e| bpf_error("opening kml_stage_head", &e))?;
+        let data = MapHandle::try_from(&loaded.maps.kml_stage_data)
+            .map_err(|e| bpf_error("opening kml_stage_data", &e))?;
+        let flush = loaded
+            .progs
+            .kml_flush
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| Error::new(format!("trace: the flush program's fd: {e}")))?;
+        let sizes = laid
+            .iter()
+            .take(STAGE_SLOTS)
+            .map(|l| l.table.record_size as usize)
+            .collect();
+        Ok(Some(Stages::new(head, data, flush, sizes)))
     }
 
     fn attach(&mut self, laid: &[Laid], plans: &[EventPlan]) -> Result<()> {
@@ -635,10 +703,21 @@ impl Trace {
                 let slot = data
                     .get(SLOT_OFFSET..SLOT_OFFSET + 2)
                     .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])));
+                // A sample holds one record, or a staged batch of whole
+                // records of one slot.
+                let whole = |s: usize, size: usize| {
+                    size >= SLOT_OFFSET + 2
+                        && !data.is_empty()
+                        && data.len() % size == 0
+                        && data.chunks_exact(size).all(|r| {
+                            usize::from(u16::from_le_bytes([r[SLOT_OFFSET], r[SLOT_OFFSET + 1]]))
+                                == s
+                        })
+                };
                 match slot {
-                    Some(s) if s < p.sizes.len() && data.len() == p.sizes[s] => {
+                    Some(s) if s < p.sizes.len() && whole(s, p.sizes[s]) => {
                         p.data[s].extend_from_slice(data);
-                        p.records[s] += 1;
+                        p.records[s] += (data.len() / p.sizes[s]) as u64;
                     }
                     Some(s) if s < p.sizes.len() => p.malformed[s] += 1,
                     _ => {
@@ -829,17 +908,43 @@ impl Trace {
     }
 
     fn lost_total(&self, slot: u32) -> u64 {
-        let Some(lost) = self.lost.as_ref() else {
-            return 0;
-        };
-        match lost.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY) {
-            Ok(Some(per_cpu)) => per_cpu
-                .iter()
-                .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
-                .map(u64::from_ne_bytes)
-                .sum(),
-            _ => 0,
+        per_cpu_sum(self.lost.as_ref(), slot)
+    }
+
+    /// One `trace_unmatched_exits` row per joined event whose exits without
+    /// an entry grew since its last row, into `batch`.
+    fn unmatched_rows(&mut self, batch: &mut Batch) {
+        let ts = kernmlops_plugin_sdk::sys::clock::uptime_us();
+        for i in 0..self.unmatched_seen.len() {
+            let (slot, seen) = self.unmatched_seen[i];
+            let now = per_cpu_sum(self.unmatched.as_ref(), slot);
+            if now <= seen {
+                continue;
+            }
+            self.unmatched_seen[i].1 = now;
+            let mut row = [0u8; UNMATCHED_RECORD as usize];
+            row[..8].copy_from_slice(&ts.to_le_bytes());
+            row[8..16].copy_from_slice(&(now - seen).to_le_bytes());
+            row[16..18].copy_from_slice(&u16::try_from(slot).unwrap_or(u16::MAX).to_le_bytes());
+            batch.data.extend_from_slice(&row);
+            batch.records += 1;
         }
+    }
+}
+
+/// The sum over CPUs of a per-CPU u64 array's entry `slot` (0 when the map
+/// is closed or the entry unreadable).
+fn per_cpu_sum(map: Option<&MapHandle>, slot: u32) -> u64 {
+    let Some(map) = map else {
+        return 0;
+    };
+    match map.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY) {
+        Ok(Some(per_cpu)) => per_cpu
+            .iter()
+            .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+            .map(u64::from_ne_bytes)
+            .sum(),
+        _ => 0,
     }
 }
 
@@ -858,18 +963,37 @@ impl ProbeImpl for Trace {
     fn start(args: &StartArgs, config: Config) -> Result<Self> {
         let (plans, notes) = plan_all(&config)?;
         let laid = lay_out_all(&plans, config.comm)?;
-        let tables: Vec<TableDecl> = laid.iter().map(|l| l.table.clone()).collect();
+        let mut tables: Vec<TableDecl> = laid.iter().map(|l| l.table.clone()).collect();
         let pending = Pending {
             data: tables.iter().map(|_| Vec::new()).collect(),
             records: vec![0; tables.len()],
             sizes: tables.iter().map(|t| t.record_size as usize).collect(),
+            by_time: laid.iter().map(|l| !l.joined).collect(),
             malformed: vec![0; tables.len()],
         };
+        // Joined events: their exits without an entry get a table of
+        // their own, after the events' tables.
+        let unmatched_seen: Vec<(u32, u64)> = (0u32..)
+            .zip(&laid)
+            .filter(|(_, l)| l.joined)
+            .map(|(slot, _)| (slot, 0))
+            .collect();
+        if !unmatched_seen.is_empty() {
+            if tables.iter().any(|t| t.name.as_str() == UNMATCHED_TABLE) {
+                return Err(Error::config(format!(
+                    "trace: an event's table is named {UNMATCHED_TABLE}, the table of joined events' unmatched exits: name the event otherwise"
+                )));
+            }
+            tables.push(unmatched_table(&tables));
+        }
         let mut probe = Trace {
             ring: None,
             links: Vec::new(),
             lost: None,
+            unmatched: None,
+            unmatched_seen,
             counts_map: None,
+            stages: None,
             counts: Counts::default(),
             stopped: false,
             skel: None,
@@ -900,7 +1024,12 @@ impl ProbeImpl for Trace {
         if let Some(ring) = self.ring.as_ref() {
             // A stop interrupts the wait with a signal (EINTR): not an error.
             let polled = ring.poll_raw(timeout);
+            let flushed = match self.stages.as_mut() {
+                Some(stages) => stages.flush_stale(),
+                None => Ok(()),
+            };
             let consumed = ring.consume_raw();
+            flushed?;
             for (ret, what) in [(polled, "polling"), (consumed, "reading")] {
                 if ret < 0 && ret != -libc::EINTR {
                     return Err(Error::new(format!(
@@ -912,18 +1041,35 @@ impl ProbeImpl for Trace {
         } else if !timeout.is_zero() {
             kernmlops_plugin_sdk::schedule::nap(timeout);
         }
-        let Ok(mut p) = self.pending.lock() else {
+        let Ok(mut guard) = self.pending.lock() else {
             return Err(Error::new("trace: the ring's records are poisoned"));
         };
-        for (i, batch) in batches.iter_mut().enumerate() {
+        let p = &mut *guard;
+        for (i, batch) in batches.iter_mut().enumerate().take(p.data.len()) {
+            if let Some(stages) = self.stages.as_mut() {
+                // Records staged on CPUs gone offline, read at the stop.
+                let leftover = stages.take_leftover(i);
+                if !leftover.is_empty() && p.sizes[i] > 0 {
+                    p.records[i] += (leftover.len() / p.sizes[i]) as u64;
+                    p.data[i].extend_from_slice(&leftover);
+                }
+            }
+            if p.by_time[i] {
+                let size = p.sizes[i];
+                sort_by_time(&mut p.data[i], size);
+            }
             batch.data.extend_from_slice(&p.data[i]);
             batch.records += p.records[i];
             batch.malformed_total = p.malformed[i];
             p.data[i].clear();
             p.records[i] = 0;
         }
-        drop(p);
+        let events = guard.data.len();
+        drop(guard);
         self.count_rows(batches)?;
+        if let Some(batch) = batches.get_mut(events) {
+            self.unmatched_rows(batch);
+        }
         for (i, batch) in batches.iter_mut().enumerate() {
             batch.lost_total = self.lost_total(i as u32);
         }
@@ -932,9 +1078,13 @@ impl ProbeImpl for Trace {
 
     fn stop(&mut self) -> Result<()> {
         self.detach();
-        // The drain after the stop closes every count event's last interval.
+        // The drain after the stop closes every count event's last interval
+        // and takes the partial batches sent here.
         self.stopped = true;
-        Ok(())
+        match self.stages.as_mut() {
+            Some(stages) => stages.flush_all(),
+            None => Ok(()),
+        }
     }
 
     fn tables(&self) -> Vec<TableDecl> {
@@ -962,6 +1112,22 @@ impl ProbeImpl for Trace {
             })
             .collect()
     }
+}
+
+/// Orders one drain's records of a table (`size` bytes each) by their
+/// time: staged batches of different CPUs arrive a batch at a time.
+fn sort_by_time(data: &mut Vec<u8>, size: usize) {
+    if size < 8 || data.len() % size != 0 || data.len() <= size {
+        return;
+    }
+    let time = |r: &[u8]| u64::from_le_bytes([r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]]);
+    let pairs = data.chunks_exact(size).zip(data.chunks_exact(size).skip(1));
+    if pairs.clone().all(|(a, b)| time(a) <= time(b)) {
+        return;
+    }
+    let mut rows: Vec<&[u8]> = data.chunks_exact(size).collect();
+    rows.sort_by_key(|r| time(r));
+    *data = rows.concat();
 }
 
 /// The kernel's `bpf_prog_info` of a loaded program (its run-time
@@ -995,6 +1161,28 @@ mod tests {
             .map(|e| parse_event(e).expect("parses"))
             .collect();
         copies_needed(&specs.iter().collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_drains_records_are_ordered_by_time() {
+        let rec = |ts: u64, tag: u8| {
+            let mut r = vec![tag; 24];
+            r[..8].copy_from_slice(&ts.to_le_bytes());
+            r
+        };
+        // Two CPUs' batches: 5, 9 then 3, 7.
+        let mut data = [rec(5, 1), rec(9, 2), rec(3, 3), rec(7, 4)].concat();
+        sort_by_time(&mut data, 24);
+        assert_eq!(data, [rec(3, 3), rec(5, 1), rec(7, 4), rec(9, 2)].concat());
+        // Equal times keep their order; a ragged buffer is left alone.
+        let mut same = [rec(1, 2), rec(1, 1)].concat();
+        sort_by_time(&mut same, 24);
+        assert_eq!(same, [rec(1, 2), rec(1, 1)].concat());
+        let mut ragged = [rec(2, 0), rec(1, 0)].concat();
+        ragged.push(0);
+        let before = ragged.clone();
+        sort_by_time(&mut ragged, 24);
+        assert_eq!(ragged, before);
     }
 
     #[test]

@@ -79,6 +79,48 @@ struct {
 	__type(value, struct trace_count);
 } trace_counts SEC(".maps");
 
+/* Staged output: a slot's records gathered per CPU and sent to the ring a
+ * batch at a time (one ring reservation per batch, not per record), for
+ * slots below TRACE_STAGE_SLOTS; the host sends a quiet CPU's partial
+ * batch with `kml_flush` (BPF_PROG_TEST_RUN on that CPU) and every CPU's
+ * at the stop (kernmlops_plugin_bpf::stage). The maps' names, the header's
+ * layout and the flush program's name are the ones of kml.bpf.h's
+ * KML_STAGED; a record is built in place in the stage, so the data holds
+ * a whole record's reach past the batch limit. A stage taken (an
+ * interrupt on the same CPU) or off sends the record straight to the
+ * ring. */
+#define TRACE_STAGE_SLOTS 8
+#define TRACE_STAGE_BYTES 8192
+
+/* Set by user space before load: 0 where the host cannot run the flush on
+ * a chosen CPU; the batch limit (at most TRACE_STAGE_BYTES). */
+const volatile __u32 trace_stage_on = 0;
+const volatile __u32 trace_stage_limit = TRACE_STAGE_BYTES;
+
+struct kml_stage_head {
+	__u32 busy;
+	__u32 len;
+	__u64 batches;
+};
+
+struct trace_stage_data {
+	__u8 bytes[TRACE_STAGE_BYTES + TRACE_MAX_RECORD + TRACE_MAX_READ];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TRACE_STAGE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct kml_stage_head);
+} kml_stage_head SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TRACE_STAGE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct trace_stage_data);
+} kml_stage_data SEC(".maps");
+
 /* Count mode: each slot's current interval, advanced by user space. */
 volatile __u64 trace_count_gen[TRACE_MAX_SLOTS];
 
@@ -87,12 +129,17 @@ struct trace_slot _trace_slot = {};
 struct trace_entry_key _trace_entry_key = {};
 struct trace_count _trace_count = {};
 
-static __always_inline void count(void *map, __u32 slot)
+static __always_inline void count_n(void *map, __u32 slot, __u64 by)
 {
 	__u64 *n = bpf_map_lookup_elem(map, &slot);
 
 	if (n)
-		*n += 1;
+		*n += by;
+}
+
+static __always_inline void count(void *map, __u32 slot)
+{
+	count_n(map, slot, 1);
 }
 
 static __always_inline long read_mem(void *dst, __u32 size, __u64 src, bool user)
@@ -213,24 +260,39 @@ static __always_inline struct trace_slot *slot_of(__u32 slot)
 	return bpf_map_lookup_elem(&trace_slots, &slot);
 }
 
-/* The header and every field but (phase 0) the return value's. */
+/* Records up to this size are cleared with plain stores, larger ones with
+ * a helper call (calls are dear where returns are mitigated). */
+#define TRACE_INLINE_ZERO 128
+
+/* The header and every field but (phase 0) the return value's. The pid
+ * and tgid are the current task's, read through its BTF pointer. */
 static __always_inline void build(struct trace_slot *slot, __u32 id, __u8 *rec, __u64 *args,
 				  __u64 ret, __u32 phase, __u64 now_ns)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct task_struct *task = bpf_get_current_task_btf();
 	struct fetch_ctx c = {
 		.slot = slot, .rec = rec, .args = args, .ret = ret, .phase = phase,
 	};
+	__u32 size = slot->record_size;
 
-	zero(rec, slot->record_size & (TRACE_MAX_RECORD - 1));
+	if (size <= TRACE_INLINE_ZERO) {
+		/* Records are whole multiples of 8 bytes. */
+#pragma clang loop unroll(full)
+		for (__u32 i = 0; i < TRACE_INLINE_ZERO / 8; i++)
+			if (i * 8 < size)
+				((__u64 *)rec)[i] = 0;
+	} else {
+		zero(rec, size & (TRACE_MAX_RECORD - 1));
+	}
 	*(__u64 *)rec = now_ns / 1000;
-	*(__u32 *)(rec + 8) = (__u32)pid_tgid;
-	*(__u32 *)(rec + 12) = pid_tgid >> 32;
+	*(__u32 *)(rec + 8) = task->pid;
+	*(__u32 *)(rec + 12) = task->tgid;
 	*(__u32 *)(rec + 16) = bpf_get_smp_processor_id();
 	*(__u16 *)(rec + TRACE_SLOT_OFFSET) = id;
 	if (slot->flags & TRACE_COMM)
 		bpf_get_current_comm(rec + (slot->comm_out & (TRACE_MAX_RECORD - 1)), 16);
-	bpf_loop(slot->nfields, fetch_one, &c, 0);
+	if (slot->nfields)
+		bpf_loop(slot->nfields, fetch_one, &c, 0);
 }
 
 static __always_inline void send(__u8 *rec, struct trace_slot *slot, __u32 id)
@@ -244,6 +306,93 @@ static __always_inline void send(__u8 *rec, struct trace_slot *slot, __u32 id)
 		return;
 	if (bpf_ringbuf_output(&trace_ring, rec, size, flags))
 		count(&trace_lost, id);
+}
+
+/* Sends a stage's `len` bytes (records of `size` bytes) in one sample. */
+static __always_inline void stage_send(struct kml_stage_head *h, struct trace_stage_data *d,
+				       __u32 len, __u32 size, __u32 id, __u64 flags)
+{
+	if (len == 0 || len > TRACE_STAGE_BYTES)
+		return;
+	if (bpf_ringbuf_output(&trace_ring, d->bytes, len, flags))
+		count_n(&trace_lost, id, size ? len / size : 1);
+	h->batches += 1;
+}
+
+/* A staged record: where it goes, and its stage, taken. */
+struct staged {
+	struct kml_stage_head *h;
+	struct trace_stage_data *d;
+	__u8 *rec;
+};
+
+/* Takes slot `id`'s stage on this CPU and finds room for a record of its
+ * size; false: send the record straight to the ring. */
+static __always_inline bool stage_begin(struct trace_slot *slot, __u32 id, struct staged *st)
+{
+	__u32 size = slot->record_size, len, limit = trace_stage_limit;
+
+	if (!trace_stage_on || id >= TRACE_STAGE_SLOTS || size < TRACE_HEADER_SIZE ||
+	    size > TRACE_STAGE_BYTES)
+		return false;
+	if (limit == 0 || limit > TRACE_STAGE_BYTES)
+		limit = TRACE_STAGE_BYTES;
+	st->h = bpf_map_lookup_elem(&kml_stage_head, &id);
+	st->d = bpf_map_lookup_elem(&kml_stage_data, &id);
+	if (!st->h || !st->d)
+		return false;
+	if (__sync_lock_test_and_set(&st->h->busy, 1))
+		return false;
+	len = st->h->len;
+	if (len > limit - size) {
+		/* Never with one record size per slot (a full batch is sent
+		 * at the end); bounds `len` for the verifier. */
+		stage_send(st->h, st->d, len, size, id, kml_fill_flag(&trace_ring, 0));
+		len = 0;
+	}
+	st->h->len = len;
+	st->rec = st->d->bytes + (len & (TRACE_STAGE_BYTES - 1));
+	return true;
+}
+
+/* The record at st->rec staged: the batch sent when the next would not
+ * fit, the stage released. */
+static __always_inline void stage_end(struct trace_slot *slot, __u32 id, struct staged *st)
+{
+	__u32 size = slot->record_size, limit = trace_stage_limit;
+	__u32 len = st->h->len + size;
+
+	if (limit == 0 || limit > TRACE_STAGE_BYTES)
+		limit = TRACE_STAGE_BYTES;
+	if (len + size > limit) {
+		stage_send(st->h, st->d, len, size, id, kml_fill_flag(&trace_ring, 0));
+		len = 0;
+	}
+	st->h->len = len;
+	asm volatile("" ::: "memory");
+	st->h->busy = 0;
+}
+
+/* Sends this CPU's partial batches: run by the host on a chosen CPU,
+ * never attached. */
+SEC("raw_tp")
+int kml_flush(void *ctx)
+{
+#pragma clang loop unroll(full)
+	for (__u32 i = 0; i < TRACE_STAGE_SLOTS; i++) {
+		__u32 id = i;
+		struct kml_stage_head *h = bpf_map_lookup_elem(&kml_stage_head, &id);
+		struct trace_stage_data *d = bpf_map_lookup_elem(&kml_stage_data, &id);
+		struct trace_slot *slot = bpf_map_lookup_elem(&trace_slots, &id);
+
+		if (!h || !d || !slot || __sync_lock_test_and_set(&h->busy, 1))
+			continue;
+		stage_send(h, d, h->len, slot->record_size, id, BPF_RB_NO_WAKEUP);
+		h->len = 0;
+		asm volatile("" ::: "memory");
+		h->busy = 0;
+	}
+	return 0;
 }
 
 /* Count mode: the record's key counted, with its latency. */
@@ -295,14 +444,20 @@ static __always_inline void tally(struct kml_trace_scratch *s, __u8 *rec, struct
 	}
 }
 
-/* A finished record: counted (count mode) or sent. */
+/* A finished record: counted (count mode), staged or sent. */
 static __always_inline void finish(struct kml_trace_scratch *s, __u8 *rec, struct trace_slot *slot,
 				   __u32 id)
 {
-	if (slot->flags & TRACE_COUNT)
+	struct staged st;
+
+	if (slot->flags & TRACE_COUNT) {
 		tally(s, rec, slot, id);
-	else
+	} else if (stage_begin(slot, id, &st)) {
+		bpf_probe_read_kernel(st.rec, slot->record_size & (TRACE_MAX_RECORD - 1), rec);
+		stage_end(slot, id, &st);
+	} else {
 		send(rec, slot, id);
+	}
 }
 
 static __always_inline bool wanted(void)
@@ -319,9 +474,16 @@ static __always_inline struct kml_trace_scratch *scratch(void)
 	return bpf_map_lookup_elem(&trace_scratch, &zero_key);
 }
 
-/* One row per event, built now. */
+/* One row per event, built now: in place in the stage where it can be. */
 static __always_inline void emit(struct kml_trace_scratch *s, struct trace_slot *slot, __u32 id)
 {
+	struct staged st;
+
+	if (!(slot->flags & TRACE_COUNT) && stage_begin(slot, id, &st)) {
+		build(slot, id, st.rec, s->args, s->ret, 2, bpf_ktime_get_boot_ns());
+		stage_end(slot, id, &st);
+		return;
+	}
 	build(slot, id, s->buf.rec, s->args, s->ret, 2, bpf_ktime_get_boot_ns());
 	finish(s, s->buf.rec, slot, id);
 }
