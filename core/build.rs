@@ -110,8 +110,12 @@ fn write_if_changed(path: &Path, text: &str) {
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let workspace = root.parent().unwrap_or(root);
+    // Read when the script runs, not when it was compiled: a build script
+    // compiled in one checkout can be run for another (a copied target).
+    let root = PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    );
+    let workspace = root.parent().unwrap_or(&root);
     println!("cargo:rerun-if-changed=build.rs");
     println!(
         "cargo:rerun-if-changed={}",
