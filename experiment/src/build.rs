@@ -26,7 +26,7 @@
 
 use std::{
     fs::File,
-    io::{Read, Seek, SeekFrom, Write},
+    io::{BufRead, BufReader, Read, Seek, SeekFrom, Write},
     os::unix::fs::{OpenOptionsExt, PermissionsExt},
     path::{Component, Path, PathBuf},
     process::{Command, Stdio},
@@ -176,7 +176,8 @@ pub fn job_nodes() -> Option<u32> {
 /// Makes the `[build]` current on each of the `nodes` nodes of this Slurm
 /// job: one step with a task per node, each running `kernmlops experiment
 /// build` there (cached per node, as everywhere). A failure on any node is
-/// the run's error.
+/// the run's error, in one line: the failing node's own reason (the
+/// nodes' `error:` lines are not passed on, so the run's log holds one).
 pub fn on_every_node_of_job(
     dir: &ExpDir,
     nodes: u32,
@@ -186,30 +187,75 @@ pub fn on_every_node_of_job(
     if of_folder(dir)?.is_none() {
         return Ok(());
     }
-    let mut srun = Command::new("srun");
-    srun.args([
-        "--disable-status".to_owned(),
-        format!("--nodes={nodes}"),
-        format!("--ntasks={nodes}"),
-        "--ntasks-per-node=1".to_owned(),
-        "--job-name=kml-build".to_owned(),
-        "--export=ALL".to_owned(),
-    ])
-    .arg(exe);
+    let mut build = Command::new(exe);
     if allow_insecure {
-        srun.arg("--allow-insecure-plugins");
+        build.arg("--allow-insecure-plugins");
     }
-    srun.args(["experiment", "build"]).arg(&dir.root);
-    let status = srun.status().map_err(|e| {
+    build.args(["experiment", "build"]).arg(&dir.root);
+    let mut srun = crate::srun::step("kml-build", crate::srun::Span::Each(nodes), &build);
+    srun.stdin(Stdio::null()).stderr(Stdio::piped());
+    let mut child = srun.spawn().map_err(|e| {
         ExperimentError::Usage(format!("[build] on the job's nodes: starting srun: {e}"))
     })?;
+    let errors = relay_all_but_errors(child.stderr.take());
+    let status = child
+        .wait()
+        .map_err(|e| ExperimentError::Usage(format!("[build] on the job's nodes: srun: {e}")))?;
     if status.success() {
-        Ok(())
-    } else {
-        Err(ExperimentError::Usage(format!(
-            "[build] on the job's {nodes} nodes ended with {status}; no run was started (logs: {})",
+        return Ok(());
+    }
+    Err(ExperimentError::Usage(step_failure(
+        dir, nodes, status, &errors,
+    )))
+}
+
+/// Error lines of a build step: the nodes' own (`error: ...`, without
+/// the prefix) and srun's (`srun: error: ...`).
+#[derive(Debug, Default)]
+struct StepErrors {
+    nodes: Vec<String>,
+    srun: Vec<String>,
+}
+
+/// Copies a step's stderr to this process's, all but its error lines,
+/// which are returned.
+fn relay_all_but_errors(stderr: Option<std::process::ChildStderr>) -> StepErrors {
+    let mut errors = StepErrors::default();
+    let Some(stderr) = stderr else {
+        return errors;
+    };
+    for line in BufReader::new(stderr).lines().map_while(std::io::Result::ok) {
+        if let Some(e) = line.strip_prefix("error: ") {
+            errors.nodes.push(e.to_owned());
+        } else if line.starts_with("srun: error: ") {
+            errors.srun.push(line);
+        } else {
+            eprintln!("{line}");
+        }
+    }
+    errors
+}
+
+/// The one line a failed build step is: the first failing node's reason
+/// (with how many others failed), or srun's when no node gave one.
+fn step_failure(
+    dir: &ExpDir,
+    nodes: u32,
+    status: std::process::ExitStatus,
+    errors: &StepErrors,
+) -> String {
+    match errors.nodes.as_slice() {
+        [first] => first.clone(),
+        [first, rest @ ..] => format!("{first} (and on {} more node(s))", rest.len()),
+        [] => format!(
+            "[build] on the job's {nodes} nodes: srun ended with {status}{}; no run was started (logs: {})",
+            if errors.srun.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", kernmlops::trust::printable(errors.srun.join(" | ").as_bytes()))
+            },
             dir.root.join("build").display()
-        )))
+        ),
     }
 }
 
@@ -642,6 +688,37 @@ mod tests {
             assert!(e.starts_with("[build] inputs hold"), "{e}");
         }
         let _ = std::fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn a_failed_build_step_is_the_failing_node_s_line() {
+        use std::os::unix::process::ExitStatusExt;
+        let dir = ExpDir::new(PathBuf::from("/e"));
+        let status = std::process::ExitStatus::from_raw(1 << 8);
+        let node = |n: &str| format!("[build] on {n}: `make` ended with exit status: 2");
+        let one = StepErrors {
+            nodes: vec![node("n2")],
+            srun: vec!["srun: error: n2: task 1: Exited with exit code 1".into()],
+        };
+        assert_eq!(step_failure(&dir, 2, status, &one), node("n2"));
+        let two = StepErrors {
+            nodes: vec![node("n1"), node("n2")],
+            srun: vec![],
+        };
+        assert_eq!(
+            step_failure(&dir, 2, status, &two),
+            format!("{} (and on 1 more node(s))", node("n1"))
+        );
+        let none = StepErrors {
+            nodes: vec![],
+            srun: vec!["srun: error: Unable to create step".into()],
+        };
+        let e = step_failure(&dir, 2, status, &none);
+        assert!(
+            e.starts_with("[build] on the job's 2 nodes: srun ended with exit status: 1: srun: error: Unable")
+                && e.ends_with("(logs: /e/build)"),
+            "{e}"
+        );
     }
 
     #[test]

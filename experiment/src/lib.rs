@@ -62,6 +62,7 @@ pub mod roles;
 pub mod roles_run;
 pub mod run_files;
 pub mod slurm;
+pub mod srun;
 pub mod spec;
 pub mod state;
 pub mod stats;

@@ -202,7 +202,8 @@ pub fn text(bytes: &[u8]) -> String {
 
 // ---- Shared set-up of experiment and kernel-knob tests -------------------
 // (experiment.rs, comparisons.rs, experiment_hardening.rs, khugepaged.rs,
-// readahead.rs, knobs.rs): paths as arguments, `kernmlops experiment`,
+// readahead.rs, knobs.rs, build.rs, build_slurm.rs, split_servers.rs,
+// slurm.rs): paths as arguments, `kernmlops experiment`,
 // results read back with polars, kernel settings put back.
 
 /// A path as an argument (the tests' paths are UTF-8).
@@ -316,6 +317,58 @@ impl Drop for Originals {
             let _ = std::fs::write(p, v);
         }
     }
+}
+
+/// `kernmlops --plugin-dir PLUGINS experiment ARGS` in the workspace
+/// root, to completion.
+pub fn experiment_in_root(plugins: &Path, args: &[&str]) -> Output {
+    experiment_cmd(Some(&workspace_root()), plugins, &[], args)
+}
+
+/// A JSON file, read and parsed (a failure names the file).
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Writes an executable script (mode 755).
+pub fn write_exec(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
+}
+
+/// This machine's host name as kernmlops records a node
+/// (`/proc/sys/kernel/hostname`).
+pub fn this_node() -> String {
+    read_setting("/proc/sys/kernel/hostname")
+}
+
+/// A loopback TCP port nothing listens on now.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// Every log of an experiment folder (`logs/*`), each after a line naming
+/// it, for failure messages.
+pub fn experiment_logs(dir: &Path) -> String {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir.join("logs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    paths.sort();
+    let mut all = String::new();
+    for p in paths {
+        all += &format!("--- {}\n", p.display());
+        all += &std::fs::read_to_string(&p).unwrap_or_default();
+        all += "\n";
+    }
+    all
 }
 
 // ---- End of the experiment and kernel-knob set-up ------------------------

@@ -9,11 +9,15 @@
 use std::{
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::Output,
 };
 
 use kernmlops_e2e::*;
 use serde_json::Value;
+
+#[path = "support/build_fixture.rs"]
+mod build_fixture;
+use build_fixture::{bench, build_table, builds, tool, USE};
 
 fn plugins(test: &str) -> PathBuf {
     plugin_dir(test, &[("workloads", "workloads")])
@@ -21,95 +25,30 @@ fn plugins(test: &str) -> PathBuf {
 
 fn experiment(plugins: &Path, args: &[&str]) -> Output {
     let _serial = serial();
-    Command::new(kernmlops_bin())
-        .arg("--plugin-dir")
-        .arg(plugins)
-        .arg("experiment")
-        .args(args)
-        .current_dir(workspace_root())
-        .output()
-        .expect("running kernmlops experiment")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn node() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .expect("hostname")
-        .trim()
-        .to_owned()
-}
-
-fn write_exec(path: &Path, text: &str) {
-    std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-}
-
-/// The build's makefile-like script: "compiles" `bench/tool.in` into
-/// `out/tool`, writes a generated file into its own inputs (which must not
-/// make the next build look stale), and counts its builds in `builds`.
-const MAKE: &str = r#"#!/bin/sh
-set -eu
-mkdir -p out
-{ echo '#!/bin/sh'; cat bench/tool.in; } > out/tool
-chmod +x out/tool
-echo generated > bench/generated.txt
-echo built >> builds
-"#;
-
-/// The script benchmark: runs the built tool, which prints the indicator.
-const USE: &str = r#"#!/bin/sh
-exec "$(dirname "$0")/out/tool"
-"#;
-
-fn tool(value: u32) -> String {
-    format!(
-        "echo '{{\"name\": \"built_tool\", \"component\": \"tool\", \"@result\": {{\"value\": {value}}}}}'\n"
-    )
+    experiment_in_root(plugins, args)
 }
 
 /// An experiment folder `work` with the bench sources, the wrapper script
 /// and an experiment file whose `[build]` runs `commands`.
 fn setup(work: &Path, commands: &str) -> PathBuf {
-    std::fs::create_dir_all(work.join("bench")).expect("bench");
-    write_exec(&work.join("bench/make.sh"), MAKE);
-    std::fs::write(work.join("bench/tool.in"), tool(42)).expect("tool.in");
+    bench(work, 42);
     write_exec(&work.join("use.sh"), USE);
     let file = work.join("built.toml");
     std::fs::write(
         &file,
         format!(
-            "name = \"built\"\nbenchmark = \"script\"\nprobes = []\nrepeats = 2\nseed = 1\n\
-             [build]\ncommands = {commands}\ninputs = [\"bench\"]\n\
-             [config.benchmarks.script]\ncommand = [\"./use.sh\"]\ndrop_page_cache = false\n"
+            "name = \"built\"\nbenchmark = \"script\"\nprobes = []\nrepeats = 2\nseed = 1\n{}\
+             [config.benchmarks.script]\ncommand = [\"./use.sh\"]\ndrop_page_cache = false\n",
+            build_table(commands)
         ),
     )
     .expect("experiment file");
     file
 }
 
-fn read_json(path: &Path) -> Value {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn builds(work: &Path) -> usize {
-    std::fs::read_to_string(work.join("builds"))
-        .map(|t| t.lines().count())
-        .unwrap_or(0)
-}
-
 /// `(runs, skips)` of this node's build record.
 fn counts(dir: &Path) -> (u64, u64) {
-    let r = read_json(&dir.join("build").join(format!("{}.json", node())));
-    assert_eq!(r["node"], node().as_str(), "{r}");
-    (
-        r["runs"].as_u64().expect("runs"),
-        r["skips"].as_u64().expect("skips"),
-    )
+    build_fixture::counts(dir, &this_node())
 }
 
 fn results_of_runs(dir: &Path) -> Vec<Value> {
@@ -130,9 +69,15 @@ fn root_build_runs_once_is_skipped_when_unchanged_and_runs_again_on_a_changed_in
     }
     let plugins = plugins("build-cache");
     let work = temp_dir("build-cache");
-    let file = setup(&work, "[\"./bench/make.sh\"]");
+    // The second command writes into the build's own inputs, which must
+    // not make the next build look stale.
+    let file = setup(
+        &work,
+        "[\"./bench/make.sh\", \"echo generated > bench/generated.txt\"]",
+    );
     let dir = work.join("exp");
-    let progress = format!("build on {}: ", node());
+    let node = this_node();
+    let progress = format!("build on {node}: ");
 
     let out = experiment(
         &plugins,
@@ -145,15 +90,16 @@ fn root_build_runs_once_is_skipped_when_unchanged_and_runs_again_on_a_changed_in
         stderr.contains(&format!("{progress}ran in ")),
         "progress line: {stderr}"
     );
-    assert_eq!(builds(&work), 1, "built once for two runs");
+    assert_eq!(builds(&work), [node.clone()], "built once for two runs");
     assert_eq!(counts(&dir), (1, 0));
     // The runs ran the built artefact.
     let results = results_of_runs(&dir);
     assert_eq!(results.len(), 2);
     for ind in &results {
         assert_eq!(ind["@result"]["value"], 42, "{ind}");
+        assert_eq!(ind["@result"]["built_on"], node.as_str(), "{ind}");
     }
-    let log = std::fs::read_to_string(dir.join("build").join(format!("{}.log", node())))
+    let log = std::fs::read_to_string(dir.join("build").join(format!("{node}.log")))
         .expect("build log");
     assert!(log.contains("./bench/make.sh"), "{log}");
 
@@ -170,7 +116,7 @@ fn root_build_runs_once_is_skipped_when_unchanged_and_runs_again_on_a_changed_in
         &["run", s(&file), "--dir", s(&dir), "--no-graphs"],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(builds(&work), 1, "no build when nothing changed");
+    assert_eq!(builds(&work).len(), 1, "no build when nothing changed");
     assert_eq!(counts(&dir), (1, 2));
 
     // A changed input builds again; its runs then use the new artefact.
@@ -182,9 +128,10 @@ fn root_build_runs_once_is_skipped_when_unchanged_and_runs_again_on_a_changed_in
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains(&format!("{progress}ran in ")), "{stderr}");
-    assert_eq!(builds(&work), 2);
+    assert_eq!(builds(&work).len(), 2);
     assert_eq!(counts(&dir), (2, 2));
-    let tool_now = std::fs::read_to_string(work.join("out/tool")).expect("out/tool");
+    let tool_now =
+        std::fs::read_to_string(work.join("out").join(&node).join("tool")).expect("out/<node>/tool");
     assert!(tool_now.contains("43"), "{tool_now}");
 
     // What a Slurm node does: `experiment build DIR` alone, and
@@ -207,7 +154,7 @@ fn root_build_runs_once_is_skipped_when_unchanged_and_runs_again_on_a_changed_in
     let stderr = text(&out.stderr);
     assert!(stderr.contains(&format!("{progress}ran in ")), "{stderr}");
     assert_eq!(counts(&dir), (4, 3));
-    assert_eq!(builds(&work), 4);
+    assert_eq!(builds(&work).len(), 4);
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&plugins);
 }

@@ -18,81 +18,11 @@ use std::{
 use kernmlops_e2e::*;
 use serde_json::Value;
 
-/// A one-node cluster of `scripts/slurm-local`, in a folder and on ports of
-/// this test process's own; taken down (its jobs cancelled, its daemons
-/// stopped, its folder removed) when dropped, also when the test fails.
-struct Cluster {
-    dir: PathBuf,
-    port: u32,
-}
-
-impl Cluster {
-    fn up() -> Self {
-        let pid = std::process::id();
-        let cluster = Self {
-            dir: PathBuf::from(format!("/run/kml-slurm-e2e-{pid}")),
-            port: 17000 + (pid % 4000) * 2,
-        };
-        let out = cluster.script("up");
-        assert!(
-            out.status.success(),
-            "scripts/slurm-local up failed:\n{}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        cluster
-    }
-
-    fn script(&self, what: &str) -> Output {
-        Command::new(workspace_root().join("scripts/slurm-local"))
-            .arg(what)
-            .env("KERNMLOPS_SLURM_DIR", &self.dir)
-            .env("KERNMLOPS_SLURM_PORT", self.port.to_string())
-            .output()
-            .expect("running scripts/slurm-local")
-    }
-
-    fn conf(&self) -> PathBuf {
-        self.dir.join("slurm.conf")
-    }
-
-    /// A Slurm client command against this cluster.
-    fn tool(&self, program: &str, args: &[&str]) -> Output {
-        Command::new(program)
-            .args(args)
-            .env("SLURM_CONF", self.conf())
-            .output()
-            .unwrap_or_else(|e| panic!("running {program}: {e}"))
-    }
-
-    /// Job ids the controller has queued or running.
-    fn active_jobs(&self) -> Vec<String> {
-        let out = self.tool("squeue", &["--noheader", "--array", "--format=%i"]);
-        text(&out.stdout)
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let out = self.script("down");
-        if !out.status.success() {
-            eprintln!("scripts/slurm-local down failed:\n{}", text(&out.stderr));
-        }
-        // Nothing of it is left: no daemon of its pid files, no folder.
-        if !std::thread::panicking() {
-            assert!(!self.dir.exists(), "{} left behind", self.dir.display());
-        }
-    }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
+#[path = "support/slurm_cluster.rs"]
+mod slurm_cluster;
+use slurm_cluster::{
+    by_id, count, experiment, states, submission_runs, submitted_job, wait_for_states, Cluster,
+};
 
 /// The plugins the sweeps use.
 fn plugins(test: &str) -> PathBuf {
@@ -120,123 +50,21 @@ fn sweep(work: &Path, name: &str, seconds: u32) -> PathBuf {
     file
 }
 
-/// `kernmlops --plugin-dir P experiment ARGS` against `cluster`.
-fn experiment(cluster: Option<&Cluster>, plugins: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new(kernmlops_bin());
-    cmd.arg("--plugin-dir")
-        .arg(plugins)
-        .arg("experiment")
-        .args(args)
-        .current_dir(workspace_root());
-    if let Some(c) = cluster {
-        cmd.env("SLURM_CONF", c.conf());
-    }
-    cmd.output().expect("running kernmlops experiment")
-}
-
 /// `experiment status DIR --json`.
 fn status(cluster: &Cluster, plugins: &Path, dir: &Path) -> Value {
-    let out = experiment(Some(cluster), plugins, &["status", s(dir), "--json"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    serde_json::from_str(&text(&out.stdout)).expect("status JSON")
-}
-
-/// Each run's state, by run id.
-fn states(st: &Value) -> BTreeMap<String, String> {
-    st["runs"]
-        .as_array()
-        .expect("runs")
-        .iter()
-        .map(|r| {
-            (
-                r["run_id"].as_str().expect("run_id").to_owned(),
-                r["state"].as_str().expect("state").to_owned(),
-            )
-        })
-        .collect()
-}
-
-/// Polls `experiment status` until `done` holds, for at most `limit`.
-fn wait_for(
-    cluster: &Cluster,
-    plugins: &Path,
-    dir: &Path,
-    limit: Duration,
-    what: &str,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let st = status(cluster, plugins, dir);
-        if done(&st) {
-            return st;
-        }
-        if Instant::now() > deadline {
-            let logs: Vec<String> = std::fs::read_dir(dir.join("logs"))
-                .map(|r| {
-                    r.filter_map(|e| e.ok())
-                        .map(|e| {
-                            format!(
-                                "--- {}\n{}",
-                                e.path().display(),
-                                std::fs::read_to_string(e.path()).unwrap_or_default()
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            panic!(
-                "{what}: not after {} s:\n{st:#}\n{}",
-                limit.as_secs(),
-                logs.join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-fn count(st: &Value, state: &str) -> usize {
-    states(st).values().filter(|s| *s == state).count()
-}
-
-/// The job id of `submitted N runs to Slurm as job J ...`.
-fn submitted_job(stdout: &str, runs: usize) -> String {
-    let prefix = format!(
-        "submitted {runs} run{} to Slurm as job ",
-        if runs == 1 { "" } else { "s" }
-    );
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no {prefix:?} line in:\n{stdout}"))
-        .to_owned()
-}
-
-/// Run ids of a submission, in array order.
-fn submission_runs(dir: &Path, n: u32) -> Vec<String> {
-    let path = dir.join("slurm").join(format!("submit-{n:04}.runs"));
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    states(cluster, plugins, dir).0
 }
 
 /// `run_id` and `slurm_job` of each row of results.parquet, read by polars.
 fn result_rows(dir: &Path) -> Vec<(String, String)> {
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(
-            "import sys, json, polars as pl\n\
-             df = pl.read_parquet(sys.argv[1])\n\
-             print(json.dumps(df.select('run_id', 'slurm_job').rows()))",
-        )
-        .arg(dir.join("results.parquet"))
-        .output()
-        .expect("python3");
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    serde_json::from_str(&text(&out.stdout)).expect("rows JSON")
+    polars_results(dir)
+        .1
+        .iter()
+        .map(|r| {
+            let field = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+            (field("run_id"), field("slurm_job"))
+        })
+        .collect()
 }
 
 /// The short host name, Slurm's name for the node `slurm-local` runs.
@@ -249,12 +77,7 @@ fn hostname() -> String {
 }
 
 fn require(test: &str) -> bool {
-    require_root(test)
-        && require_tool(test, "stress-ng")
-        && require_tool(test, "sbatch")
-        && require_tool(test, "slurmctld")
-        && require_tool(test, "munged")
-        && require_tool(test, "python3")
+    slurm_cluster::require(test) && require_tool(test, "stress-ng")
 }
 
 #[test]
@@ -268,12 +91,12 @@ fn root_slurm_sweep_of_4_runs_completes_with_job_task_and_node_in_each_manifest(
     let work = temp_dir("slurm-sweep");
     let file = sweep(&work, "slurm_sweep", 1);
     let dir = work.join("exp");
-    let cluster = Cluster::up();
+    let cluster = Cluster::up(1);
 
     // Submitting returns at once, with the job id.
     let started = Instant::now();
     let out = experiment(
-        Some(&cluster),
+        &cluster,
         &plugins,
         &[
             "run",
@@ -316,7 +139,7 @@ fn root_slurm_sweep_of_4_runs_completes_with_job_task_and_node_in_each_manifest(
     assert_eq!(st["slurm"]["jobs"], serde_json::json!([job]));
     // Results work while runs are still going: what has finished so far.
     let out = experiment(
-        Some(&cluster),
+        &cluster,
         &plugins,
         &["results", s(&dir), "--no-graphs"],
     );
@@ -329,15 +152,14 @@ fn root_slurm_sweep_of_4_runs_completes_with_job_task_and_node_in_each_manifest(
     );
     assert!(dir.join("results.parquet").is_file());
 
-    let st = wait_for(
+    wait_for_states(
         &cluster,
         &plugins,
         &dir,
         Duration::from_secs(180),
         "4 runs done",
-        |st| count(st, "done") == 4,
+        |by_id| count(by_id, "done") == 4,
     );
-    assert_eq!(count(&st, "done"), 4);
 
     // Each collection records its Slurm job, array task and node.
     let node = hostname();
@@ -362,7 +184,7 @@ fn root_slurm_sweep_of_4_runs_completes_with_job_task_and_node_in_each_manifest(
 
     // Results: 4 rows, each with the task that ran it.
     let out = experiment(
-        Some(&cluster),
+        &cluster,
         &plugins,
         &["results", s(&dir), "--no-graphs"],
     );
@@ -391,10 +213,10 @@ fn root_slurm_cancelled_task_is_the_only_run_resume_submits_again() {
     let work = temp_dir("slurm-cancel");
     let file = sweep(&work, "slurm_cancel", 4);
     let dir = work.join("exp");
-    let cluster = Cluster::up();
+    let cluster = Cluster::up(1);
 
     let out = experiment(
-        Some(&cluster),
+        &cluster,
         &plugins,
         &["run", s(&file), "--dir", s(&dir), "--executor", "slurm"],
     );
@@ -404,19 +226,19 @@ fn root_slurm_cancelled_task_is_the_only_run_resume_submits_again() {
     let order = submission_runs(&dir, 1);
 
     // Cancel the first task seen running once its collection has begun.
-    let st = wait_for(
+    let st = wait_for_states(
         &cluster,
         &plugins,
         &dir,
         Duration::from_secs(120),
         "a run collecting",
-        |st| {
-            states(st).iter().any(|(id, state)| {
+        |runs| {
+            runs.iter().any(|(id, state)| {
                 state == "running" && dir.join("runs").join(id).join("manifest.json").is_file()
             })
         },
     );
-    let victim = states(&st)
+    let victim = by_id(&st)
         .into_iter()
         .find(|(id, state)| {
             state == "running" && dir.join("runs").join(id).join("manifest.json").is_file()
@@ -433,13 +255,13 @@ fn root_slurm_cancelled_task_is_the_only_run_resume_submits_again() {
 
     // The array ends: three runs done, the cancelled one cut off (its
     // benchmark stopped by the signal).
-    let st = wait_for(
+    let st = wait_for_states(
         &cluster,
         &plugins,
         &dir,
         Duration::from_secs(180),
         "the array to end",
-        |st| count(st, "done") == 3 && count(st, "queued") + count(st, "running") == 0,
+        |by_id| count(by_id, "done") == 3 && count(by_id, "queued") + count(by_id, "running") == 0,
     );
     let victim_status = st["runs"]
         .as_array()
@@ -466,7 +288,7 @@ fn root_slurm_cancelled_task_is_the_only_run_resume_submits_again() {
 
     // Resume submits that run alone.
     let out = experiment(
-        Some(&cluster),
+        &cluster,
         &plugins,
         &["resume", s(&dir), "--executor", "slurm"],
     );
@@ -475,13 +297,13 @@ fn root_slurm_cancelled_task_is_the_only_run_resume_submits_again() {
     let again = submitted_job(&stdout, 1);
     assert_ne!(again, job);
     assert_eq!(submission_runs(&dir, 2), std::slice::from_ref(&victim));
-    wait_for(
+    wait_for_states(
         &cluster,
         &plugins,
         &dir,
         Duration::from_secs(120),
         "4 runs done",
-        |st| count(st, "done") == 4,
+        |by_id| count(by_id, "done") == 4,
     );
 
     // The cut-off attempt was moved aside; the others were not touched.
@@ -502,7 +324,7 @@ fn root_slurm_cancelled_task_is_the_only_run_resume_submits_again() {
 
     // Each run exactly once in the results.
     let out = experiment(
-        Some(&cluster),
+        &cluster,
         &plugins,
         &["results", s(&dir), "--no-graphs"],
     );
@@ -557,14 +379,12 @@ fn root_slurm_missing_or_refusing_is_one_error_with_nothing_submitted_or_lost() 
 
     // Slurm options without --executor slurm, and a time sbatch would not
     // take.
-    let out = experiment(
-        None,
+    let out = experiment_in_root(
         &plugins,
         &["run", s(&file), "--dir", s(&dir), "--partition", "p"],
     );
     assert!(one_error_line(&out).contains("--executor slurm"));
-    let out = experiment(
-        None,
+    let out = experiment_in_root(
         &plugins,
         &[
             "run",
@@ -580,10 +400,10 @@ fn root_slurm_missing_or_refusing_is_one_error_with_nothing_submitted_or_lost() 
     assert!(one_error_line(&out).contains("--time"));
     assert!(!dir.exists());
 
-    let cluster = Cluster::up();
+    let cluster = Cluster::up(1);
     // sbatch refuses the options: nothing submitted, nothing written.
     let out = experiment(
-        Some(&cluster),
+        &cluster,
         &plugins,
         &[
             "run",
@@ -605,7 +425,7 @@ fn root_slurm_missing_or_refusing_is_one_error_with_nothing_submitted_or_lost() 
     // refused resume loses nothing: the record and submissions stay as
     // they were, and no job is added.
     let out = experiment(
-        Some(&cluster),
+        &cluster,
         &plugins,
         &[
             "run",
@@ -628,13 +448,13 @@ fn root_slurm_missing_or_refusing_is_one_error_with_nothing_submitted_or_lost() 
     }
     let st = status(&cluster, &plugins, &dir);
     assert_eq!(
-        count(&st, "pending"),
+        count(&by_id(&st), "pending"),
         4,
         "cancelled before they ran: {st:#}"
     );
     let record = std::fs::read(dir.join("experiment.json")).expect("record");
     let out = experiment(
-        Some(&cluster),
+        &cluster,
         &plugins,
         &[
             "resume",
@@ -669,12 +489,12 @@ fn root_slurm_node_with_other_plugins_fails_its_runs_with_the_reason() {
     let work = temp_dir("slurm-plugins");
     let file = sweep(&work, "slurm_plugins", 1);
     let dir = work.join("exp");
-    let cluster = Cluster::up();
+    let cluster = Cluster::up(1);
 
     // Submitted held; the plugin folder the tasks will see changes before
     // they run.
     let out = experiment(
-        Some(&cluster),
+        &cluster,
         &plugins,
         &[
             "run",
@@ -694,13 +514,13 @@ fn root_slurm_node_with_other_plugins_fails_its_runs_with_the_reason() {
     assert!(out.status.success(), "{}", text(&out.stderr));
 
     // Every task refuses its run with the reason; no data is mixed in.
-    let st = wait_for(
+    let st = wait_for_states(
         &cluster,
         &plugins,
         &dir,
         Duration::from_secs(120),
         "4 runs refused",
-        |st| count(st, "failed") == 4,
+        |by_id| count(by_id, "failed") == 4,
     );
     for r in st["runs"].as_array().expect("runs") {
         let detail = r["detail"].as_str().unwrap_or("");
@@ -718,18 +538,18 @@ fn root_slurm_node_with_other_plugins_fails_its_runs_with_the_reason() {
     // With the folder as recorded again, resume submits them all again.
     std::fs::remove_file(&extra).expect("removing the plugin");
     let out = experiment(
-        Some(&cluster),
+        &cluster,
         &plugins,
         &["resume", s(&dir), "--executor", "slurm"],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     submitted_job(&text(&out.stdout), 4);
-    wait_for(
+    wait_for_states(
         &cluster,
         &plugins,
         &dir,
         Duration::from_secs(120),
         "4 runs done",
-        |st| count(st, "done") == 4,
+        |by_id| count(by_id, "done") == 4,
     );
 }

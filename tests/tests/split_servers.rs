@@ -6,29 +6,9 @@
 //! figures are the run's result, measured against the server role's
 //! address from the roles' environment; no server is left running.
 
-use std::{
-    net::TcpListener,
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::path::PathBuf;
 
 use kernmlops_e2e::*;
-use serde_json::Value;
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn read_json(path: &Path) -> Value {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
 
 /// Process ids whose command name is `comm`.
 fn pids_named(comm: &str) -> Vec<u32> {
@@ -40,20 +20,6 @@ fn pids_named(comm: &str) -> Vec<u32> {
             std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
         })
         .collect()
-}
-
-/// Every run log of an experiment, for failure messages.
-fn logs(dir: &Path) -> String {
-    let mut all = String::new();
-    for e in std::fs::read_dir(dir.join("logs"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        all += &format!("== {}\n", e.path().display());
-        all += &std::fs::read_to_string(e.path()).unwrap_or_default();
-    }
-    all
 }
 
 /// The memcached pair, written like the shipped redis example.
@@ -128,27 +94,24 @@ fn root_split_server_and_load_benchmarks_run_as_two_roles() {
         let dir = work.join("exp");
         let out = {
             let _serial = serial();
-            Command::new(kernmlops_bin())
-                .arg("--plugin-dir")
-                .arg(&plugins)
-                .args([
-                    "experiment",
+            experiment_in_root(
+                &plugins,
+                &[
                     "run",
                     s(&file),
                     "--dir",
                     s(&dir),
                     "--no-graphs",
-                ])
-                .args(["--executor", "local"])
-                .current_dir(workspace_root())
-                .output()
-                .expect("running kernmlops experiment")
+                    "--executor",
+                    "local",
+                ],
+            )
         };
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
         assert!(
             out.status.success(),
             "{name}: {stdout}\n{stderr}\n{}",
-            logs(&dir)
+            experiment_logs(&dir)
         );
         assert!(
             stdout.contains("4 runs: 4 done"),

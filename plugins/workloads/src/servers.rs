@@ -2,10 +2,7 @@
 //! its own benchmark client; both are stopped in `kill`. The client's
 //! report (kept in the output folder) is the benchmark's result.
 
-use std::{
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::process::{Command, Stdio};
 
 use kernmlops_plugin_sdk::{
     benchmark::{MachineSettings, Run},
@@ -16,12 +13,11 @@ use kernmlops_plugin_sdk::{
 
 use crate::{
     accepts, at_least_one, free_port, indicator, reports,
-    split::{check_memcached_load, check_redis_load, memcached, memcslap, redis_benchmark},
-    wait_ready,
+    split::{
+        check_memcached_load, check_redis_load, memcached, memcslap, redis_benchmark,
+        spawn_server,
+    },
 };
-
-/// How long a server gets to answer after it starts.
-const READY_TIMEOUT: Duration = Duration::from_secs(15);
 
 // ---------------------------------------------------------------- redis
 
@@ -110,13 +106,13 @@ impl BenchmarkImpl for Redis {
             .arg("--logfile")
             .arg(dir.join("redis-server.log"))
             .stdout(Stdio::null());
-        let server = self.run.start_server(Workload::spawn(cmd, "redis-server")?);
         let what = format!(
             "redis-server on port {port} (log: {})",
             dir.join("redis-server.log").display()
         );
         let p = self.port;
-        wait_ready(server, &what, READY_TIMEOUT, || Self::answers_ping(p))?;
+        let server = spawn_server(cmd, "redis-server", None, &what, || Self::answers_ping(p))?;
+        self.run.start_server(server);
 
         let s = &self.settings;
         let cmd = redis_benchmark("127.0.0.1", p, s.requests, s.clients, &s.tests);
@@ -213,14 +209,10 @@ impl BenchmarkImpl for Memcached {
         let port = self.port.to_string();
         let s = &self.settings;
         let cmd = memcached("127.0.0.1", self.port, s.memory_mb);
-        let server = self.run.start_server(Workload::spawn(cmd, "memcached")?);
         let p = self.port;
-        wait_ready(
-            server,
-            &format!("memcached on port {port}"),
-            READY_TIMEOUT,
-            || accepts(p),
-        )?;
+        let what = format!("memcached on port {port}");
+        let server = spawn_server(cmd, "memcached", None, &what, || accepts(p))?;
+        self.run.start_server(server);
 
         let cmd = memcslap("127.0.0.1", p, &s.test, s.concurrency, s.execute_number);
         let out = self.run.output_dir()?;

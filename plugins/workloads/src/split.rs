@@ -134,15 +134,34 @@ fn with_address(mut ind: Indicator, address: Option<&(String, u16)>) -> Indicato
 fn start_server(run: &mut Run, cmd: Command, tool: &str, host: &str, port: u16) -> Result<()> {
     let out = run.output_dir()?;
     let capture = Capture::both(out.path(), "server");
-    let mut server = Workload::spawn_captured(cmd, tool, &capture)?;
     let what = format!("{tool} on {host}:{port}");
-    if let Err(e) = wait_ready(&mut server, &what, READY_TIMEOUT, || answers(host, port)) {
-        let _ = server.kill(GRACE);
-        return Err(e);
-    }
+    let server = spawn_server(cmd, tool, Some(&capture), &what, || answers(host, port))?;
     eprintln!("{tool}: ready on {host}:{port}");
     run.start(server);
     Ok(())
+}
+
+/// Starts a server (its output captured when `capture` is given) and waits
+/// until `ready` says it answers, for [`READY_TIMEOUT`]; one that exits
+/// first or never answers is stopped, and the reason, naming it `what`,
+/// returned. The split servers and the servers the `redis` and
+/// `memcached` benchmarks load all start this way.
+pub(crate) fn spawn_server(
+    cmd: Command,
+    tool: &str,
+    capture: Option<&Capture>,
+    what: &str,
+    ready: impl FnMut() -> bool,
+) -> Result<Workload> {
+    let mut server = match capture {
+        Some(capture) => Workload::spawn_captured(cmd, tool, capture)?,
+        None => Workload::spawn(cmd, tool)?,
+    };
+    if let Err(e) = wait_ready(&mut server, what, READY_TIMEOUT, ready) {
+        let _ = server.kill(GRACE);
+        return Err(e);
+    }
+    Ok(server)
 }
 
 // ---------------------------------------------------------------- redis

@@ -1,7 +1,7 @@
-//! A cluster of `scripts/slurm-local up --nodes N` for the tests that need
-//! several Slurm nodes (`slurm_local.rs`, `roles_slurm.rs`), in a folder,
-//! on ports and in a /24 of the test process's own, taken down when
-//! dropped, pass or fail, and checked to leave nothing behind.
+//! A cluster of `scripts/slurm-local up --nodes N` for the Slurm tests
+//! (`slurm.rs`, `slurm_local.rs`, `roles_slurm.rs`, `build_slurm.rs`), in
+//! a folder, on ports and in a /24 of the test process's own, taken down
+//! when dropped, pass or fail, and checked to leave nothing behind.
 
 // Each test file uses the part it needs.
 #![allow(dead_code)]
@@ -234,7 +234,13 @@ pub fn states(
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let st: serde_json::Value = serde_json::from_str(&text(&out.stdout)).expect("status JSON");
-    let by_id = st["runs"]
+    let runs = by_id(&st);
+    (st, runs)
+}
+
+/// Each run's state in `experiment status --json` output, by run id.
+pub fn by_id(st: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    st["runs"]
         .as_array()
         .expect("runs")
         .iter()
@@ -244,8 +250,7 @@ pub fn states(
                 r["state"].as_str().expect("state").to_owned(),
             )
         })
-        .collect();
-    (st, by_id)
+        .collect()
 }
 
 /// Polls `experiment status` until `done` holds of the run states, for at
@@ -265,16 +270,11 @@ pub fn wait_for_states(
             return st;
         }
         if std::time::Instant::now() > deadline {
-            let mut logs = String::new();
-            for e in std::fs::read_dir(dir.join("logs"))
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let body = std::fs::read_to_string(e.path()).unwrap_or_default();
-                logs.push_str(&format!("--- {}\n{body}\n", e.path().display()));
-            }
-            panic!("{what}: not after {} s:\n{st:#}\n{logs}", limit.as_secs());
+            panic!(
+                "{what}: not after {} s:\n{st:#}\n{}",
+                limit.as_secs(),
+                experiment_logs(dir)
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
