@@ -224,7 +224,10 @@ fn relay_all_but_errors(stderr: Option<std::process::ChildStderr>) -> StepErrors
     let Some(stderr) = stderr else {
         return errors;
     };
-    for line in BufReader::new(stderr).lines().map_while(std::io::Result::ok) {
+    for line in BufReader::new(stderr)
+        .lines()
+        .map_while(std::io::Result::ok)
+    {
         if let Some(e) = line.strip_prefix("error: ") {
             errors.nodes.push(e.to_owned());
         } else if line.starts_with("srun: error: ") {
@@ -715,8 +718,9 @@ mod tests {
         };
         let e = step_failure(&dir, 2, status, &none);
         assert!(
-            e.starts_with("[build] on the job's 2 nodes: srun ended with exit status: 1: srun: error: Unable")
-                && e.ends_with("(logs: /e/build)"),
+            e.starts_with(
+                "[build] on the job's 2 nodes: srun ended with exit status: 1: srun: error: Unable"
+            ) && e.ends_with("(logs: /e/build)"),
             "{e}"
         );
     }

@@ -62,8 +62,8 @@ pub mod roles;
 pub mod roles_run;
 pub mod run_files;
 pub mod slurm;
-pub mod srun;
 pub mod spec;
+pub mod srun;
 pub mod state;
 pub mod stats;
 

@@ -90,7 +90,11 @@ fn root_build_runs_once_is_skipped_when_unchanged_and_runs_again_on_a_changed_in
         stderr.contains(&format!("{progress}ran in ")),
         "progress line: {stderr}"
     );
-    assert_eq!(builds(&work), [node.clone()], "built once for two runs");
+    assert_eq!(
+        builds(&work),
+        std::slice::from_ref(&node),
+        "built once for two runs"
+    );
     assert_eq!(counts(&dir), (1, 0));
     // The runs ran the built artefact.
     let results = results_of_runs(&dir);
@@ -99,8 +103,8 @@ fn root_build_runs_once_is_skipped_when_unchanged_and_runs_again_on_a_changed_in
         assert_eq!(ind["@result"]["value"], 42, "{ind}");
         assert_eq!(ind["@result"]["built_on"], node.as_str(), "{ind}");
     }
-    let log = std::fs::read_to_string(dir.join("build").join(format!("{node}.log")))
-        .expect("build log");
+    let log =
+        std::fs::read_to_string(dir.join("build").join(format!("{node}.log"))).expect("build log");
     assert!(log.contains("./bench/make.sh"), "{log}");
 
     // Unchanged inputs: `resume` and `run` again skip it, counted.
@@ -130,8 +134,8 @@ fn root_build_runs_once_is_skipped_when_unchanged_and_runs_again_on_a_changed_in
     assert!(stderr.contains(&format!("{progress}ran in ")), "{stderr}");
     assert_eq!(builds(&work).len(), 2);
     assert_eq!(counts(&dir), (2, 2));
-    let tool_now =
-        std::fs::read_to_string(work.join("out").join(&node).join("tool")).expect("out/<node>/tool");
+    let tool_now = std::fs::read_to_string(work.join("out").join(&node).join("tool"))
+        .expect("out/<node>/tool");
     assert!(tool_now.contains("43"), "{tool_now}");
 
     // What a Slurm node does: `experiment build DIR` alone, and

@@ -275,7 +275,7 @@ fn root_build_slurm_one_node_runs_build_once_for_all_its_runs() {
         |by_id| count(by_id, "done") == 2,
     );
     let node = this_node();
-    assert_eq!(builds(&work), [node.clone()]);
+    assert_eq!(builds(&work), std::slice::from_ref(&node));
     assert_eq!(counts(&dir, &node), (1, 1));
     for id in submission_runs(&dir, 1) {
         let ind: Value = read_json(&dir.join("runs").join(&id).join("indicator.json"));

@@ -138,11 +138,7 @@ fn root_slurm_sweep_of_4_runs_completes_with_job_task_and_node_in_each_manifest(
     }
     assert_eq!(st["slurm"]["jobs"], serde_json::json!([job]));
     // Results work while runs are still going: what has finished so far.
-    let out = experiment(
-        &cluster,
-        &plugins,
-        &["results", s(&dir), "--no-graphs"],
-    );
+    let out = experiment(&cluster, &plugins, &["results", s(&dir), "--no-graphs"]);
     assert!(
         out.status.success(),
         "{}
@@ -183,11 +179,7 @@ fn root_slurm_sweep_of_4_runs_completes_with_job_task_and_node_in_each_manifest(
     assert_eq!(jobs.len(), 4, "each task is a job of its own: {jobs:?}");
 
     // Results: 4 rows, each with the task that ran it.
-    let out = experiment(
-        &cluster,
-        &plugins,
-        &["results", s(&dir), "--no-graphs"],
-    );
+    let out = experiment(&cluster, &plugins, &["results", s(&dir), "--no-graphs"]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert!(stdout.contains("(4 rows)"), "{stdout}");
@@ -323,11 +315,7 @@ fn root_slurm_cancelled_task_is_the_only_run_resume_submits_again() {
     assert_eq!(m["slurm"]["array_job_id"].to_string(), again);
 
     // Each run exactly once in the results.
-    let out = experiment(
-        &cluster,
-        &plugins,
-        &["results", s(&dir), "--no-graphs"],
-    );
+    let out = experiment(&cluster, &plugins, &["results", s(&dir), "--no-graphs"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let rows = result_rows(&dir);
     let ids: BTreeSet<&str> = rows.iter().map(|(id, _)| id.as_str()).collect();

@@ -14,8 +14,7 @@ use kernmlops_plugin_sdk::{
 use crate::{
     accepts, at_least_one, free_port, indicator, reports,
     split::{
-        check_memcached_load, check_redis_load, memcached, memcslap, redis_benchmark,
-        spawn_server,
+        check_memcached_load, check_redis_load, memcached, memcslap, redis_benchmark, spawn_server,
     },
 };
 
