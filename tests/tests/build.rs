@@ -17,7 +17,7 @@ use serde_json::Value;
 
 #[path = "support/build_fixture.rs"]
 mod build_fixture;
-use build_fixture::{bench, build_table, builds, tool, USE};
+use build_fixture::{builds, tool};
 
 fn plugins(test: &str) -> PathBuf {
     plugin_dir(test, &[("workloads", "workloads")])
@@ -31,19 +31,7 @@ fn experiment(plugins: &Path, args: &[&str]) -> Output {
 /// An experiment folder `work` with the bench sources, the wrapper script
 /// and an experiment file whose `[build]` runs `commands`.
 fn setup(work: &Path, commands: &str) -> PathBuf {
-    bench(work, 42);
-    write_exec(&work.join("use.sh"), USE);
-    let file = work.join("built.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "name = \"built\"\nbenchmark = \"script\"\nprobes = []\nrepeats = 2\nseed = 1\n{}\
-             [config.benchmarks.script]\ncommand = [\"./use.sh\"]\ndrop_page_cache = false\n",
-            build_table(commands)
-        ),
-    )
-    .expect("experiment file");
-    file
+    build_fixture::one_benchmark(work, "built", commands, 42)
 }
 
 /// `(runs, skips)` of this node's build record.

@@ -26,7 +26,7 @@ use slurm_cluster::{
 
 #[path = "support/build_fixture.rs"]
 mod build_fixture;
-use build_fixture::{bench, build_table, builds, counts, tool, USE};
+use build_fixture::{bench, build_table, builds, counts, one_benchmark, tool, USE};
 
 const NODES: [&str; 2] = ["kml-n1", "kml-n2"];
 
@@ -249,19 +249,7 @@ fn root_build_slurm_one_node_runs_build_once_for_all_its_runs() {
     let _serial = serial();
     let plugins = plugin_dir("build-slurm-one", &[("workloads", "workloads")]);
     let work = temp_dir("build-slurm-one");
-    bench(&work, 7);
-    write_exec(&work.join("use.sh"), USE);
-    let file = work.join("built_one.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "name = \"built_one\"\nbenchmark = \"script\"\nprobes = []\nrepeats = 2\nseed = 1\n{}\
-             [config.benchmarks.script]\ncommand = [{:?}]\ndrop_page_cache = false\n",
-            build_table("[\"./bench/make.sh\"]"),
-            s(&work.join("use.sh"))
-        ),
-    )
-    .expect("experiment file");
+    let file = one_benchmark(&work, "built_one", "[\"./bench/make.sh\"]", 7);
     let dir = work.join("exp");
     let cluster = Cluster::up(1);
     let args = ["run", s(&file), "--dir", s(&dir), "--executor", "slurm"];

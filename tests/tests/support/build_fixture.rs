@@ -1,12 +1,13 @@
 //! What the `[build]` tests (`build.rs`, `build_slurm.rs`) build: a tool
 //! "compiled" from `bench/tool.in` by `bench/make.sh` into
 //! `out/<node>/tool` (the node that built it is written into it, so a run
-//! shows whose build it used), each build counted by a line in `builds`.
+//! shows whose build it used), each build counted by a line in `builds`;
+//! an experiment of one script benchmark that runs it.
 
 // Each test file uses the part it needs.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use kernmlops_e2e::*;
 
@@ -49,6 +50,25 @@ pub fn bench(work: &Path, value: u32) {
 /// with `bench/` as the inputs.
 pub fn build_table(commands: &str) -> String {
     format!("[build]\ncommands = {commands}\ninputs = [\"bench\"]\n")
+}
+
+/// An experiment file `work/NAME.toml` of `repeats` runs of one script
+/// benchmark running the built tool through `use.sh` (which is written
+/// too), the tool printing `value`, with a `[build]` of `commands`.
+pub fn one_benchmark(work: &Path, name: &str, commands: &str, value: u32) -> PathBuf {
+    bench(work, value);
+    write_exec(&work.join("use.sh"), USE);
+    let file = work.join(format!("{name}.toml"));
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"{name}\"\nbenchmark = \"script\"\nprobes = []\nrepeats = 2\nseed = 1\n{}\
+             [config.benchmarks.script]\ncommand = [\"./use.sh\"]\ndrop_page_cache = false\n",
+            build_table(commands)
+        ),
+    )
+    .expect("experiment file");
+    file
 }
 
 /// The nodes that built, one per build, in order.
