@@ -352,6 +352,18 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
+/// Process ids whose command name (`/proc/PID/comm`) is `comm`.
+pub fn pids_named(comm: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
+        })
+        .collect()
+}
+
 /// Every log of an experiment folder (`logs/*`), each after a line naming
 /// it, for failure messages.
 pub fn experiment_logs(dir: &Path) -> String {

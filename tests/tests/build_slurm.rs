@@ -11,7 +11,7 @@
 use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use kernmlops_e2e::*;
@@ -20,8 +20,7 @@ use serde_json::Value;
 #[path = "support/slurm_cluster.rs"]
 mod slurm_cluster;
 use slurm_cluster::{
-    count, experiment, processes_with, require, submission_runs, submitted_job, wait_for_states,
-    Cluster,
+    count, processes_with, require, submission_runs, submit, wait_for_states, Cluster,
 };
 
 #[path = "support/build_fixture.rs"]
@@ -61,23 +60,6 @@ fn two_roles(work: &Path, commands: &str, repeats: u32) -> PathBuf {
     )
     .expect("experiment file");
     file
-}
-
-/// Waits until no job of `cluster` is queued or running.
-fn no_jobs_left(cluster: &Cluster) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cluster.active_jobs().is_empty() {
-        assert!(Instant::now() < deadline, "{:?}", cluster.active_jobs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Runs `args` against `cluster`, expecting a submission of `runs` runs.
-fn submit(cluster: &Cluster, plugins: &Path, args: &[&str], runs: usize) -> String {
-    let out = experiment(cluster, plugins, args);
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
-    submitted_job(&stdout, runs)
 }
 
 /// Every run of `ids`: complete, its roles on the two nodes, its result
@@ -170,7 +152,7 @@ fn root_build_slurm_runs_once_on_each_node_of_a_two_role_job_and_again_on_a_chan
         assert_eq!(counts(&dir, node), (2, 1), "{node}");
     }
     check_runs(&dir, &third, 43);
-    no_jobs_left(&cluster);
+    cluster.wait_for_no_jobs();
     drop(cluster);
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&plugins);
@@ -212,7 +194,7 @@ fn root_build_slurm_failing_is_one_error_line_with_no_role_started_and_no_job_le
         "the run to fail",
         |by_id| count(by_id, "failed") == 1,
     );
-    no_jobs_left(&cluster);
+    cluster.wait_for_no_jobs();
     let id = &submission_runs(&dir, 1)[0];
     // The reason: the failing command, its status and output, on a node.
     let detail = st["runs"][0]["detail"].as_str().unwrap_or_default();
@@ -270,7 +252,7 @@ fn root_build_slurm_one_node_runs_build_once_for_all_its_runs() {
         assert_eq!(ind["@result"]["value"], 7, "{ind}");
         assert_eq!(ind["@result"]["built_on"], node.as_str(), "{ind}");
     }
-    no_jobs_left(&cluster);
+    cluster.wait_for_no_jobs();
     drop(cluster);
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&plugins);

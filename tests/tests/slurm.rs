@@ -21,7 +21,8 @@ use serde_json::Value;
 #[path = "support/slurm_cluster.rs"]
 mod slurm_cluster;
 use slurm_cluster::{
-    by_id, count, experiment, states, submission_runs, submitted_job, wait_for_states, Cluster,
+    by_id, count, experiment, states, submission_runs, submit, submitted_job, wait_for_states,
+    Cluster,
 };
 
 /// The plugins the sweeps use.
@@ -207,14 +208,8 @@ fn root_slurm_cancelled_task_is_the_only_run_resume_submits_again() {
     let dir = work.join("exp");
     let cluster = Cluster::up(1);
 
-    let out = experiment(
-        &cluster,
-        &plugins,
-        &["run", s(&file), "--dir", s(&dir), "--executor", "slurm"],
-    );
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
-    let job = submitted_job(&stdout, 4);
+    let args = ["run", s(&file), "--dir", s(&dir), "--executor", "slurm"];
+    let job = submit(&cluster, &plugins, &args, 4);
     let order = submission_runs(&dir, 1);
 
     // Cancel the first task seen running once its collection has begun.
@@ -279,14 +274,12 @@ fn root_slurm_cancelled_task_is_the_only_run_resume_submits_again() {
         .collect();
 
     // Resume submits that run alone.
-    let out = experiment(
+    let again = submit(
         &cluster,
         &plugins,
         &["resume", s(&dir), "--executor", "slurm"],
+        1,
     );
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let again = submitted_job(&stdout, 1);
     assert_ne!(again, job);
     assert_eq!(submission_runs(&dir, 2), std::slice::from_ref(&victim));
     wait_for_states(
@@ -325,6 +318,21 @@ fn root_slurm_cancelled_task_is_the_only_run_resume_submits_again() {
         rows.contains(&(victim.clone(), format!("{again}_0"))),
         "{rows:?}"
     );
+}
+
+/// `experiment run FILE --dir DIR --executor slurm` with the array held
+/// (`--sbatch-arg=--hold`): its 4 runs submitted; the job id.
+fn submit_held(cluster: &Cluster, plugins: &Path, file: &Path, dir: &Path) -> String {
+    let args = [
+        "run",
+        s(file),
+        "--dir",
+        s(dir),
+        "--executor",
+        "slurm",
+        "--sbatch-arg=--hold",
+    ];
+    submit(cluster, plugins, &args, 4)
 }
 
 /// One `error:` line on stderr, nothing else.
@@ -412,28 +420,10 @@ fn root_slurm_missing_or_refusing_is_one_error_with_nothing_submitted_or_lost() 
     // On an existing experiment (its array cancelled before it ran), a
     // refused resume loses nothing: the record and submissions stay as
     // they were, and no job is added.
-    let out = experiment(
-        &cluster,
-        &plugins,
-        &[
-            "run",
-            s(&file),
-            "--dir",
-            s(&dir),
-            "--executor",
-            "slurm",
-            "--sbatch-arg=--hold",
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let job = submitted_job(&text(&out.stdout), 4);
+    let job = submit_held(&cluster, &plugins, &file, &dir);
     let out = cluster.tool("scancel", &[&job]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cluster.active_jobs().is_empty() {
-        assert!(Instant::now() < deadline, "{:?}", cluster.active_jobs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cluster.wait_for_no_jobs();
     let st = status(&cluster, &plugins, &dir);
     assert_eq!(
         count(&by_id(&st), "pending"),
@@ -481,21 +471,7 @@ fn root_slurm_node_with_other_plugins_fails_its_runs_with_the_reason() {
 
     // Submitted held; the plugin folder the tasks will see changes before
     // they run.
-    let out = experiment(
-        &cluster,
-        &plugins,
-        &[
-            "run",
-            s(&file),
-            "--dir",
-            s(&dir),
-            "--executor",
-            "slurm",
-            "--sbatch-arg=--hold",
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let job = submitted_job(&text(&out.stdout), 4);
+    let job = submit_held(&cluster, &plugins, &file, &dir);
     let extra = plugins.join("process_trace.so");
     std::fs::copy(built_so("process_trace"), &extra).expect("copying a plugin");
     let out = cluster.tool("scontrol", &["release", &job]);
@@ -525,13 +501,12 @@ fn root_slurm_node_with_other_plugins_fails_its_runs_with_the_reason() {
 
     // With the folder as recorded again, resume submits them all again.
     std::fs::remove_file(&extra).expect("removing the plugin");
-    let out = experiment(
+    submit(
         &cluster,
         &plugins,
         &["resume", s(&dir), "--executor", "slurm"],
+        4,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    submitted_job(&text(&out.stdout), 4);
     wait_for_states(
         &cluster,
         &plugins,

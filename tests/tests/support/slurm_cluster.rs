@@ -146,6 +146,20 @@ impl Cluster {
         text(&out.stdout)
     }
 
+    /// Waits (at most 60 s) until the controller has no job queued or
+    /// running.
+    pub fn wait_for_no_jobs(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !self.active_jobs().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "jobs left: {:?}",
+                self.active_jobs()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
     /// Jobs the controller has queued or running.
     pub fn active_jobs(&self) -> Vec<String> {
         self.ok("squeue", &["--noheader", "--format=%i"])
@@ -206,6 +220,16 @@ pub fn submitted_job(stdout: &str, runs: usize) -> String {
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("no {prefix:?} line in:\n{stdout}"))
         .to_owned()
+}
+
+/// `experiment ARGS` (a `run` or `resume` with `--executor slurm`)
+/// against `cluster`, which must succeed and submit `runs` runs; the job
+/// id.
+pub fn submit(cluster: &Cluster, plugins: &std::path::Path, args: &[&str], runs: usize) -> String {
+    let out = experiment(cluster, plugins, args);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    submitted_job(&stdout, runs)
 }
 
 /// Run ids of submission `n`, in array order.
