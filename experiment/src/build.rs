@@ -22,7 +22,9 @@
 //! artefacts a build writes into its inputs do not make the next build
 //! look stale. `build/<node>.lock` keeps two processes on one node from
 //! building at once. Called by the local executor before its first run and
-//! by `experiment exec` (a Slurm task) before its run.
+//! by `experiment exec` (a Slurm task) before its run; a task whose job has
+//! several nodes (a run with roles) builds on each of them first, as one
+//! job step ([`on_every_node_of_job`]).
 
 use std::{
     fs::File,
