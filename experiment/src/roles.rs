@@ -988,6 +988,44 @@ mod tests {
     }
 
     #[test]
+    fn a_roles_filter_is_auto_workload_or_none_and_survives_its_configuration() {
+        let s = parse(&format!("name = \"f\"\n{SERVER}{CLIENT}")).expect("valid");
+        assert_eq!(
+            s.roles.get("server").map(|r| r.filter),
+            Some(RoleFilter::Auto)
+        );
+        let s = parse(&format!(
+            "name = \"f\"\n{SERVER}filter = \"none\"\n{CLIENT}filter = \"workload\"\n"
+        ))
+        .expect("valid");
+        assert_eq!(
+            s.roles.get("server").map(|r| r.filter),
+            Some(RoleFilter::None)
+        );
+        assert_eq!(
+            s.roles.get("client").map(|r| r.filter),
+            Some(RoleFilter::Workload)
+        );
+        let mut config = toml::Table::new();
+        config.insert("roles".into(), s.roles.to_config().into());
+        let back = Roles::from_config(&config).expect("roles").expect("valid");
+        assert_eq!(back.get("server").map(|r| r.filter), Some(RoleFilter::None));
+        assert_eq!(
+            back.get("client").map(|r| r.filter),
+            Some(RoleFilter::Workload)
+        );
+        let e = err(&format!(
+            "name = \"f\"\n{SERVER}filter = \"cgroup\"\n{CLIENT}"
+        ));
+        assert!(
+            e.starts_with("exp.toml: roles.server.filter: \"cgroup\": \"auto\""),
+            "{e}"
+        );
+        assert!(RoleFilter::Auto.applies(true) && !RoleFilter::Auto.applies(false));
+        assert!(RoleFilter::Workload.applies(false) && !RoleFilter::None.applies(true));
+    }
+
+    #[test]
     fn more_roles_than_nodes_is_refused() {
         let s = parse(&format!("name = \"n\"\n{SERVER}{CLIENT}")).expect("valid");
         assert!(s.roles.check_nodes("debug", 2).is_ok());

@@ -1071,6 +1071,49 @@ mod tests {
     }
 
     #[test]
+    fn roles_sharing_a_kernel_are_filtered_unless_told_otherwise() {
+        let here = Placement::Here { node: hostname() };
+        // Every role here shares this kernel; the client is not collected.
+        assert_eq!(
+            filtered_roles(&roles(TWO), &here).expect("here"),
+            [true, false]
+        );
+        let none = TWO.replace("ready = {", "filter = \"none\"\nready = {");
+        assert_eq!(
+            filtered_roles(&roles(&none), &here).expect("here"),
+            [false, false]
+        );
+        // One role alone shares its kernel with no other role.
+        let alone = "name = \"a\"\n[roles.s]\nbenchmark = \"fio\"\nresult = true\n";
+        assert_eq!(filtered_roles(&roles(alone), &here).expect("here"), [false]);
+        let always = alone.replace("result = true", "result = true\nfilter = \"workload\"");
+        assert_eq!(
+            filtered_roles(&roles(&always), &here).expect("here"),
+            [true]
+        );
+        // With no collected role left to `auto`, no job step asks the nodes.
+        let job = Placement::Job {
+            job_id: "7".into(),
+            nodes: Vec::new(),
+        };
+        assert_eq!(
+            filtered_roles(&roles(&none), &job).expect("no step"),
+            [false, false]
+        );
+    }
+
+    #[test]
+    fn boot_ids_tell_which_nodes_share_a_kernel() {
+        let ids = parse_boot_ids("1: bbb\n0: aaa\n 2: aaa\nsrun: noise\n", 3).expect("ids");
+        assert_eq!(ids, ["aaa", "bbb", "aaa"]);
+        assert_eq!(shares_a_kernel(&ids), [true, false, true]);
+        let e = parse_boot_ids("0: aaa\n", 2).expect_err("task 1 missing");
+        assert_eq!(e, "task 1 printed no boot id");
+        let distinct: Vec<String> = vec!["a".into(), "b".into()];
+        assert_eq!(shares_a_kernel(&distinct), [false, false]);
+    }
+
+    #[test]
     fn every_role_learns_every_address() {
         let here = Placement::Here { node: hostname() };
         let env: std::collections::HashMap<String, String> =
