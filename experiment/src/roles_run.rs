@@ -30,8 +30,10 @@
 //! Slurm job when two of its nodes have the same boot id
 //! (`/proc/sys/kernel/random/boot_id`, read by one job step on every
 //! node), as the nodes `scripts/slurm-local` makes on one machine do.
-//! `filter = "workload"` always filters, `"none"` never. A role not ready in time, or ended before it was ready,
-//! fails the run with that reason, after every started role was stopped.
+//! `filter = "workload"` always filters, `"none"` never.
+//!
+//! A role not ready in time, or ended before it was ready, fails the run
+//! with that reason, after every started role was stopped.
 
 use std::{
     fs::OpenOptions,
