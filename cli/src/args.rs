@@ -272,6 +272,11 @@ pub(crate) struct RunArgs {
     /// cgroups below it.
     #[arg(long, requires = "cgroup")]
     pub(crate) cgroup_exact: bool,
+    /// With --benchmark: record only the benchmark's own processes (its
+    /// workload cgroup, made before the probes start, and the cgroups
+    /// below it), filtered in the kernel. Needs cgroup v2.
+    #[arg(long, requires = "benchmark", conflicts_with_all = ["cgroup", "tgid", "pid"])]
+    pub(crate) cgroup_workload: bool,
     /// Record the collector's own process too (by default every probe
     /// leaves it out in the kernel, so it is not in its own data).
     #[arg(long)]

@@ -135,6 +135,10 @@ struct FilterFlags {
     pid: Option<u32>,
     cgroup: Option<String>,
     cgroup_descendants: bool,
+    /// `--cgroup-workload`: the benchmark's workload cgroup and below
+    /// (its path is known once the run starts). Left out when not given.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cgroup_workload: bool,
 }
 
 impl RunConfig {
@@ -175,7 +179,9 @@ impl RunConfig {
                 tgid: args.tgid,
                 pid: args.pid,
                 cgroup: args.cgroup.as_ref().map(|p| p.display().to_string()),
-                cgroup_descendants: args.cgroup.is_some() && !args.cgroup_exact,
+                cgroup_descendants: (args.cgroup.is_some() && !args.cgroup_exact)
+                    || args.cgroup_workload,
+                cgroup_workload: args.cgroup_workload,
             },
             power_options,
         })
@@ -213,6 +219,7 @@ impl RunConfig {
                 cgroup_descendants: !args.cgroup_exact,
             },
             include_self: args.include_self,
+            cgroup_workload: args.cgroup_workload,
             probe_config: self.probes,
             benchmark: args.benchmark.clone(),
             // The host sets the THP mode (a knob); the benchmark leaves it be.

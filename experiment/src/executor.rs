@@ -231,9 +231,9 @@ pub fn perform_run(
     let status = match roles {
         // A run with roles: each role its own `kernmlops run`.
         Some((config, roles)) => {
-            let roles = roles.map_err(|message| ExperimentError::Corrupt {
+            let roles = roles.map_err(|e| ExperimentError::Corrupt {
                 path: config_path.clone(),
-                message,
+                message: e.to_string(),
             })?;
             super::roles_run::perform(ctx, id, &run_dir, &config, &roles, tick)?
         }

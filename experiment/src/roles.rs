@@ -15,6 +15,7 @@
 //! probes = []                   # not collected
 //! after = "server"              # starts once the server is ready
 //! result = true                 # this role's figures are the run's result
+//! filter = "auto"               # or "workload", "none": see RoleFilter
 //!
 //! [variables.clients]
 //! key = "roles.client.parameters.clients"
@@ -55,6 +56,85 @@ pub enum ReadyCheck {
     Line(String),
 }
 
+/// Whether a role's collection records only its own benchmark's
+/// processes (its workload cgroup and below, `kernmlops run
+/// --cgroup-workload`), as `filter = "..."` of its table says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RoleFilter {
+    /// Filtered when another role of the run runs on the same kernel
+    /// (every role with `--executor local`; nodes of one machine, such as
+    /// `scripts/slurm-local`'s, under Slurm), since its collection would
+    /// otherwise see that role's processes.
+    #[default]
+    Auto,
+    /// Always filtered.
+    Workload,
+    /// Never filtered: the role's collection sees the whole kernel.
+    None,
+}
+
+impl RoleFilter {
+    /// The value as the file writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Workload => "workload",
+            Self::None => "none",
+        }
+    }
+
+    /// Whether a collected role with this setting is filtered, given
+    /// whether another role shares its kernel.
+    pub fn applies(self, shares_kernel: bool) -> bool {
+        match self {
+            Self::Auto => shares_kernel,
+            Self::Workload => true,
+            Self::None => false,
+        }
+    }
+}
+
+/// Why the roles of a file, a run or a Slurm job do not fit, each as one
+/// line.
+#[derive(Debug, thiserror::Error)]
+pub enum RolesError {
+    #[error("{roles} roles ({names}) need {roles} nodes, but partition {partition} has {nodes}; use fewer roles or a larger partition (--partition)")]
+    TooFewNodes {
+        roles: usize,
+        names: String,
+        partition: String,
+        nodes: usize,
+    },
+    #[error("{key:?} sets a role, but the file has no [roles.NAME] tables")]
+    NoRoles { key: String },
+    #[error("{key:?}: no role {name:?} (roles: {names})")]
+    UnknownRole {
+        key: String,
+        name: String,
+        names: String,
+    },
+    #[error("{key:?}: a role's variable sets one of its parameters, as \"roles.{name}.parameters.NAME\"")]
+    NotAParameter { key: String, name: String },
+    /// A run's `roles` table that does not read back as roles.
+    #[error("{key}: {message}")]
+    Config { key: String, message: String },
+    #[error("Slurm job {job_id}: SLURM_JOB_NODELIST is not set, so its nodes are unknown")]
+    NoNodeList { job_id: String },
+    #[error("Slurm job {job_id} has {found} node(s) ({list}), but the run's {roles} roles need one each; `--executor slurm` allocates them")]
+    JobTooSmall {
+        job_id: String,
+        found: usize,
+        list: String,
+        roles: usize,
+    },
+    /// A Slurm tool answered with an error.
+    #[error("{command}: {message}")]
+    Tool { command: String, message: String },
+    /// A Slurm tool could not be run.
+    #[error(transparent)]
+    Slurm(Box<ExperimentError>),
+}
+
 /// A readiness check and how long to wait for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ready {
@@ -82,6 +162,8 @@ pub struct Role {
     pub parameters: toml::Table,
     /// When it counts as ready; `None`: once started.
     pub ready: Option<Ready>,
+    /// Whether its collection records only its own processes.
+    pub filter: RoleFilter,
 }
 
 /// The roles of an experiment, as declared; empty when the file has none.
@@ -104,6 +186,7 @@ pub struct RawRole {
     #[serde(default)]
     parameters: toml::Table,
     ready: Option<RawReady>,
+    filter: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -254,14 +337,18 @@ impl Roles {
 
     /// Refuses more roles than `nodes`, the nodes of `partition`: each
     /// role runs on a node of its own.
-    pub fn check_nodes(&self, partition: &str, nodes: usize) -> std::result::Result<(), String> {
+    pub fn check_nodes(
+        &self,
+        partition: &str,
+        nodes: usize,
+    ) -> std::result::Result<(), RolesError> {
         if self.roles.len() > nodes {
-            return Err(format!(
-                "{} roles ({}) need {} nodes, but partition {partition} has {nodes}; use fewer roles or a larger partition (--partition)",
-                self.roles.len(),
-                names(&self.roles),
-                self.roles.len()
-            ));
+            return Err(RolesError::TooFewNodes {
+                roles: self.roles.len(),
+                names: names(&self.roles),
+                partition: partition.to_owned(),
+                nodes,
+            });
         }
         Ok(())
     }
@@ -270,29 +357,30 @@ impl Roles {
     /// (`roles.NAME.parameters.KEY`): the role exists and the key names
     /// one of its parameters. Keys outside `roles.` are left to the
     /// configuration's checks.
-    pub fn check_key(&self, key: &str) -> std::result::Result<(), String> {
+    pub fn check_key(&self, key: &str) -> std::result::Result<(), RolesError> {
         let Some(rest) = key.strip_prefix("roles.") else {
             return Ok(());
         };
         if self.roles.is_empty() {
-            return Err(format!(
-                "{key:?} sets a role, but the file has no [roles.NAME] tables"
-            ));
+            return Err(RolesError::NoRoles {
+                key: key.to_owned(),
+            });
         }
         let mut parts = rest.splitn(3, '.');
         let (name, section, param) = (parts.next(), parts.next(), parts.next());
         let Some(name) = name.filter(|n| self.get(n).is_some()) else {
-            return Err(format!(
-                "{key:?}: no role {:?} (roles: {})",
-                name.unwrap_or(""),
-                names(&self.roles)
-            ));
+            return Err(RolesError::UnknownRole {
+                key: key.to_owned(),
+                name: name.unwrap_or("").to_owned(),
+                names: names(&self.roles),
+            });
         };
         match (section, param) {
             (Some("parameters"), Some(p)) if !p.is_empty() => Ok(()),
-            _ => Err(format!(
-                "{key:?}: a role's variable sets one of its parameters, as \"roles.{name}.parameters.NAME\""
-            )),
+            _ => Err(RolesError::NotAParameter {
+                key: key.to_owned(),
+                name: name.to_owned(),
+            }),
         }
     }
 }
@@ -359,7 +447,34 @@ fn role(name: &str, raw: RawRole) -> std::result::Result<Role, KeyError> {
             }
         }
     }
-    let after = match raw.after {
+    let after = parse_after(raw.after)?;
+    let ready = raw.ready.map(parse_ready).transpose()?;
+    let filter = match raw.filter.as_deref() {
+        None | Some("auto") => RoleFilter::Auto,
+        Some("workload") => RoleFilter::Workload,
+        Some("none") => RoleFilter::None,
+        Some(other) => return err(
+            "filter",
+            format!("{other:?}: \"auto\" (only its own processes when another role shares its kernel), \"workload\" (always) or \"none\" (the whole kernel)"),
+        ),
+    };
+    Ok(Role {
+        name: name.to_owned(),
+        benchmark,
+        script,
+        probes: raw.probes,
+        after,
+        result: raw.result.unwrap_or(false),
+        parameters: raw.parameters,
+        ready,
+        filter,
+    })
+}
+
+/// A role's `after`: a role name or a list of distinct role names.
+fn parse_after(after: Option<toml::Value>) -> std::result::Result<Vec<String>, KeyError> {
+    let err = |key: &str, m: String| Err((key.to_owned(), m));
+    let after = match after {
         None => Vec::new(),
         Some(toml::Value::String(s)) => vec![s],
         Some(toml::Value::Array(a)) => {
@@ -389,62 +504,53 @@ fn role(name: &str, raw: RawRole) -> std::result::Result<Role, KeyError> {
             )
         }
     };
-    let ready = match raw.ready {
-        None => None,
-        Some(r) => {
-            let given = [r.port.is_some(), r.file.is_some(), r.line.is_some()];
-            if given.iter().filter(|g| **g).count() != 1 {
-                return err(
-                    "ready",
-                    "give exactly one of port = N (a TCP port that answers), file = \"PATH\" or line = \"TEXT\" (in the role's output)".into(),
-                );
-            }
-            let check = if let Some(p) = r.port {
-                match u16::try_from(p) {
-                    Ok(p) if p > 0 => ReadyCheck::Port(p),
-                    _ => return err("ready.port", format!("{p}: a TCP port, 1 to 65535")),
-                }
-            } else if let Some(f) = r.file {
-                if f.is_empty() {
-                    return err(
-                        "ready.file",
-                        "empty: the file whose existence means ready".into(),
-                    );
-                }
-                ReadyCheck::File(f)
-            } else {
-                let l = r.line.unwrap_or_default();
-                if l.is_empty() {
-                    return err(
-                        "ready.line",
-                        "empty: the text of the line that means ready".into(),
-                    );
-                }
-                ReadyCheck::Line(l)
-            };
-            let timeout_s = match r.timeout_s {
-                None => DEFAULT_READY_TIMEOUT_S,
-                Some(t) if t >= 1 && t <= i64::from(MAX_READY_TIMEOUT_S) => t as u32,
-                Some(t) => {
-                    return err(
-                        "ready.timeout_s",
-                        format!("{t}: seconds, 1 to {MAX_READY_TIMEOUT_S}"),
-                    )
-                }
-            };
-            Some(Ready { check, timeout_s })
+    Ok(after)
+}
+
+/// A role's `ready` table: exactly one check, and its timeout.
+fn parse_ready(r: RawReady) -> std::result::Result<Ready, KeyError> {
+    let err = |key: &str, m: String| Err((key.to_owned(), m));
+    let given = [r.port.is_some(), r.file.is_some(), r.line.is_some()];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return err(
+            "ready",
+            "give exactly one of port = N (a TCP port that answers), file = \"PATH\" or line = \"TEXT\" (in the role's output)".into(),
+        );
+    }
+    let check = if let Some(p) = r.port {
+        match u16::try_from(p) {
+            Ok(p) if p > 0 => ReadyCheck::Port(p),
+            _ => return err("ready.port", format!("{p}: a TCP port, 1 to 65535")),
+        }
+    } else if let Some(f) = r.file {
+        if f.is_empty() {
+            return err(
+                "ready.file",
+                "empty: the file whose existence means ready".into(),
+            );
+        }
+        ReadyCheck::File(f)
+    } else {
+        let l = r.line.unwrap_or_default();
+        if l.is_empty() {
+            return err(
+                "ready.line",
+                "empty: the text of the line that means ready".into(),
+            );
+        }
+        ReadyCheck::Line(l)
+    };
+    let timeout_s = match r.timeout_s {
+        None => DEFAULT_READY_TIMEOUT_S,
+        Some(t) if t >= 1 && t <= i64::from(MAX_READY_TIMEOUT_S) => t as u32,
+        Some(t) => {
+            return err(
+                "ready.timeout_s",
+                format!("{t}: seconds, 1 to {MAX_READY_TIMEOUT_S}"),
+            )
         }
     };
-    Ok(Role {
-        name: name.to_owned(),
-        benchmark,
-        script,
-        probes: raw.probes,
-        after,
-        result: raw.result.unwrap_or(false),
-        parameters: raw.parameters,
-        ready,
-    })
+    Ok(Ready { check, timeout_s })
 }
 
 /// The start order (Kahn's algorithm, taking the earliest declared role
@@ -620,6 +726,9 @@ impl Roles {
                 rt.insert("timeout_s".into(), i64::from(ready.timeout_s).into());
                 t.insert("ready".into(), rt.into());
             }
+            if r.filter != RoleFilter::Auto {
+                t.insert("filter".into(), r.filter.as_str().into());
+            }
             out.insert(r.name.clone(), t.into());
         }
         out
@@ -628,19 +737,23 @@ impl Roles {
     /// The roles of a run's configuration (its `roles` table, as
     /// [`Roles::to_config`] wrote it and variables set), checked again.
     /// `None` when the configuration has no roles.
-    pub fn from_config(config: &toml::Table) -> Option<std::result::Result<Self, String>> {
+    pub fn from_config(config: &toml::Table) -> Option<std::result::Result<Self, RolesError>> {
+        let bad = |key: String, message: String| Some(Err(RolesError::Config { key, message }));
         let table = match config.get("roles")? {
             toml::Value::Table(t) => t,
-            _ => return Some(Err("roles: not a table of roles".into())),
+            _ => return bad("roles".into(), "not a table of roles".into()),
         };
         let mut declared = Vec::new();
         for (name, value) in table {
             match RawRole::deserialize(value.clone()) {
                 Ok(raw) => declared.push((name.clone(), raw)),
-                Err(e) => return Some(Err(format!("roles.{name}: {}", e.message()))),
+                Err(e) => return bad(format!("roles.{name}"), e.message().to_owned()),
             }
         }
-        Some(Self::from_raw(declared, None, None).map_err(|(k, m)| format!("{k}: {m}")))
+        Some(
+            Self::from_raw(declared, None, None)
+                .map_err(|(key, message)| RolesError::Config { key, message }),
+        )
     }
 }
 
@@ -875,13 +988,51 @@ mod tests {
     }
 
     #[test]
+    fn a_roles_filter_is_auto_workload_or_none_and_survives_its_configuration() {
+        let s = parse(&format!("name = \"f\"\n{SERVER}{CLIENT}")).expect("valid");
+        assert_eq!(
+            s.roles.get("server").map(|r| r.filter),
+            Some(RoleFilter::Auto)
+        );
+        let s = parse(&format!(
+            "name = \"f\"\n{SERVER}filter = \"none\"\n{CLIENT}filter = \"workload\"\n"
+        ))
+        .expect("valid");
+        assert_eq!(
+            s.roles.get("server").map(|r| r.filter),
+            Some(RoleFilter::None)
+        );
+        assert_eq!(
+            s.roles.get("client").map(|r| r.filter),
+            Some(RoleFilter::Workload)
+        );
+        let mut config = toml::Table::new();
+        config.insert("roles".into(), s.roles.to_config().into());
+        let back = Roles::from_config(&config).expect("roles").expect("valid");
+        assert_eq!(back.get("server").map(|r| r.filter), Some(RoleFilter::None));
+        assert_eq!(
+            back.get("client").map(|r| r.filter),
+            Some(RoleFilter::Workload)
+        );
+        let e = err(&format!(
+            "name = \"f\"\n{SERVER}filter = \"cgroup\"\n{CLIENT}"
+        ));
+        assert!(
+            e.starts_with("exp.toml: roles.server.filter: \"cgroup\": \"auto\""),
+            "{e}"
+        );
+        assert!(RoleFilter::Auto.applies(true) && !RoleFilter::Auto.applies(false));
+        assert!(RoleFilter::Workload.applies(false) && !RoleFilter::None.applies(true));
+    }
+
+    #[test]
     fn more_roles_than_nodes_is_refused() {
         let s = parse(&format!("name = \"n\"\n{SERVER}{CLIENT}")).expect("valid");
-        assert_eq!(s.roles.check_nodes("debug", 2), Ok(()));
-        assert_eq!(s.roles.check_nodes("debug", 8), Ok(()));
+        assert!(s.roles.check_nodes("debug", 2).is_ok());
+        assert!(s.roles.check_nodes("debug", 8).is_ok());
         let e = s.roles.check_nodes("debug", 1).expect_err("1 node");
         assert_eq!(
-            e,
+            e.to_string(),
             "2 roles (server, client) need 2 nodes, but partition debug has 1; use fewer roles or a larger partition (--partition)"
         );
         assert!(Roles::default().check_nodes("debug", 0).is_ok());

@@ -19,9 +19,21 @@
 //! The run's own `runs/<run_id>/manifest.json` is written last: the result
 //! role's manifest (status, benchmark, result, times), its tables renamed
 //! `<role>_<table>` for every role, and a `roles` section naming each
-//! role, its node, its collection and how it ended; `indicator.json` is the
-//! result role's. A role not ready in time, or ended before it was ready,
-//! fails the run with that reason, after every started role was stopped.
+//! role, its node, its collection, whether its collection was filtered to
+//! its own processes and how it ended; `indicator.json` is the result
+//! role's.
+//!
+//! Roles that share a kernel see each other's processes, so a collected
+//! role whose `filter` is `auto` (the default) records only its own
+//! benchmark's processes (`kernmlops run --cgroup-workload`) when another
+//! role runs on the same kernel: always with `--executor local`, and in a
+//! Slurm job when two of its nodes have the same boot id
+//! (`/proc/sys/kernel/random/boot_id`, read by one job step on every
+//! node), as the nodes `scripts/slurm-local` makes on one machine do.
+//! `filter = "workload"` always filters, `"none"` never.
+//!
+//! A role not ready in time, or ended before it was ready, fails the run
+//! with that reason, after every started role was stopped.
 
 use std::{
     fs::OpenOptions,
@@ -35,6 +47,7 @@ use std::{
 };
 
 use kernmlops::{plugin::Registry, trust::Policy};
+use serde::Serialize;
 use serde_json::{json, Value as Json};
 
 use super::{
@@ -43,7 +56,7 @@ use super::{
     executor::RunContext,
     plan::PlannedRun,
     record::{hostname, write_atomic},
-    roles::{ReadyCheck, Role, Roles},
+    roles::{ReadyCheck, Role, RoleFilter, Roles, RolesError},
     spec::{self, Spec},
     ExperimentError, Result,
 };
@@ -127,7 +140,7 @@ pub fn identity_probes(roles: &Roles, default: &[String]) -> Vec<String> {
 }
 
 /// The roles of a planned run's configuration, `None` without roles.
-pub fn of(config: &toml::Table) -> Option<std::result::Result<Roles, String>> {
+pub fn of(config: &toml::Table) -> Option<std::result::Result<Roles, RolesError>> {
     Roles::from_config(config)
 }
 
@@ -150,7 +163,7 @@ pub fn check_runs(
         };
         let roles = match of(&config) {
             Some(Ok(roles)) => roles,
-            Some(Err(m)) => return Err(invalid(spec, "roles", m)),
+            Some(Err(e)) => return Err(invalid(spec, "roles", e.to_string())),
             None => continue,
         };
         for role in roles.declared() {
@@ -212,28 +225,26 @@ impl Placement {
     /// The placement of a run's roles: on the nodes of `ctx.slurm_job`
     /// when the run is carried out inside one, else here. A job with
     /// fewer nodes than roles is refused (the reason as one line).
-    pub fn for_run(ctx: &RunContext, roles: &Roles) -> std::result::Result<Self, String> {
+    pub fn for_run(ctx: &RunContext, roles: &Roles) -> std::result::Result<Self, RolesError> {
         let Some(job_id) = &ctx.slurm_job else {
             return Ok(Self::Here { node: hostname() });
         };
         let list = std::env::var("SLURM_JOB_NODELIST")
             .or_else(|_| std::env::var("SLURM_NODELIST"))
-            .map_err(|_| {
-                format!(
-                    "Slurm job {job_id}: SLURM_JOB_NODELIST is not set, so its nodes are unknown"
-                )
+            .map_err(|_| RolesError::NoNodeList {
+                job_id: job_id.clone(),
             })?;
         let out = super::slurm::tool(
             "scontrol",
             &["show".into(), "hostnames".into(), list.clone()],
             SLURM_QUERY,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| RolesError::Slurm(Box::new(e)))?;
         if !out.success {
-            return Err(format!(
-                "scontrol show hostnames {list}: {}",
-                out.error_text()
-            ));
+            return Err(RolesError::Tool {
+                command: format!("scontrol show hostnames {list}"),
+                message: out.error_text(),
+            });
         }
         let names: Vec<String> = out
             .stdout
@@ -244,11 +255,12 @@ impl Placement {
             .map(str::to_owned)
             .collect();
         if names.len() < roles.len() {
-            return Err(format!(
-                "Slurm job {job_id} has {} node(s) ({list}), but the run's {} roles need one each; `--executor slurm` allocates them",
-                names.len(),
-                roles.len()
-            ));
+            return Err(RolesError::JobTooSmall {
+                job_id: job_id.clone(),
+                found: names.len(),
+                list,
+                roles: roles.len(),
+            });
         }
         let nodes = names
             .into_iter()
@@ -257,7 +269,7 @@ impl Placement {
                 let host = node_address(&name)?;
                 Ok(Node { name, host })
             })
-            .collect::<std::result::Result<_, String>>()?;
+            .collect::<std::result::Result<_, RolesError>>()?;
         Ok(Self::Job {
             job_id: job_id.clone(),
             nodes,
@@ -347,10 +359,100 @@ impl Placement {
 
 /// Longest wait for `scontrol`.
 const SLURM_QUERY: Duration = Duration::from_secs(20);
+/// Longest wait for the job step that reads every node's boot id.
+const BOOT_ID_QUERY: Duration = Duration::from_secs(60);
+/// The kernel's id for this boot: equal on two nodes exactly when they
+/// run on one kernel (namespaces or containers of one machine).
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// Whether a role is collected (it has probes, or the configuration's).
+fn collected(role: &Role) -> bool {
+    role.probes.as_ref().is_none_or(|p| !p.is_empty())
+}
+
+/// For each role as declared, whether its collection is filtered to its
+/// own processes (see the module's documentation). The nodes' boot ids
+/// are read only when a collected role's `filter` is `auto`.
+fn filtered_roles(
+    roles: &Roles,
+    placement: &Placement,
+) -> std::result::Result<Vec<bool>, RolesError> {
+    let auto = roles
+        .declared()
+        .any(|r| collected(r) && r.filter == RoleFilter::Auto);
+    let shared = match placement {
+        _ if !auto => vec![false; roles.len()],
+        Placement::Here { .. } => vec![roles.len() > 1; roles.len()],
+        Placement::Job { nodes, .. } => shares_a_kernel(&boot_ids(nodes.len())?),
+    };
+    Ok(roles
+        .declared()
+        .zip(shared)
+        .map(|(r, shares)| collected(r) && r.filter.applies(shares))
+        .collect())
+}
+
+/// Each of the job's first `n` nodes' boot id, by one job step with a
+/// task on each (`srun --label`: a line `I: ID` from the task on node I).
+fn boot_ids(n: usize) -> std::result::Result<Vec<String>, RolesError> {
+    let args: Vec<String> = [
+        "--disable-status".to_owned(),
+        format!("--nodes={n}"),
+        format!("--ntasks={n}"),
+        "--ntasks-per-node=1".to_owned(),
+        "--relative=0".to_owned(),
+        "--label".to_owned(),
+        "--job-name=kml-boot-id".to_owned(),
+        "cat".to_owned(),
+        BOOT_ID.to_owned(),
+    ]
+    .into();
+    let out = super::slurm::tool("srun", &args, BOOT_ID_QUERY)
+        .map_err(|e| RolesError::Slurm(Box::new(e)))?;
+    let command = format!("srun cat {BOOT_ID} on {n} node(s)");
+    if !out.success {
+        return Err(RolesError::Tool {
+            command,
+            message: out.error_text(),
+        });
+    }
+    parse_boot_ids(&out.stdout, n).map_err(|message| RolesError::Tool { command, message })
+}
+
+/// The boot ids in `srun --label` output, by task: every one of the `n`
+/// tasks must have printed one.
+fn parse_boot_ids(text: &str, n: usize) -> std::result::Result<Vec<String>, String> {
+    let mut ids = vec![String::new(); n];
+    for line in text.lines() {
+        let Some((task, id)) = line.split_once(':') else {
+            continue;
+        };
+        if let Some(slot) = task
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .and_then(|t| ids.get_mut(t))
+        {
+            id.trim().clone_into(slot);
+        }
+    }
+    match ids.iter().position(String::is_empty) {
+        Some(task) => Err(format!("task {task} printed no boot id")),
+        None => Ok(ids),
+    }
+}
+
+/// For each node, whether another node has the same boot id.
+fn shares_a_kernel(ids: &[String]) -> Vec<bool> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| ids.iter().enumerate().any(|(j, o)| j != i && o == id))
+        .collect()
+}
 
 /// A Slurm node's address (`NodeAddr`, as an IPv4 address where it is a
 /// name that resolves to one).
-fn node_address(name: &str) -> std::result::Result<String, String> {
+fn node_address(name: &str) -> std::result::Result<String, RolesError> {
     let out = super::slurm::tool(
         "scontrol",
         &[
@@ -361,9 +463,12 @@ fn node_address(name: &str) -> std::result::Result<String, String> {
         ],
         SLURM_QUERY,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| RolesError::Slurm(Box::new(e)))?;
     if !out.success {
-        return Err(format!("scontrol show node {name}: {}", out.error_text()));
+        return Err(RolesError::Tool {
+            command: format!("scontrol show node {name}"),
+            message: out.error_text(),
+        });
     }
     let addr = out
         .stdout
@@ -501,23 +606,24 @@ fn start(
     config: &Path,
     log: &Path,
     env: &[(String, String)],
+    filtered: bool,
 ) -> Result<Child> {
     let mut out = OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .map_err(ExperimentError::io(log))?;
-    let mut cmd = placement.command(
-        index,
-        &role.name,
-        super::executor::collect_command(
-            ctx,
-            &role.benchmark,
-            role.probes.as_deref(),
-            collection,
-            config,
-        ),
+    let mut run = super::executor::collect_command(
+        ctx,
+        &role.benchmark,
+        role.probes.as_deref(),
+        collection,
+        config,
     );
+    if filtered {
+        run.arg("--cgroup-workload");
+    }
+    let mut cmd = placement.command(index, &role.name, run);
     writeln!(
         out,
         "== role {} {} on {} (node {}): {}",
@@ -621,16 +727,27 @@ pub fn perform(
         running: Vec::new(),
         failure: None,
         signalled: false,
+        filtered: Vec::new(),
     };
     match Placement::for_run(ctx, roles) {
         Ok(p) => run.placement = p,
-        Err(m) => {
-            run.failure = Some(m);
+        Err(e) => {
+            run.failure = Some(e.to_string());
             if let Some(job_id) = &ctx.slurm_job {
                 run.placement = Placement::Job {
                     job_id: job_id.clone(),
                     nodes: Vec::new(),
                 };
+            }
+        }
+    }
+    if run.failure.is_none() {
+        match filtered_roles(roles, &run.placement) {
+            Ok(f) => run.filtered = f,
+            Err(e) => {
+                run.failure = Some(format!(
+                    "telling whether the roles' nodes share a kernel: {e}; filter = \"workload\" or \"none\" in each collected role skips this"
+                ))
             }
         }
     }
@@ -659,6 +776,9 @@ struct Started<'a> {
     failure: Option<String>,
     /// Told to stop by a signal.
     signalled: bool,
+    /// For each role as declared, whether its collection is filtered to
+    /// its own processes.
+    filtered: Vec<bool>,
 }
 
 impl Started<'_> {
@@ -693,6 +813,7 @@ impl Started<'_> {
                 &config_path,
                 &log,
                 &env,
+                self.filtered.get(i).copied().unwrap_or(false),
             );
             let child = match started {
                 Ok(c) => c,
@@ -804,6 +925,26 @@ impl Started<'_> {
     }
 }
 
+/// A role as the run's manifest describes it (`roles.<name>`).
+#[derive(Serialize)]
+struct RoleEntry<'a> {
+    node: String,
+    host: String,
+    collection: &'a str,
+    benchmark: &'a str,
+    probes: Option<&'a [String]>,
+    result: bool,
+    started: bool,
+    ready_after_s: Option<f64>,
+    stopped_by_run: bool,
+    exit_code: Option<i32>,
+    /// The role's own manifest's, as written (`null` without one).
+    status: &'a Json,
+    run_class: &'a Json,
+    /// Its collection recorded only its own benchmark's processes.
+    filtered: bool,
+}
+
 fn read_json(path: &Path) -> Option<Json> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
@@ -838,22 +979,24 @@ fn write_manifest(run: &Started) -> Result<bool> {
             tables.insert(format!("{}_{t}", role.name), v.clone());
         }
         let ran = running.iter().find(|r| r.name == role.name);
+        let entry = RoleEntry {
+            node: node.name,
+            host: node.host,
+            collection: &role.name,
+            benchmark: &role.benchmark,
+            probes: role.probes.as_deref(),
+            result: role.result,
+            started: ran.is_some(),
+            ready_after_s: ran.and_then(|r| r.ready_s),
+            stopped_by_run: ran.is_some_and(|r| r.stopped),
+            exit_code: ran.and_then(|r| r.exit).and_then(|s| s.code()),
+            status: &m["status"],
+            run_class: &m["run_class"],
+            filtered: run.filtered.get(i).copied().unwrap_or(false),
+        };
         described.insert(
             role.name.clone(),
-            json!({
-                "node": node.name,
-                "host": node.host,
-                "collection": role.name,
-                "benchmark": role.benchmark,
-                "probes": role.probes,
-                "result": role.result,
-                "started": ran.is_some(),
-                "ready_after_s": ran.and_then(|r| r.ready_s),
-                "stopped_by_run": ran.is_some_and(|r| r.stopped),
-                "exit_code": ran.and_then(|r| r.exit).and_then(|s| s.code()),
-                "status": m["status"],
-                "run_class": m["run_class"],
-            }),
+            serde_json::to_value(&entry).unwrap_or(Json::Null),
         );
     }
     manifest["tables"] = Json::Object(tables);
@@ -927,6 +1070,49 @@ mod tests {
             identity_probes(&r, &["process_trace".to_owned()]),
             ["server:quanta_runtime"]
         );
+    }
+
+    #[test]
+    fn roles_sharing_a_kernel_are_filtered_unless_told_otherwise() {
+        let here = Placement::Here { node: hostname() };
+        // Every role here shares this kernel; the client is not collected.
+        assert_eq!(
+            filtered_roles(&roles(TWO), &here).expect("here"),
+            [true, false]
+        );
+        let none = TWO.replace("ready = {", "filter = \"none\"\nready = {");
+        assert_eq!(
+            filtered_roles(&roles(&none), &here).expect("here"),
+            [false, false]
+        );
+        // One role alone shares its kernel with no other role.
+        let alone = "name = \"a\"\n[roles.s]\nbenchmark = \"fio\"\nresult = true\n";
+        assert_eq!(filtered_roles(&roles(alone), &here).expect("here"), [false]);
+        let always = alone.replace("result = true", "result = true\nfilter = \"workload\"");
+        assert_eq!(
+            filtered_roles(&roles(&always), &here).expect("here"),
+            [true]
+        );
+        // With no collected role left to `auto`, no job step asks the nodes.
+        let job = Placement::Job {
+            job_id: "7".into(),
+            nodes: Vec::new(),
+        };
+        assert_eq!(
+            filtered_roles(&roles(&none), &job).expect("no step"),
+            [false, false]
+        );
+    }
+
+    #[test]
+    fn boot_ids_tell_which_nodes_share_a_kernel() {
+        let ids = parse_boot_ids("1: bbb\n0: aaa\n 2: aaa\nsrun: noise\n", 3).expect("ids");
+        assert_eq!(ids, ["aaa", "bbb", "aaa"]);
+        assert_eq!(shares_a_kernel(&ids), [true, false, true]);
+        let e = parse_boot_ids("0: aaa\n", 2).expect_err("task 1 missing");
+        assert_eq!(e, "task 1 printed no boot id");
+        let distinct: Vec<String> = vec!["a".into(), "b".into()];
+        assert_eq!(shares_a_kernel(&distinct), [false, false]);
     }
 
     #[test]

@@ -525,7 +525,7 @@ impl Spec {
             )?;
             roles
                 .check_key(&var.key)
-                .map_err(|message| invalid(&format!("{at}.key"), message))?;
+                .map_err(|message| invalid(&format!("{at}.key"), message.to_string()))?;
             variables.push(var);
         }
         let swept: Vec<&Variable> = variables.iter().filter(|v| v.is_probes()).collect();

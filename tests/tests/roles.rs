@@ -3,12 +3,15 @@
 //! as the measured server, redis-benchmark as its client) over two values
 //! of a variable and two repeats give every run the server's collection
 //! and the client's result, named with their node in the run's manifest,
-//! and one results row per run; roles ready by a line of their output and
+//! and one results row per run, the server's collection holding only the
+//! server's processes (roles on one kernel are filtered to their own
+//! cgroup, unless `filter = "none"`); roles ready by a line of their output and
 //! by a file start in dependency order and see every role's address; a
 //! role that never becomes ready fails its run with the reason after its
 //! timeout and leaves no process behind.
 
 use std::{
+    collections::BTreeSet,
     net::TcpListener,
     path::{Path, PathBuf},
     process::{Command, Output},
@@ -85,6 +88,22 @@ fn runs(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// What the server role's collection saw: its `quanta_runtime` rows'
+/// process ids that are not among the processes its `process_trace` saw
+/// start or exec (none when it holds only what the server started), and
+/// the command names `process_trace` saw.
+fn server_view(collection: &Path) -> (BTreeSet<u64>, BTreeSet<String>) {
+    let trace = read_table(&collection.join("process_trace.arrow"));
+    let own: BTreeSet<u64> = column_u64(&trace, "tgid").into_iter().collect();
+    let names = column_str(&trace, "name").into_iter().flatten().collect();
+    let quanta = column_u64(
+        &read_table(&collection.join("quanta_runtime.arrow")),
+        "tgid",
+    );
+    let foreign = quanta.into_iter().filter(|t| !own.contains(t)).collect();
+    (foreign, names)
+}
+
 fn hostname() -> String {
     let out = Command::new("hostname").output().expect("hostname");
     text(&out.stdout).trim().to_owned()
@@ -121,7 +140,11 @@ fn root_roles_redis_server_and_client_run_locally_with_one_row_per_run() {
                 "\"./redis_load.sh\"",
                 &format!("{:?}", s(&examples.join("redis_load.sh"))),
             )
-            .replace("requests = 20000", "requests = 5000"),
+            .replace("requests = 20000", "requests = 5000")
+            .replace(
+                "probes = [\"quanta_runtime\"]",
+                "probes = [\"quanta_runtime\", \"process_trace\"]",
+            ),
     )
     .expect("experiment file");
     let dir = work.join("exp");
@@ -160,6 +183,15 @@ fn root_roles_redis_server_and_client_run_locally_with_one_row_per_run() {
             .unwrap_or(0);
         assert!(rows > 0, "the server's quanta_runtime rows: {server}");
         assert!(run.join("server/quanta_runtime.arrow").is_file());
+        // On one kernel, the server's collection holds only the server's
+        // processes: redis-server, never the client's redis-benchmark.
+        assert_eq!(m["roles"]["server"]["filtered"], true, "{m}");
+        assert_eq!(m["roles"]["client"]["filtered"], false, "{m}");
+        assert_eq!(server["config"]["filter"]["cgroup_workload"], true);
+        let (foreign, names) = server_view(&run.join("server"));
+        assert!(foreign.is_empty(), "rows of other processes: {foreign:?}");
+        assert!(names.contains("redis-server"), "{names:?}");
+        assert!(!names.contains("redis-benchmark"), "{names:?}");
         // The client: no probe, its result is the run's.
         let client = read_json(&run.join("client/manifest.json"));
         assert_eq!(client["run_class"], "baseline", "{client}");
@@ -214,6 +246,40 @@ print(json.dumps(df.to_dicts()))
         );
     }
     // Every server was stopped with the run.
+    let left = processes_with(&format!("--port {port}"));
+    assert!(left.is_empty(), "left running: {left:?}");
+
+    // filter = "none": the same kernel seen whole, the client's
+    // redis-benchmark among the server's processes.
+    let whole = work.join("whole.toml");
+    let text_of = std::fs::read_to_string(&file).expect("experiment file");
+    std::fs::write(
+        &whole,
+        text_of
+            .replace("repeats = 2", "repeats = 1")
+            .replace("values = [1, 8]", "values = [8]")
+            .replace("ready = {", "filter = \"none\"\nready = {"),
+    )
+    .expect("experiment file");
+    let dir = work.join("whole");
+    let out = {
+        let _serial = serial();
+        experiment(
+            &plugins,
+            &["run", s(&whole), "--dir", s(&dir), "--no-graphs"],
+        )
+    };
+    let both = format!("{}\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(both.contains("1 runs: 1 done"), "{both}");
+    let run = &runs(&dir)[0];
+    let m = read_json(&run.join("manifest.json"));
+    assert_eq!(m["roles"]["server"]["filtered"], false, "{m}");
+    let (foreign, names) = server_view(&run.join("server"));
+    assert!(names.contains("redis-benchmark"), "{names:?}");
+    assert!(
+        !foreign.is_empty(),
+        "unfiltered, yet only the server's rows"
+    );
     let left = processes_with(&format!("--port {port}"));
     assert!(left.is_empty(), "left running: {left:?}");
     let _ = std::fs::remove_dir_all(&work);

@@ -4,7 +4,10 @@
 //! one node, redis-benchmark on the other, over the nodes' bridge), two
 //! values of a variable and two repeats: one job of two nodes per run, every
 //! run's manifest naming two different nodes, the server's collection and
-//! the client's result, one results row per run; one run's job cancelled
+//! the client's result, one results row per run; the nodes share this
+//! machine's kernel, so the server's collection is filtered to the
+//! server's processes (redis-server's, none of redis-benchmark's on the
+//! other node); one run's job cancelled
 //! (`scancel`) while its server runs is cut off, and `experiment resume
 //! --executor slurm` redoes it alone, whole. A server role that never
 //! becomes ready fails its run with the reason after its timeout, leaving
@@ -33,6 +36,7 @@ fn plugins(test: &str) -> PathBuf {
         &[
             ("workloads", "workloads"),
             ("quanta_runtime", "quanta_runtime"),
+            ("process_trace", "process_trace"),
         ],
     )
 }
@@ -64,10 +68,29 @@ fn redis_example(work: &Path) -> PathBuf {
         .replace(
             "\"./redis_load.sh\"",
             &format!("{:?}", s(&examples.join("redis_load.sh"))),
+        )
+        .replace(
+            "probes = [\"quanta_runtime\"]",
+            "probes = [\"quanta_runtime\", \"process_trace\"]",
         );
     assert!(text.contains("redis_server.sh\"") && !text.contains("\"./"));
     std::fs::write(&file, text).expect("experiment file");
     file
+}
+
+/// The server role's `quanta_runtime` process ids that are not among the
+/// processes its `process_trace` saw start or exec, and the command names
+/// it saw.
+fn server_view(collection: &Path) -> (BTreeSet<u64>, BTreeSet<String>) {
+    let trace = read_table(&collection.join("process_trace.arrow"));
+    let own: BTreeSet<u64> = column_u64(&trace, "tgid").into_iter().collect();
+    let names = column_str(&trace, "name").into_iter().flatten().collect();
+    let quanta = column_u64(
+        &read_table(&collection.join("quanta_runtime.arrow")),
+        "tgid",
+    );
+    let foreign = quanta.into_iter().filter(|t| !own.contains(t)).collect();
+    (foreign, names)
 }
 
 /// Waits until a run of `order` is under way (its server's collection
@@ -216,6 +239,17 @@ fn root_roles_slurm_server_and_client_on_two_nodes_and_a_cancelled_run_redone_wh
                 .is_some_and(|n| n > 0),
             "{server}"
         );
+        // One kernel under both nodes (equal boot ids): the server's
+        // collection holds the server's processes alone.
+        assert_eq!(m["roles"]["server"]["filtered"], true, "{id}: {m}");
+        assert_eq!(m["roles"]["client"]["filtered"], false, "{id}: {m}");
+        let (foreign, names) = server_view(&run.join("server"));
+        assert!(
+            foreign.is_empty(),
+            "{id}: rows of other processes: {foreign:?}"
+        );
+        assert!(names.contains("redis-server"), "{id}: {names:?}");
+        assert!(!names.contains("redis-benchmark"), "{id}: {names:?}");
         let ind = read_json(&run.join("indicator.json"));
         assert!(
             ind["@result"]["get_per_s"]

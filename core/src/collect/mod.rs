@@ -100,6 +100,10 @@ pub struct RunOptions {
     /// log, then written and read back before anything is collected, and
     /// restored when the run ends.
     pub knobs: Vec<crate::machine::Knob>,
+    /// Record only the benchmark's own processes: the filter's cgroup is
+    /// the run's workload cgroup, below it included, made before the
+    /// probes start (`--cgroup-workload`).
+    pub cgroup_workload: bool,
 }
 
 /// The plugin timeout when none is configured: far above any probe's
@@ -215,6 +219,105 @@ pub fn run(
     let selected = registry
         .resolve(&opts.probes)
         .map_err(RunError::Selection)?;
+    let mut p = prepare(registry, opts)?;
+    let (mut record, system_info_due) = open_record(&mut p, registry, &selected)?;
+    // Before the probes load, so their programs' statistics cover the run.
+    let meter = overhead::CostMeter::start();
+    let attach_start = Instant::now();
+    let starts = Starts::launch(&selected, &p.opts);
+    if let Some(sys) = system_info_due {
+        write_system_info(&mut record, &sys, &p.collection_id)?;
+        startup::mark("system_info written");
+    }
+    let setup = SinkSetup {
+        dir: &p.dir,
+        collection_id: &p.collection_id,
+        flush: p.opts.flush,
+        drain_interval: p.opts.drain_interval,
+        failure: Arc::default(),
+        deadline: p.opts.duration.map(|d| Instant::now() + d),
+        plugin_timeout: p.opts.plugin_timeout(),
+    };
+    let running = start_probes(&selected, starts, &p.opts, &setup, &stop, &mut record);
+    let attach_ms = attach_start.elapsed().as_secs_f64() * 1e3;
+    startup::mark("probes started");
+    if let Err(e) = record.write() {
+        setup.failure.report(e.to_string());
+        stop.store(true, Ordering::SeqCst);
+    }
+    if running.is_empty() && !selected.is_empty() {
+        let cgroup = p.guard.as_ref().and_then(RunGuard::workload_cgroup);
+        let bench = p.bench.take();
+        return Err(fail_without_probes(
+            bench,
+            cgroup,
+            &p.knobs,
+            &p.collection_id,
+            record,
+        ));
+    }
+    let power = p.power.take().and_then(|pw| {
+        let started = pw.start(registry, &p.dir, &p.collection_id, p.opts.flush);
+        started.map_err(|e| eprintln!("error: power: {e}")).ok()
+    });
+    record.man.power = power.as_ref().map(|p| p.manifest.clone());
+    startup::mark("collecting");
+    announce(
+        &running,
+        &p.dir,
+        attach_ms,
+        p.bench.as_ref(),
+        p.opts.duration,
+    );
+    if let Some(b) = p.bench.as_mut().filter(|_| !stop.load(Ordering::SeqCst)) {
+        if !in_cgroup(&mut p.guard, || b.launch(&mut record)) {
+            stop.store(true, Ordering::SeqCst);
+        }
+    }
+    let failure = setup.failure.clone();
+    let ends = DrainEnds {
+        stop: &stop,
+        failure: &failure,
+        deadline: setup.deadline,
+    };
+    let stopped_by = wait_for_end(&p.opts, ends, p.bench.as_mut(), &running, &mut record);
+    stop.store(true, Ordering::SeqCst);
+    let figures = end_workload(&mut p, &mut record, stopped_by);
+    drain::wake_until_ended(&running, |r, why| record.probe_hung(r, why));
+    let joined = join_probes(running, &failure, &mut record);
+    let ending = Ending {
+        power,
+        meter,
+        joined,
+        failure,
+        attach_ms,
+        figures,
+    };
+    complete(p, record, ending)
+}
+
+/// A run made ready to collect: its folder created and locked, what it
+/// changes on the machine guarded, its benchmark created, its power sources
+/// checked and its knobs set.
+struct Prepared {
+    /// The run's options with its state folder and, with
+    /// `cgroup_workload`, the workload cgroup's filter.
+    opts: RunOptions,
+    collection_id: String,
+    dir: PathBuf,
+    /// The folder's lock, handed to the run's record.
+    lock: Option<std::fs::File>,
+    guard: Option<RunGuard>,
+    bench: Option<BenchmarkRun>,
+    power: Option<crate::power::Prepared>,
+    knobs: Vec<crate::machine::Applied>,
+    cpus: Option<crate::machine::Applied>,
+}
+
+/// Everything that can refuse the run before anything is collected: the
+/// guard, the benchmark, the power sources, the CPUs and knobs, then the
+/// collection folder.
+fn prepare(registry: &Registry, opts: &RunOptions) -> Result<Prepared, RunError> {
     let mut collection_id = new_collection_id();
     let planned_dir = opts
         .collection_dir
@@ -235,15 +338,16 @@ pub fn run(
     // What the benchmark changes, and the knobs the run sets, are recorded
     // first, and undone even if this process dies.
     let mut guard = guard_for(opts, &collection_id, &planned_dir)?;
-    let opts = &RunOptions {
+    let opts = RunOptions {
         state_dir: guard
             .as_ref()
             .filter(|_| opts.benchmark.is_some())
             .map(|g| g.state_dir().to_owned()),
+        filter: workload_filter(opts, guard.as_ref())?,
         ..opts.clone()
     };
     // A benchmark that cannot run is refused before anything is collected.
-    let mut bench = BenchmarkRun::create(registry, opts, &planned_dir)?;
+    let mut bench = BenchmarkRun::create(registry, &opts, &planned_dir)?;
     // So are power sources that cannot be read as asked.
     let power = crate::power::prepare(registry, &opts.power)
         .map_err(|e| RunError::Selection(e.to_string()))?;
@@ -252,126 +356,176 @@ pub fn run(
     // back.
     let cpus = set_cpus(guard.as_mut(), &opts.knobs)?;
     let knobs = set_knobs(guard.as_ref(), &opts.knobs)?;
-    let created = record::create_dir(opts, &collection_id)?;
+    let created = record::create_dir(&opts, &collection_id)?;
     if created.id != collection_id {
         // Another run took that id first: the benchmark gets the new folder.
         collection_id = created.id.clone();
-        bench = BenchmarkRun::create(registry, opts, &created.dir)?;
+        bench = BenchmarkRun::create(registry, &opts, &created.dir)?;
     }
-    let dir = created.dir.clone();
     startup::mark("collection folder created");
+    Ok(Prepared {
+        opts,
+        collection_id,
+        dir: created.dir,
+        lock: Some(created.lock),
+        guard,
+        bench,
+        power,
+        knobs,
+        cpus,
+    })
+}
+
+/// The filter the probes get: with `cgroup_workload`, the run's workload
+/// cgroup and every cgroup below it, made by the guard before any probe
+/// starts; otherwise the one asked for.
+fn workload_filter(opts: &RunOptions, guard: Option<&RunGuard>) -> Result<Filter, RunError> {
+    if !opts.cgroup_workload {
+        return Ok(opts.filter);
+    }
+    let refuse = |why: String| RunError::Selection(format!("--cgroup-workload: {why}"));
+    if opts.benchmark.is_none() {
+        return Err(refuse(
+            "records a benchmark's processes; this run has no benchmark (--benchmark)".into(),
+        ));
+    }
+    if kernmlops_sys::cgroup::cgroup2_mount().is_none() {
+        return Err(refuse(
+            "this machine has no cgroup v2 mount to hold the benchmark's processes".into(),
+        ));
+    }
+    let Some(cgroup) = guard.and_then(RunGuard::workload_cgroup) else {
+        return Err(refuse(
+            "the benchmark's workload cgroup could not be made (see the warning above); nothing was collected".into(),
+        ));
+    };
+    let id = kernmlops_sys::cgroup::cgroup_id(cgroup).map_err(|e| refuse(e.to_string()))?;
+    Ok(Filter {
+        cgroup_id: id,
+        cgroup_descendants: true,
+        ..opts.filter
+    })
+}
+
+/// The run's record, written, with `system_info` written too when there
+/// is a benchmark (returned to write while the probes load otherwise),
+/// and the benchmark set up in its workload cgroup.
+fn open_record(
+    p: &mut Prepared,
+    registry: &Registry,
+    selected: &[(&Plugin, &ProbeDecl)],
+) -> Result<(RunRecord, Option<SystemInfo>), RunError> {
     // Described while the plugins loaded, unless knobs were set since.
-    let sys = startup::system_info(opts.knobs.is_empty());
+    let sys = startup::system_info(p.opts.knobs.is_empty());
     startup::mark("system described");
     // What spoils measurements, said once per run (never refused).
     for w in sys.state.warnings() {
         eprintln!("warning: {w}");
     }
     let mut record = RunRecord::new(
-        dir.clone(),
-        &collection_id,
+        p.dir.clone(),
+        &p.collection_id,
         registry,
-        &selected,
-        opts,
+        selected,
+        &p.opts,
         &sys,
-        bench.as_ref().map(|b| (b.name.as_str(), b.plugin.as_str())),
+        p.bench
+            .as_ref()
+            .map(|b| (b.name.as_str(), b.plugin.as_str())),
     );
-    record.man.machine = knobs.iter().cloned().chain(cpus).collect();
+    record.man.machine = p.knobs.iter().cloned().chain(p.cpus.take()).collect();
     // Held until the process ends: `kernmlops repair` refuses the folder
     // while this run writes it.
-    record.lock = Some(created.lock);
+    record.lock = p.lock.take();
     record.write()?;
     // Written before anything is collected, so a killed run has it too:
     // before a benchmark's setup, or else while the probes load.
-    let mut system_info_due = Some(&sys);
-    if bench.is_some() {
-        write_system_info(&mut record, &sys, &collection_id)?;
-        system_info_due = None;
+    let mut due = Some(sys);
+    if p.bench.is_some() {
+        if let Some(sys) = due.take() {
+            write_system_info(&mut record, &sys, &p.collection_id)?;
+        }
     }
-
-    if let Some(b) = bench.as_mut() {
-        in_cgroup(&mut guard, || b.setup(&mut record))?;
+    if let Some(b) = p.bench.as_mut() {
+        in_cgroup(&mut p.guard, || b.setup(&mut record))?;
     }
     startup::mark("manifest written, benchmark set up");
-    // Before the probes load, so their programs' statistics cover the run.
-    let meter = overhead::CostMeter::start();
-    let attach_start = Instant::now();
-    let starts = Starts::launch(&selected, opts);
-    if let Some(sys) = system_info_due {
-        write_system_info(&mut record, sys, &collection_id)?;
-        startup::mark("system_info written");
-    }
-    let setup = SinkSetup {
-        dir: &dir,
-        collection_id: &collection_id,
-        flush: opts.flush,
-        drain_interval: opts.drain_interval,
-        failure: Arc::default(),
-        deadline: opts.duration.map(|d| Instant::now() + d),
-        plugin_timeout: opts.plugin_timeout(),
-    };
-    let running = start_probes(&selected, starts, opts, &setup, &stop, &mut record);
-    let attach_ms = attach_start.elapsed().as_secs_f64() * 1e3;
-    startup::mark("probes started");
-    if let Err(e) = record.write() {
-        setup.failure.report(e.to_string());
-        stop.store(true, Ordering::SeqCst);
-    }
-    if running.is_empty() && !selected.is_empty() {
-        if let Some(b) = bench.take() {
-            let cgroup = guard.as_ref().and_then(RunGuard::workload_cgroup);
-            b.finish(&mut record, None, &collection_id, cgroup);
-        }
-        for line in crate::machine::restore(&knobs) {
-            eprintln!("error: {line}");
-            record.error(line);
-        }
-        record.fail_early()?;
-        return Err(RunError::NoProbe {
-            manifest: record.manifest_path(),
-        });
-    }
-    let power = power.and_then(|p| {
-        let started = p.start(registry, &dir, &collection_id, opts.flush);
-        started.map_err(|e| eprintln!("error: power: {e}")).ok()
-    });
-    record.man.power = power.as_ref().map(|p| p.manifest.clone());
-    startup::mark("collecting");
-    announce(&running, &dir, attach_ms, bench.as_ref(), opts.duration);
-    if let Some(b) = bench.as_mut().filter(|_| !stop.load(Ordering::SeqCst)) {
-        if !in_cgroup(&mut guard, || b.launch(&mut record)) {
-            stop.store(true, Ordering::SeqCst);
-        }
-    }
+    Ok((record, due))
+}
 
-    let ends = DrainEnds {
-        stop: &stop,
-        failure: &setup.failure,
-        deadline: setup.deadline,
-    };
-    let stopped_by = wait_for_end(opts, ends, bench.as_mut(), &running, &mut record);
-    stop.store(true, Ordering::SeqCst);
-    let cgroup = guard.as_ref().and_then(RunGuard::workload_cgroup);
-    let figures = bench
-        .take()
-        .and_then(|b| b.finish(&mut record, stopped_by, &collection_id, cgroup));
-    for line in crate::machine::restore(&knobs) {
+/// Ends a run none of whose probes started: the benchmark is stopped and
+/// the knobs restored, and the manifest says it failed.
+fn fail_without_probes(
+    bench: Option<BenchmarkRun>,
+    cgroup: Option<&std::path::Path>,
+    knobs: &[crate::machine::Applied],
+    collection_id: &str,
+    mut record: RunRecord,
+) -> RunError {
+    if let Some(b) = bench {
+        b.finish(&mut record, None, collection_id, cgroup);
+    }
+    for line in crate::machine::restore(knobs) {
         eprintln!("error: {line}");
         record.error(line);
     }
-    for left in guard.take().map(RunGuard::finish).unwrap_or_default() {
+    if let Err(e) = record.fail_early() {
+        return e;
+    }
+    RunError::NoProbe {
+        manifest: record.manifest_path(),
+    }
+}
+
+/// Stops the benchmark (its figures), restores the knobs and undoes what
+/// the benchmark changed, once collecting ended.
+fn end_workload(
+    p: &mut Prepared,
+    record: &mut RunRecord,
+    stopped_by: Option<StopReason>,
+) -> Option<crate::indicator::RunFigures> {
+    let cgroup = p.guard.as_ref().and_then(RunGuard::workload_cgroup);
+    let figures = p
+        .bench
+        .take()
+        .and_then(|b| b.finish(record, stopped_by, &p.collection_id, cgroup));
+    for line in crate::machine::restore(&p.knobs) {
+        eprintln!("error: {line}");
+        record.error(line);
+    }
+    for left in p.guard.take().map(RunGuard::finish).unwrap_or_default() {
         eprintln!("warning: the benchmark left a change behind: {left}");
     }
+    figures
+}
 
-    drain::wake_until_ended(&running, |r, why| record.probe_hung(r, why));
-    let running_probes = running.len();
-    let mut failed = false;
-    let mut probe_stats = Vec::new();
+/// What the probes' threads left once joined.
+struct Joined {
+    /// A probe failed or was given up.
+    failed: bool,
+    /// Probes that were running.
+    running: usize,
+    /// Each joined probe's BPF program statistics.
+    stats: Vec<(String, Vec<kernmlops_plugin_api::BpfProgramStats>)>,
+}
+
+/// Joins every probe's thread (a given-up one is left behind), recording
+/// how each ended and its tables' final counts.
+fn join_probes(
+    running: Vec<RunningProbe>,
+    failure: &WriteFailure,
+    record: &mut RunRecord,
+) -> Joined {
+    let mut joined = Joined {
+        failed: false,
+        running: running.len(),
+        stats: Vec::new(),
+    };
     for r in running {
         if r.watch.given_up().is_some() {
             // Recorded when it was given up; its thread is left behind,
             // never joined (the process's exit ends it).
-            failed = true;
+            joined.failed = true;
             record.record_tables(&r.name, &r.tables, &r.counters);
             continue;
         }
@@ -380,12 +534,12 @@ pub fn run(
             .join()
             .unwrap_or_else(|_| Err("collector thread panicked".to_owned()));
         // After a write error, one line below says it all.
-        let quiet = setup.failure.get().is_some();
-        failed |= record.probe_ended(&r.name, &r.plugin, &outcome, quiet);
+        let quiet = failure.get().is_some();
+        joined.failed |= record.probe_ended(&r.name, &r.plugin, &outcome, quiet);
         // The threads are joined: the counts are final.
         record.record_tables(&r.name, &r.tables, &r.counters);
         let stats = r.stats.lock().map(|s| s.clone()).unwrap_or_default();
-        probe_stats.push((r.name.clone(), stats));
+        joined.stats.push((r.name.clone(), stats));
         for (t, c) in r.tables.iter().zip(&r.counters) {
             let malformed = c.malformed.load(Ordering::Relaxed);
             if malformed > 0 {
@@ -397,35 +551,52 @@ pub fn run(
             }
         }
     }
-    if let Some(p) = power.map(crate::power::PowerRunning::finish) {
-        p.tables
+    joined
+}
+
+/// What the end of a run hands to [`complete`].
+struct Ending {
+    power: Option<crate::power::PowerRunning>,
+    meter: overhead::CostMeter,
+    joined: Joined,
+    failure: Arc<WriteFailure>,
+    attach_ms: f64,
+    figures: Option<crate::indicator::RunFigures>,
+}
+
+/// Finishes the power tables and the collector's overhead, completes the
+/// manifest and sums the run up.
+fn complete(p: Prepared, mut record: RunRecord, end: Ending) -> Result<Summary, RunError> {
+    let mut probe_stats = end.joined.stats;
+    if let Some(pw) = end.power.map(crate::power::PowerRunning::finish) {
+        pw.tables
             .iter()
             .for_each(|(t, rows)| record.host_table(t, *rows));
-        p.errors.into_iter().for_each(|e| record.error(e));
-        probe_stats.extend(p.probe_stats);
-        record.man.power = Some(p.manifest);
+        pw.errors.into_iter().for_each(|e| record.error(e));
+        probe_stats.extend(pw.probe_stats);
+        record.man.power = Some(pw.manifest);
     }
     let rows = record.man.tables.values().map(|t| t.rows).sum();
-    let cost = meter.finish(&probe_stats, rows);
-    write_overhead(&mut record, &cost, &collection_id);
+    let cost = end.meter.finish(&probe_stats, rows);
+    write_overhead(&mut record, &cost, &p.collection_id);
     record.man.collector_overhead = Some(cost);
-    if let Some(e) = setup.failure.get() {
+    if let Some(e) = end.failure.get() {
         let line = record.write_failed(&e);
         // The manifest keeps the error and the rows if there is room.
-        let _ = record.complete(true, running_probes);
+        let _ = record.complete(true, end.joined.running);
         return Err(RunError::Stopped(line));
     }
-    record.complete(failed, running_probes)?;
+    record.complete(end.joined.failed, end.joined.running)?;
     Ok(Summary {
         run_class: record.man.run_class,
-        collection_id,
-        dir,
+        collection_id: p.collection_id,
+        dir: p.dir,
         tables: record.man.tables.clone(),
         errors: record.man.errors.clone(),
-        attach_ms,
+        attach_ms: end.attach_ms,
         overhead: record.man.collector_overhead.clone(),
         power: record.man.power.clone(),
-        benchmark: figures,
+        benchmark: end.figures,
     })
 }
 
