@@ -304,20 +304,11 @@ impl Placement {
     fn command(&self, index: usize, name: &str, cmd: Command) -> Command {
         match self {
             Self::Here { .. } => cmd,
-            Self::Job { .. } => {
-                let mut srun = Command::new("srun");
-                srun.args([
-                    "--disable-status".to_owned(),
-                    "--nodes=1".to_owned(),
-                    "--ntasks=1".to_owned(),
-                    format!("--relative={index}"),
-                    format!("--job-name=kml-role-{name}"),
-                    "--export=ALL".to_owned(),
-                ])
-                .arg(cmd.get_program())
-                .args(cmd.get_args());
-                srun
-            }
+            Self::Job { .. } => crate::srun::step(
+                &format!("kml-role-{name}"),
+                crate::srun::Span::Node(index),
+                &cmd,
+            ),
         }
     }
 
