@@ -675,6 +675,10 @@ impl Config {
         if let Some(toml::Value::Table(collect)) = base.get("collect") {
             check_texts::<CollectConfig>("collect", collect).map_err(setting(&source))?;
         }
+        if let Some(toml::Value::Table(power)) = base.get("power") {
+            check_text::<crate::power::PowerInterval>("power", power, "interval")
+                .map_err(setting(&source))?;
+        }
         let mut cfg: Config =
             toml::Value::Table(base)
                 .try_into()
@@ -953,6 +957,27 @@ fn check_texts<S: sdk_settings::Settings>(
         }
     }
     Ok(())
+}
+
+/// The text at `key` of `table` (the section `section`), parsed alone as
+/// `T`, as an error naming the key: a section that is no settings struct
+/// (`[power]`) has its text values parsed here, before the whole
+/// configuration is read, as [`check_texts`] does for the others.
+fn check_text<T: FromStr>(section: &str, table: &toml::Table, key: &str) -> Result<(), SettingError>
+where
+    T::Err: std::fmt::Display,
+{
+    match table
+        .get(key)
+        .and_then(toml::Value::as_str)
+        .map(str::parse::<T>)
+    {
+        Some(Err(e)) => Err(SettingError::Value {
+            key: format!("{section}.{key}"),
+            message: e.to_string(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Benchmark settings that name a program and its arguments, which a run
