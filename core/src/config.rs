@@ -311,7 +311,7 @@ pub enum SettingError {
     Zero { key: &'static str },
     /// `[power]`'s own check (its message names the key).
     #[error("{0}")]
-    Power(String),
+    Power(#[from] crate::power::PowerConfigError),
 }
 
 /// Why a file is not TOML: where, and what.
@@ -1019,7 +1019,8 @@ pub fn resolve_command(
     for (i, item) in items.iter_mut().enumerate() {
         let text = item.as_str().unwrap_or_default().to_owned();
         let found = if i == 0 {
-            crate::trust::resolve_program(&text, base).map_err(CommandError::Refused)?
+            crate::trust::resolve_program(&text, base)
+                .map_err(|e| CommandError::Refused(e.to_string()))?
         } else {
             if text.is_empty() || text.starts_with('-') {
                 continue;

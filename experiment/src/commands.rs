@@ -568,7 +568,7 @@ fn check_experiment(
     }
     registry
         .find_benchmark(&spec.benchmark)
-        .map_err(|m| invalid(spec, "benchmark", m))?;
+        .map_err(|e| invalid(spec, "benchmark", e.to_string()))?;
     if let Some(power) = &spec.power {
         kernmlops::power::check_selection(registry, power)
             .map_err(|e| invalid(spec, "power", e.to_string()))?;
@@ -582,7 +582,7 @@ fn check_experiment(
         power: spec.power.as_deref(),
     };
     let cfg = check_config(registry, &concrete(&base, device), &benchmark_only)
-        .map_err(|m| invalid(spec, "config", m))?;
+        .map_err(|e| invalid(spec, "config", e.to_string()))?;
     let probes = if spec.roles.is_empty() {
         // A `probes` variable that applies in every run leaves no run to the
         // experiment's own probes.
@@ -691,7 +691,8 @@ fn check_runs(
             continue;
         };
         let config = concrete(&config, device);
-        if let Err(m) = check_config(registry, &config, &checked_run) {
+        if let Err(e) = check_config(registry, &config, &checked_run) {
+            let m = e.to_string();
             // Name the variable whose key the host complains about.
             let culprit = variables
                 .iter()

@@ -415,7 +415,7 @@ impl Spec {
             message: toml_message(text, &e),
         })?;
         let invalid = Invalid(file);
-        check_experiment_name(&raw.name).map_err(|m| invalid.at("name", m))?;
+        check_experiment_name(&invalid, &raw.name)?;
         // Roles in the order the file declares them.
         let mut declared_roles: Vec<(String, toml::Spanned<RawRole>)> =
             raw.roles.into_iter().collect();
@@ -429,7 +429,7 @@ impl Spec {
             raw.probes.as_ref(),
         )
         .map_err(|(key, message)| invalid.at(&key, message))?;
-        let benchmark = workload(raw.benchmark, &roles).map_err(|m| invalid.at("benchmark", m))?;
+        let benchmark = workload(&invalid, raw.benchmark, &roles)?;
         let repeats = invalid.count(
             "repeats",
             raw.repeats,
@@ -450,7 +450,7 @@ impl Spec {
             Some(s) if s >= 0 => Some(s as u64),
             Some(s) => return Err(invalid.at("seed", format!("{s}: must not be negative"))),
         };
-        let power = power_names(raw.power).map_err(|m| invalid.at("power", m))?;
+        let power = power_names(&invalid, raw.power)?;
         if let Some(p) = raw.probes.iter().flatten().find(|p| p.is_empty()) {
             return Err(invalid.at("probes", format!("{p:?}: an empty probe name")));
         }
@@ -522,39 +522,43 @@ impl Invalid<'_> {
 }
 
 /// The experiment's name names its folder.
-fn check_experiment_name(name: &str) -> std::result::Result<(), String> {
+fn check_experiment_name(invalid: &Invalid, name: &str) -> Result<()> {
     if name.is_empty()
         || !name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
         || name.starts_with('.')
     {
-        return Err(format!(
-            "{name:?}: use letters, digits, '_', '-' and '.' (it names the experiment's folder)"
+        return Err(invalid.at(
+            "name",
+            format!(
+                "{name:?}: use letters, digits, '_', '-' and '.' (it names the experiment's folder)"
+            ),
         ));
     }
     Ok(())
 }
 
 /// The workload benchmark: the result role's with roles, else the file's
-/// `benchmark`. The error is the message under `benchmark`.
-fn workload(benchmark: Option<String>, roles: &Roles) -> std::result::Result<String, String> {
+/// `benchmark`.
+fn workload(invalid: &Invalid, benchmark: Option<String>, roles: &Roles) -> Result<String> {
     match (benchmark, roles.result()) {
         (_, Some(role)) => Ok(role.benchmark.clone()),
         (Some(b), None) if !b.is_empty() => Ok(b),
-        (Some(_), None) => {
-            Err("empty: name the workload benchmark (see `kernmlops plugins`)".into())
-        }
-        (None, None) => Err(
+        (Some(_), None) => Err(invalid.at(
+            "benchmark",
+            "empty: name the workload benchmark (see `kernmlops plugins`)".into(),
+        )),
+        (None, None) => Err(invalid.at(
+            "benchmark",
             "missing field `benchmark`: name the workload benchmark (see `kernmlops plugins`), or give [roles.NAME] tables".into(),
-        ),
+        )),
     }
 }
 
-/// `power`: a name or a list of names. The error is the message under
-/// `power`.
-fn power_names(power: Option<toml::Value>) -> std::result::Result<Option<Vec<String>>, String> {
-    let not_names = || "must be a name or a list of names".to_owned();
+/// `power`: a name or a list of names.
+fn power_names(invalid: &Invalid, power: Option<toml::Value>) -> Result<Option<Vec<String>>> {
+    let not_names = || invalid.at("power", "must be a name or a list of names".into());
     match power {
         None => Ok(None),
         Some(toml::Value::String(s)) => Ok(Some(vec![s])),

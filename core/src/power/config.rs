@@ -28,6 +28,9 @@ pub enum PowerConfigError {
     BadName { name: String, problem: String },
     #[error("power.max_watts.{scope}: must be more than 0")]
     ZeroMaxWatts { scope: &'static str },
+    /// `[power] sources` refused.
+    #[error("power.sources: {0}")]
+    Sources(Box<PowerConfigError>),
 }
 
 /// `[power]` in `kernmlops.toml`.
@@ -128,10 +131,9 @@ impl PowerConfig {
     /// Checks the values that parse as strings but must mean something
     /// (the interval was parsed when the configuration was read); errors
     /// name the key.
-    pub fn check(&self) -> Result<(), String> {
-        Selection::parse(&self.sources).map_err(|e| format!("power.sources: {e}"))?;
-        self.max_watts.check().map_err(|e| e.to_string())?;
-        Ok(())
+    pub fn check(&self) -> Result<(), PowerConfigError> {
+        Selection::parse(&self.sources).map_err(|e| PowerConfigError::Sources(Box::new(e)))?;
+        self.max_watts.check()
     }
 }
 
