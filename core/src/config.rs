@@ -311,7 +311,7 @@ pub enum SettingError {
     Zero { key: &'static str },
     /// `[power]`'s own check (its message names the key).
     #[error("{0}")]
-    Power(String),
+    Power(#[from] crate::power::PowerConfigError),
 }
 
 /// Why a file is not TOML: where, and what.
@@ -675,6 +675,10 @@ impl Config {
         if let Some(toml::Value::Table(collect)) = base.get("collect") {
             check_texts::<CollectConfig>("collect", collect).map_err(setting(&source))?;
         }
+        if let Some(toml::Value::Table(power)) = base.get("power") {
+            check_text::<crate::power::PowerInterval>("power", power, "interval")
+                .map_err(setting(&source))?;
+        }
         let mut cfg: Config =
             toml::Value::Table(base)
                 .try_into()
@@ -955,6 +959,27 @@ fn check_texts<S: sdk_settings::Settings>(
     Ok(())
 }
 
+/// The text at `key` of `table` (the section `section`), parsed alone as
+/// `T`, as an error naming the key: a section that is no settings struct
+/// (`[power]`) has its text values parsed here, before the whole
+/// configuration is read, as [`check_texts`] does for the others.
+fn check_text<T: FromStr>(section: &str, table: &toml::Table, key: &str) -> Result<(), SettingError>
+where
+    T::Err: std::fmt::Display,
+{
+    match table
+        .get(key)
+        .and_then(toml::Value::as_str)
+        .map(str::parse::<T>)
+    {
+        Some(Err(e)) => Err(SettingError::Value {
+            key: format!("{section}.{key}"),
+            message: e.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Benchmark settings that name a program and its arguments, which a run
 /// executes as root: `(benchmark, key)`. Resolved and checked by
 /// [`resolve_command`] wherever a configuration is read for a run.
@@ -994,7 +1019,8 @@ pub fn resolve_command(
     for (i, item) in items.iter_mut().enumerate() {
         let text = item.as_str().unwrap_or_default().to_owned();
         let found = if i == 0 {
-            crate::trust::resolve_program(&text, base).map_err(CommandError::Refused)?
+            crate::trust::resolve_program(&text, base)
+                .map_err(|e| CommandError::Refused(e.to_string()))?
         } else {
             if text.is_empty() || text.starts_with('-') {
                 continue;

@@ -37,7 +37,7 @@ use std::{
     io,
     os::{fd::AsRawFd, unix::ffi::OsStrExt, unix::fs::FileExt},
     path::{Path, PathBuf},
-    sync::OnceLock,
+    sync::{Arc, OnceLock},
 };
 
 use abi_stable::{
@@ -89,6 +89,20 @@ pub enum LoadError {
     Copy(String),
     #[error("reading the file: {0}")]
     Io(#[from] io::Error),
+}
+
+/// A benchmark no loaded plugin offers: its name, the plugin folder, and
+/// the benchmarks that are offered (sorted).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "unknown benchmark {name:?} in {}; available: {}",
+    Shown(.dir.clone()),
+    if .available.is_empty() { "none".to_owned() } else { .available.join(", ") }
+)]
+pub struct UnknownBenchmark {
+    pub name: String,
+    pub dir: PathBuf,
+    pub available: Vec<String>,
 }
 
 /// Two plugins declaring the same name. Which one is refused does not
@@ -182,7 +196,7 @@ impl fmt::Debug for Plugin {
 pub struct FileDigest {
     file: &'static File,
     /// Lower-case hex, or why the file could not be read.
-    hex: OnceLock<Result<String, String>>,
+    hex: OnceLock<Result<String, DigestError>>,
 }
 
 impl FileDigest {
@@ -197,7 +211,7 @@ impl FileDigest {
     pub fn get(&self) -> io::Result<&str> {
         match self.hex.get_or_init(|| hash_file(self.file)) {
             Ok(hex) => Ok(hex),
-            Err(e) => Err(io::Error::other(e.clone())),
+            Err(e) => Err(io::Error::new(e.0.kind(), e.clone())),
         }
     }
 }
@@ -210,7 +224,13 @@ impl fmt::Debug for FileDigest {
     }
 }
 
-fn hash_file(file: &File) -> Result<String, String> {
+/// Why a plugin file's digest is unavailable: the read that failed (kept
+/// to be handed out again on each request).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unavailable: reading the plugin file: {0}")]
+pub struct DigestError(Arc<io::Error>);
+
+fn hash_file(file: &File) -> Result<String, DigestError> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     let mut offset = 0u64;
@@ -221,7 +241,7 @@ fn hash_file(file: &File) -> Result<String, String> {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("unavailable: reading the plugin file: {e}")),
+            Err(e) => return Err(DigestError(Arc::new(e))),
         };
         h.update(&buf[..n]);
         offset += n as u64;
@@ -429,13 +449,13 @@ impl Plugin {
 
     /// The power sources this plugin offers (none for plugins built before
     /// power sources existed), unchecked: `power::registry` checks them.
-    pub fn power_sources(&self) -> Result<Vec<kernmlops_plugin_api::PowerSourceDecl>, String> {
-        optional_list(self.module.power_sources()).map_err(|e| e.to_string())
+    pub fn power_sources(&self) -> Result<Vec<kernmlops_plugin_api::PowerSourceDecl>, LoadError> {
+        optional_list(self.module.power_sources())
     }
 
     /// A power source's declared settings (TOML, commented).
-    pub fn power_source_defaults(&self, name: &str) -> Result<String, String> {
-        settings_defaults(&self.module, name).map_err(|e| e.to_string())
+    pub fn power_source_defaults(&self, name: &str) -> Result<String, LoadError> {
+        settings_defaults(&self.module, name)
     }
 
     /// Creates one of this plugin's power sources with its settings.
@@ -1221,7 +1241,10 @@ impl Registry {
     }
 
     /// The plugin offering the benchmark `name`, or what is available.
-    pub fn find_benchmark(&self, name: &str) -> Result<(&Plugin, &BenchmarkDecl), String> {
+    pub fn find_benchmark(
+        &self,
+        name: &str,
+    ) -> Result<(&Plugin, &BenchmarkDecl), UnknownBenchmark> {
         self.plugins
             .iter()
             .find_map(|p| {
@@ -1237,15 +1260,11 @@ impl Registry {
                     .flat_map(|p| p.benchmarks.iter().map(|b| b.name.as_str()))
                     .collect();
                 names.sort_unstable();
-                format!(
-                    "unknown benchmark {name:?} in {}; available: {}",
-                    Shown(self.dir.clone()),
-                    if names.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        names.join(", ")
-                    }
-                )
+                UnknownBenchmark {
+                    name: name.to_owned(),
+                    dir: self.dir.clone(),
+                    available: names.into_iter().map(str::to_owned).collect(),
+                }
             })
     }
 

@@ -323,13 +323,12 @@ pub fn check_dir_path(path: &Path, policy: &Policy) -> Result<(), TrustError> {
 /// absolute; a bare name (`sh`, `python3`) is looked up on PATH (absolute
 /// entries only: a relative entry would depend on the current folder).
 /// It must be an executable regular file. The message is one line.
-pub fn resolve_program(program: &str, base: &Path) -> Result<PathBuf, String> {
+pub fn resolve_program(program: &str, base: &Path) -> Result<PathBuf, ProgramError> {
     let executable = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
-    let show = |p: &Path| printable(p.as_os_str().as_bytes());
     if program.is_empty() {
-        return Err("the program (its first item) is empty".into());
+        return Err(ProgramError::Empty);
     }
     if program.contains('/') {
         // Joined and cleaned of `.` parts (`./bench.sh`).
@@ -337,17 +336,12 @@ pub fn resolve_program(program: &str, base: &Path) -> Result<PathBuf, String> {
         return if executable(&path) {
             Ok(path)
         } else if path.exists() {
-            Err(format!(
-                "{} is not an executable file (chmod +x {})",
-                show(&path),
-                show(&path)
-            ))
+            Err(ProgramError::NotExecutable { path })
         } else {
-            Err(format!(
-                "{} does not exist (a relative path is taken from the folder of the file that names it, {})",
-                show(&path),
-                show(base)
-            ))
+            Err(ProgramError::Missing {
+                path,
+                base: base.to_owned(),
+            })
         };
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -355,13 +349,30 @@ pub fn resolve_program(program: &str, base: &Path) -> Result<PathBuf, String> {
         .filter(|d| d.is_absolute())
         .map(|d| d.join(program))
         .find(|p| executable(p))
-        .ok_or_else(|| {
-            format!(
-                "{} is not on PATH (give its path, e.g. ./{})",
-                printable(program.as_bytes()),
-                printable(program.as_bytes())
-            )
+        .ok_or_else(|| ProgramError::NotOnPath {
+            name: program.to_owned(),
         })
+}
+
+/// Why [`resolve_program`] found no program to run. Each is one line, with
+/// non-printable characters escaped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProgramError {
+    #[error("the program (its first item) is empty")]
+    Empty,
+    #[error("{} is not an executable file (chmod +x {})", show(.path), show(.path))]
+    NotExecutable { path: PathBuf },
+    /// A path with a `/`, relative to `base` unless absolute.
+    #[error("{} does not exist (a relative path is taken from the folder of the file that names it, {})", show(.path), show(.base))]
+    Missing { path: PathBuf, base: PathBuf },
+    /// A bare name found in no absolute folder on PATH.
+    #[error("{} is not on PATH (give its path, e.g. ./{})", printable(.name.as_bytes()), printable(.name.as_bytes()))]
+    NotOnPath { name: String },
+}
+
+/// A path as a message shows it: non-printable bytes escaped.
+fn show(p: &Path) -> String {
+    printable(p.as_os_str().as_bytes())
 }
 
 /// Checks a file kernmlops is configured to run (`what`: "the program",

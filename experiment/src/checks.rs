@@ -5,7 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use kernmlops::{config::Config, plugin::Registry, trust::Policy};
+use kernmlops::{
+    config::{CommandError, Config, ConfigError},
+    plugin::Registry,
+    power::PowerError,
+    trust::Policy,
+};
 
 use crate::{
     commands::{absolute, invalid, Env},
@@ -28,11 +33,11 @@ pub(crate) fn base_config(spec: &Spec, env: &Env, policy: &Policy) -> Result<tom
                     file: path.display().to_string(),
                     message: e.message().to_owned(),
                 })?;
-            resolve_table_commands(&mut table, &folder_of(path)?, policy).map_err(|m| {
+            resolve_table_commands(&mut table, &folder_of(path)?, policy).map_err(|e| {
                 ExperimentError::Invalid {
                     file: path.display().to_string(),
                     key: "config".into(),
-                    message: m,
+                    message: e.to_string(),
                 }
             })?;
             table
@@ -40,7 +45,7 @@ pub(crate) fn base_config(spec: &Spec, env: &Env, policy: &Policy) -> Result<tom
     };
     let mut own = spec.config.clone();
     resolve_table_commands(&mut own, &folder_of(Path::new(&spec.file))?, policy)
-        .map_err(|m| invalid(spec, "config", m))?;
+        .map_err(|e| invalid(spec, "config", e.to_string()))?;
     kernmlops::config::merge(&mut base, own);
     Ok(base)
 }
@@ -57,7 +62,7 @@ pub(crate) fn resolve_table_commands(
     table: &mut toml::Table,
     base: &Path,
     policy: &Policy,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), CommandError> {
     let Some(toml::Value::Table(benchmarks)) = table.get_mut("benchmarks") else {
         return Ok(());
     };
@@ -65,8 +70,7 @@ pub(crate) fn resolve_table_commands(
         toml::Value::Table(t) => Some((name, t)),
         _ => None,
     });
-    let warnings =
-        kernmlops::config::resolve_commands(sections, base, policy).map_err(|e| e.to_string())?;
+    let warnings = kernmlops::config::resolve_commands(sections, base, policy)?;
     for warning in warnings {
         eprintln!(
             "warning: {}",
@@ -135,33 +139,53 @@ pub(crate) struct Checked<'a> {
 /// given (no file is written): its keys and types, every probe's and
 /// benchmark's settings, the component rules (`check_config`) of the
 /// configured components, the run's probes and its benchmark, and the power
-/// options. The host's message.
+/// options. The error is the host's.
 pub(crate) fn check_config(
     registry: &Registry,
     config: &toml::Table,
     run: &Checked<'_>,
-) -> std::result::Result<Config, String> {
-    const SOURCE: &str = "the run's configuration";
-    let text = toml::to_string(config).map_err(|e| e.to_string())?;
-    let strip = |e: String| {
-        let prefix = format!("{SOURCE}: ");
-        e.strip_prefix(&prefix).map(str::to_owned).unwrap_or(e)
-    };
-    let cfg = Config::from_text(SOURCE, text.as_bytes()).map_err(|e| strip(e.to_string()))?;
-    cfg.probe_settings(registry.config_defaults())
-        .map_err(|e| strip(e.to_string()))?;
-    cfg.benchmark_settings(registry.benchmark_defaults())
-        .map_err(|e| strip(e.to_string()))?;
+) -> std::result::Result<Config, RunConfigError> {
+    let text = toml::to_string(config)?;
+    let cfg = Config::from_text(RUN_CONFIG, text.as_bytes())?;
+    cfg.probe_settings(registry.config_defaults())?;
+    cfg.benchmark_settings(registry.benchmark_defaults())?;
     let benchmarks = [run.benchmark.to_owned()];
-    cfg.check_component_rules(registry, run.probes, &benchmarks)
-        .map_err(|e| strip(e.to_string()))?;
+    cfg.check_component_rules(registry, run.probes, &benchmarks)?;
     let declared = kernmlops::power::registry::PowerSources::of(registry).defaults();
-    let power = cfg
-        .power_settings(declared.iter().map(|(n, t)| (n.as_str(), t.as_str())))
-        .map_err(|e| strip(e.to_string()))?;
-    kernmlops::power::PowerOptions::new(&cfg.power, run.power, None, Config::settings_json(&power))
-        .map_err(|e| strip(e.to_string()))?;
+    let power = cfg.power_settings(declared.iter().map(|(n, t)| (n.as_str(), t.as_str())))?;
+    kernmlops::power::PowerOptions::new(
+        &cfg.power,
+        run.power,
+        None,
+        Config::settings_json(&power),
+    )?;
     Ok(cfg)
+}
+
+/// What [`check_config`] calls the configuration it checks (no file is
+/// written).
+const RUN_CONFIG: &str = "the run's configuration";
+
+/// Why [`check_config`] refuses a run's configuration: the host's error,
+/// shown without the name of the (unwritten) file it may start with.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RunConfigError {
+    #[error("{0}")]
+    Text(#[from] toml::ser::Error),
+    #[error("{}", without_source(.0))]
+    Config(#[from] ConfigError),
+    #[error("{}", without_source(.0))]
+    Power(#[from] PowerError),
+}
+
+/// An error's message without the `the run's configuration: ` it starts
+/// with when the configuration is named.
+fn without_source(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    match text.strip_prefix(&format!("{RUN_CONFIG}: ")) {
+        Some(rest) => rest.to_owned(),
+        None => text,
+    }
 }
 
 /// Checks a file the experiment takes commands from like a plugin (see

@@ -349,48 +349,37 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
     if !spec.roles.is_empty() {
         crate::roles_run::add_to_base(&spec, &mut base, &policy)?;
     }
-    let (seed, seed_from) = match (spec.seed, &existing) {
-        (Some(s), _) => (s, "file"),
-        (None, Some(r)) => (r.seed, r.seed_from.as_str()),
-        (None, None) => (crate::rng::random_seed(), "random"),
-    };
     let order = args.order.unwrap_or(spec.order);
-    let mut runs = plan::plan(&PlanInput {
-        file: &spec.file,
-        variables: &variables,
-        base: &base,
-        identity: &identity,
-        repeats: spec.repeats,
-        seed,
-        order,
-    })?;
-    // Adaptive repeats added earlier stay planned while their combination
-    // exists.
-    if let Some(r) = &existing {
-        keep_adaptive_repeats(&mut runs, r, spec.repeats, &identity, seed);
-    }
+    let planned = plan_runs(&spec, &base, variables, identity, order, existing.as_ref())?;
     // Each distinct configuration, checked once as the host will check
     // it (keys, types, each component's rules, power), before anything is
     // written.
     check_runs(
         &registry,
         &spec,
-        &variables,
-        &identity,
-        &runs,
+        &planned.variables,
+        &planned.identity,
+        &planned.runs,
         device.as_ref(),
     )?;
 
     if args.dry_run {
         report::print_plan(
-            &spec, &variables, &runs, seed, seed_from, order, &identity, &dir,
+            &spec,
+            &planned.variables,
+            &planned.runs,
+            planned.seed,
+            &planned.seed_from,
+            order,
+            &planned.identity,
+            &dir,
         );
         return Ok(ExitCode::SUCCESS);
     }
     // Slurm missing, or refusing these options: said before anything is
     // written.
     if let Some(options) = slurm {
-        slurm_executor(options, spec.warmup, &args.common).preflight(&runs)?;
+        slurm_executor(options, spec.warmup, &args.common).preflight(&planned.runs)?;
     }
     let adaptive = match adaptive::settings(&args.common, spec.repeats)? {
         Some(a) => Some(a),
@@ -409,47 +398,17 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
     let locks = dir.locks();
     std::fs::create_dir_all(&locks).map_err(ExperimentError::io(&locks))?;
     let _lock = experiment_lock(&dir)?;
-    let now = clock::rfc3339(clock::unix_us());
-    let record = Record {
-        format: FORMAT,
-        name: spec.name.clone(),
-        created_utc: existing
-            .as_ref()
-            .map_or_else(|| now.clone(), |r| r.created_utc.clone()),
-        updated_utc: now,
-        kernmlops_version: env!("CARGO_PKG_VERSION").to_owned(),
-        kernmlops_sha256: std::env::current_exe()
-            .ok()
-            .and_then(|exe| crate::record::sha256_file(&exe).ok())
-            .unwrap_or_default(),
-        source_file: absolute(&args.file)?.display().to_string(),
-        identity,
-        seed,
-        seed_from: seed_from.to_owned(),
-        order,
-        repeats: spec.repeats,
-        warmup: spec.warmup,
-        variables,
-        plugin_dir: plugin_dir.display().to_string(),
+    let record = new_record(
+        &spec,
+        &args.file,
+        existing.as_ref(),
+        planned,
+        &plugin_dir,
         plugins,
         adaptive,
-        device: spec.device.clone(),
-        runs,
-    };
+    )?;
     write_start(&dir, &record, &spec, &base, env)?;
-    eprintln!(
-        "experiment {} in {}: {} runs, order {}, seed {}{}",
-        record.name,
-        dir.root.display(),
-        record.runs.len(),
-        report::order_name(order),
-        seed,
-        if seed_from == "random" {
-            " (random, recorded)"
-        } else {
-            ""
-        }
-    );
+    announce(&record, &dir);
     drive(
         &dir,
         record,
@@ -458,6 +417,112 @@ pub fn run(args: RunOptions, env: &Env) -> Result<ExitCode> {
         env,
         device.as_ref(),
     )
+}
+
+/// The runs `experiment run` planned, and what it planned them from, as
+/// the record keeps them.
+struct Planned {
+    variables: Vec<spec::Variable>,
+    identity: Identity,
+    seed: u64,
+    /// Where the seed came from: `file`, `random`, or as recorded before.
+    seed_from: String,
+    order: Order,
+    runs: Vec<PlannedRun>,
+}
+
+/// Plans the runs with the file's seed, else the folder's recorded one,
+/// else a random one; adaptive repeats added earlier stay planned while
+/// their combination exists.
+fn plan_runs(
+    spec: &Spec,
+    base: &toml::Table,
+    variables: Vec<spec::Variable>,
+    identity: Identity,
+    order: Order,
+    existing: Option<&Record>,
+) -> Result<Planned> {
+    let (seed, seed_from) = match (spec.seed, existing) {
+        (Some(s), _) => (s, "file"),
+        (None, Some(r)) => (r.seed, r.seed_from.as_str()),
+        (None, None) => (crate::rng::random_seed(), "random"),
+    };
+    let mut runs = plan::plan(&PlanInput {
+        file: &spec.file,
+        variables: &variables,
+        base,
+        identity: &identity,
+        repeats: spec.repeats,
+        seed,
+        order,
+    })?;
+    if let Some(r) = existing {
+        keep_adaptive_repeats(&mut runs, r, spec.repeats, &identity, seed);
+    }
+    Ok(Planned {
+        variables,
+        identity,
+        seed,
+        seed_from: seed_from.to_owned(),
+        order,
+        runs,
+    })
+}
+
+/// The experiment's record as first written (a folder started before
+/// keeps its creation time).
+fn new_record(
+    spec: &Spec,
+    source: &Path,
+    existing: Option<&Record>,
+    planned: Planned,
+    plugin_dir: &Path,
+    plugins: Vec<PluginHash>,
+    adaptive: Option<crate::record::Adaptive>,
+) -> Result<Record> {
+    let now = clock::rfc3339(clock::unix_us());
+    Ok(Record {
+        format: FORMAT,
+        name: spec.name.clone(),
+        created_utc: existing.map_or_else(|| now.clone(), |r| r.created_utc.clone()),
+        updated_utc: now,
+        kernmlops_version: env!("CARGO_PKG_VERSION").to_owned(),
+        kernmlops_sha256: std::env::current_exe()
+            .ok()
+            .and_then(|exe| crate::record::sha256_file(&exe).ok())
+            .unwrap_or_default(),
+        source_file: absolute(source)?.display().to_string(),
+        identity: planned.identity,
+        seed: planned.seed,
+        seed_from: planned.seed_from,
+        order: planned.order,
+        repeats: spec.repeats,
+        warmup: spec.warmup,
+        variables: planned.variables,
+        plugin_dir: plugin_dir.display().to_string(),
+        plugins,
+        adaptive,
+        device: spec.device.clone(),
+        runs: planned.runs,
+    })
+}
+
+/// The line that starts an experiment: where, how many runs, in which
+/// order, with which seed.
+fn announce(record: &Record, dir: &ExpDir) {
+    eprintln!(
+        "experiment {} in {}: {} runs, order {}, seed {}{}",
+        record.name,
+        dir.root.display(),
+        record.runs.len(),
+        report::order_name(record.order),
+        record.seed,
+        if record.seed_from == "random" {
+            " (random, recorded)"
+        } else {
+            ""
+        }
+    );
 }
 
 /// Makes the experiment's `[device]` ready (local executor only).
@@ -503,7 +568,7 @@ fn check_experiment(
     }
     registry
         .find_benchmark(&spec.benchmark)
-        .map_err(|m| invalid(spec, "benchmark", m))?;
+        .map_err(|e| invalid(spec, "benchmark", e.to_string()))?;
     if let Some(power) = &spec.power {
         kernmlops::power::check_selection(registry, power)
             .map_err(|e| invalid(spec, "power", e.to_string()))?;
@@ -517,7 +582,7 @@ fn check_experiment(
         power: spec.power.as_deref(),
     };
     let cfg = check_config(registry, &concrete(&base, device), &benchmark_only)
-        .map_err(|m| invalid(spec, "config", m))?;
+        .map_err(|e| invalid(spec, "config", e.to_string()))?;
     let probes = if spec.roles.is_empty() {
         // A `probes` variable that applies in every run leaves no run to the
         // experiment's own probes.
@@ -626,7 +691,8 @@ fn check_runs(
             continue;
         };
         let config = concrete(&config, device);
-        if let Err(m) = check_config(registry, &config, &checked_run) {
+        if let Err(e) = check_config(registry, &config, &checked_run) {
+            let m = e.to_string();
             // Name the variable whose key the host complains about.
             let culprit = variables
                 .iter()

@@ -83,7 +83,7 @@ pub fn add_to_base(spec: &Spec, base: &mut toml::Table, policy: &Policy) -> Resu
         ))
         .map_err(|e| invalid(spec, &format!("roles.{}.script", role.name), e.to_string()))?;
         resolve_table_commands(&mut t, &folder, policy)
-            .map_err(|m| invalid(spec, &format!("roles.{}.script", role.name), m))?;
+            .map_err(|e| invalid(spec, &format!("roles.{}.script", role.name), e.to_string()))?;
         let resolved = t
             .get("benchmarks")
             .and_then(|b| b.get("script"))
@@ -170,7 +170,7 @@ pub fn check_runs(
             let at = format!("roles.{}", role.name);
             registry
                 .find_benchmark(&role.benchmark)
-                .map_err(|m| invalid(spec, &format!("{at}.benchmark"), m))?;
+                .map_err(|e| invalid(spec, &format!("{at}.benchmark"), e.to_string()))?;
             let own = role_config(&config, role);
             let given = role.probes.clone().unwrap_or_default();
             let check = |probes: &[String]| {
@@ -183,7 +183,7 @@ pub fn check_runs(
                         power,
                     },
                 )
-                .map_err(|m| invalid(spec, &at, m))
+                .map_err(|e| invalid(spec, &at, e.to_string()))
             };
             let cfg = check(&given)?;
             let probes = role

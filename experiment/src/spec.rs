@@ -414,26 +414,8 @@ impl Spec {
             file: file.to_owned(),
             message: toml_message(text, &e),
         })?;
-        let invalid = |key: &str, message: String| ExperimentError::Invalid {
-            file: file.to_owned(),
-            key: key.to_owned(),
-            message,
-        };
-        if raw.name.is_empty()
-            || !raw
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
-            || raw.name.starts_with('.')
-        {
-            return Err(invalid(
-                "name",
-                format!(
-                    "{:?}: use letters, digits, '_', '-' and '.' (it names the experiment's folder)",
-                    raw.name
-                ),
-            ));
-        }
+        let invalid = Invalid(file);
+        check_experiment_name(&invalid, &raw.name)?;
         // Roles in the order the file declares them.
         let mut declared_roles: Vec<(String, toml::Spanned<RawRole>)> =
             raw.roles.into_iter().collect();
@@ -446,38 +428,17 @@ impl Spec {
             raw.benchmark.as_deref(),
             raw.probes.as_ref(),
         )
-        .map_err(|(key, message)| invalid(&key, message))?;
-        let benchmark = match (raw.benchmark, roles.result()) {
-            (_, Some(role)) => role.benchmark.clone(),
-            (Some(b), None) if !b.is_empty() => b,
-            (Some(_), None) => {
-                return Err(invalid(
-                    "benchmark",
-                    "empty: name the workload benchmark (see `kernmlops plugins`)".into(),
-                ))
-            }
-            (None, None) => return Err(invalid(
-                "benchmark",
-                "missing field `benchmark`: name the workload benchmark (see `kernmlops plugins`), or give [roles.NAME] tables".into(),
-            )),
-        };
-        let count = |key: &str, v: Option<i64>, default: u64, min: i64, max: u64| -> Result<u64> {
-            match v {
-                None => Ok(default),
-                Some(n) if n < min => Err(invalid(key, format!("{n}: must be at least {min}"))),
-                Some(n) if n as u64 > max => Err(invalid(key, format!("{n}: at most {max}"))),
-                Some(n) => Ok(n as u64),
-            }
-        };
-        let repeats = count(
+        .map_err(|(key, message)| invalid.at(&key, message))?;
+        let benchmark = workload(&invalid, raw.benchmark, &roles)?;
+        let repeats = invalid.count(
             "repeats",
             raw.repeats,
             DEFAULT_REPEATS.into(),
             1,
             MAX_REPEATS.into(),
         )? as u32;
-        let warmup = count("warmup", raw.warmup, 0, 0, MAX_WARMUP.into())? as u32;
-        let max_runs = count(
+        let warmup = invalid.count("warmup", raw.warmup, 0, 0, MAX_WARMUP.into())? as u32;
+        let max_runs = invalid.count(
             "max_runs",
             raw.max_runs,
             MAX_RUNS as u64,
@@ -487,105 +448,21 @@ impl Spec {
         let seed = match raw.seed {
             None => None,
             Some(s) if s >= 0 => Some(s as u64),
-            Some(s) => return Err(invalid("seed", format!("{s}: must not be negative"))),
+            Some(s) => return Err(invalid.at("seed", format!("{s}: must not be negative"))),
         };
-        let power = match raw.power {
-            None => None,
-            Some(toml::Value::String(s)) => Some(vec![s]),
-            Some(toml::Value::Array(a)) => Some(
-                a.iter()
-                    .map(|v| v.as_str().map(str::to_owned))
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| invalid("power", "must be a name or a list of names".into()))?,
-            ),
-            Some(_) => return Err(invalid("power", "must be a name or a list of names".into())),
-        };
+        let power = power_names(&invalid, raw.power)?;
         if let Some(p) = raw.probes.iter().flatten().find(|p| p.is_empty()) {
-            return Err(invalid("probes", format!("{p:?}: an empty probe name")));
+            return Err(invalid.at("probes", format!("{p:?}: an empty probe name")));
         }
-
-        // Variables in the order the file declares them.
-        let mut declared: Vec<(String, toml::Spanned<RawVariable>)> =
-            raw.variables.into_iter().collect();
-        declared.sort_by_key(|(_, v)| v.span().start);
-        let mut variables: Vec<Variable> = Vec::new();
-        for (name, raw_var) in declared {
-            let at = format!("variables.{name}");
-            let var = variable(&name, raw_var.into_inner(), &benchmark, &variables).map_err(
-                |(key, message)| {
-                    invalid(
-                        &if key.is_empty() {
-                            at.clone()
-                        } else {
-                            format!("{at}.{key}")
-                        },
-                        message,
-                    )
-                },
-            )?;
-            roles
-                .check_key(&var.key)
-                .map_err(|message| invalid(&format!("{at}.key"), message.to_string()))?;
-            variables.push(var);
-        }
-        let swept: Vec<&Variable> = variables.iter().filter(|v| v.is_probes()).collect();
-        if let [first, second, ..] = swept.as_slice() {
-            return Err(invalid(
-                &format!("variables.{}", second.name),
-                format!(
-                    "variable {} already sweeps the probes: one variable with key \"probes\" per experiment",
-                    first.name
-                ),
-            ));
-        }
-        if let Some(d) = &raw.device {
-            d.check().map_err(|(key, message)| {
-                invalid(
-                    &if key.is_empty() {
-                        "device".to_owned()
-                    } else {
-                        format!("device.{key}")
-                    },
-                    message,
-                )
-            })?;
-        }
-        if let Some(b) = &raw.build {
-            b.check().map_err(|(key, message)| {
-                invalid(
-                    &if key.is_empty() {
-                        "build".to_owned()
-                    } else {
-                        format!("build.{key}")
-                    },
-                    message,
-                )
-            })?;
-        }
-        if let (Some(v), Some(_)) = (swept.first(), &raw.probes) {
-            return Err(invalid(
-                "probes",
-                format!(
-                    "variable {} sweeps the probes: leave out the top-level probes list",
-                    v.name
-                ),
-            ));
-        }
-        if !roles.is_empty() {
-            if let Some(v) = swept.first() {
-                return Err(invalid(
-                    &format!("variables.{}", v.name),
-                    "a probes variable with roles: set each role's probes instead".into(),
-                ));
-            }
-            if raw.device.is_some() {
-                return Err(invalid(
-                    "device",
-                    "a [device] with roles is not supported yet: name the device in a role's configuration"
-                        .into(),
-                ));
-            }
-        }
+        let variables = variables(&invalid, raw.variables, &benchmark, &roles)?;
+        check_sections(
+            &invalid,
+            &variables,
+            &roles,
+            raw.probes.is_some(),
+            raw.device.as_ref(),
+            raw.build.as_ref(),
+        )?;
         Ok(Self {
             file: file.to_owned(),
             text: text.to_owned(),
@@ -605,6 +482,171 @@ impl Spec {
             build: raw.build,
         })
     }
+}
+
+/// Errors about the experiment file named by the wrapped text.
+struct Invalid<'a>(&'a str);
+
+impl Invalid<'_> {
+    /// The file's `key` is invalid.
+    fn at(&self, key: &str, message: String) -> ExperimentError {
+        ExperimentError::Invalid {
+            file: self.0.to_owned(),
+            key: key.to_owned(),
+            message,
+        }
+    }
+
+    /// A check's `(key under prefix, message)` failure, the key empty for
+    /// the prefix itself.
+    fn under(&self, prefix: &str, (key, message): (String, String)) -> ExperimentError {
+        self.at(
+            &if key.is_empty() {
+                prefix.to_owned()
+            } else {
+                format!("{prefix}.{key}")
+            },
+            message,
+        )
+    }
+
+    /// A count the file may give (`default` if not), within `min..=max`.
+    fn count(&self, key: &str, v: Option<i64>, default: u64, min: i64, max: u64) -> Result<u64> {
+        match v {
+            None => Ok(default),
+            Some(n) if n < min => Err(self.at(key, format!("{n}: must be at least {min}"))),
+            Some(n) if n as u64 > max => Err(self.at(key, format!("{n}: at most {max}"))),
+            Some(n) => Ok(n as u64),
+        }
+    }
+}
+
+/// The experiment's name names its folder.
+fn check_experiment_name(invalid: &Invalid, name: &str) -> Result<()> {
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+        || name.starts_with('.')
+    {
+        return Err(invalid.at(
+            "name",
+            format!(
+                "{name:?}: use letters, digits, '_', '-' and '.' (it names the experiment's folder)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The workload benchmark: the result role's with roles, else the file's
+/// `benchmark`.
+fn workload(invalid: &Invalid, benchmark: Option<String>, roles: &Roles) -> Result<String> {
+    match (benchmark, roles.result()) {
+        (_, Some(role)) => Ok(role.benchmark.clone()),
+        (Some(b), None) if !b.is_empty() => Ok(b),
+        (Some(_), None) => Err(invalid.at(
+            "benchmark",
+            "empty: name the workload benchmark (see `kernmlops plugins`)".into(),
+        )),
+        (None, None) => Err(invalid.at(
+            "benchmark",
+            "missing field `benchmark`: name the workload benchmark (see `kernmlops plugins`), or give [roles.NAME] tables".into(),
+        )),
+    }
+}
+
+/// `power`: a name or a list of names.
+fn power_names(invalid: &Invalid, power: Option<toml::Value>) -> Result<Option<Vec<String>>> {
+    let not_names = || invalid.at("power", "must be a name or a list of names".into());
+    match power {
+        None => Ok(None),
+        Some(toml::Value::String(s)) => Ok(Some(vec![s])),
+        Some(toml::Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .map(Some)
+            .ok_or_else(not_names),
+        Some(_) => Err(not_names()),
+    }
+}
+
+/// The variables in the order the file declares them, each checked against
+/// those before it and the roles; one at most sweeps the probes.
+fn variables(
+    invalid: &Invalid,
+    raw: BTreeMap<String, toml::Spanned<RawVariable>>,
+    benchmark: &str,
+    roles: &Roles,
+) -> Result<Vec<Variable>> {
+    let mut declared: Vec<(String, toml::Spanned<RawVariable>)> = raw.into_iter().collect();
+    declared.sort_by_key(|(_, v)| v.span().start);
+    let mut variables: Vec<Variable> = Vec::new();
+    for (name, raw_var) in declared {
+        let at = format!("variables.{name}");
+        let var = variable(&name, raw_var.into_inner(), benchmark, &variables)
+            .map_err(|e| invalid.under(&at, e))?;
+        roles
+            .check_key(&var.key)
+            .map_err(|message| invalid.at(&format!("{at}.key"), message.to_string()))?;
+        variables.push(var);
+    }
+    let swept: Vec<&Variable> = variables.iter().filter(|v| v.is_probes()).collect();
+    if let [first, second, ..] = swept.as_slice() {
+        return Err(invalid.at(
+            &format!("variables.{}", second.name),
+            format!(
+                "variable {} already sweeps the probes: one variable with key \"probes\" per experiment",
+                first.name
+            ),
+        ));
+    }
+    Ok(variables)
+}
+
+/// `[device]` and `[build]`, and what may not go together: a probes
+/// variable with top-level probes or with roles, a device with roles.
+fn check_sections(
+    invalid: &Invalid,
+    variables: &[Variable],
+    roles: &Roles,
+    has_probes: bool,
+    device: Option<&crate::device::DeviceSpec>,
+    build: Option<&crate::build::BuildSpec>,
+) -> Result<()> {
+    if let Some(d) = device {
+        d.check().map_err(|e| invalid.under("device", e))?;
+    }
+    if let Some(b) = build {
+        b.check().map_err(|e| invalid.under("build", e))?;
+    }
+    let swept = variables.iter().find(|v| v.is_probes());
+    if let (Some(v), true) = (swept, has_probes) {
+        return Err(invalid.at(
+            "probes",
+            format!(
+                "variable {} sweeps the probes: leave out the top-level probes list",
+                v.name
+            ),
+        ));
+    }
+    if !roles.is_empty() {
+        if let Some(v) = swept {
+            return Err(invalid.at(
+                &format!("variables.{}", v.name),
+                "a probes variable with roles: set each role's probes instead".into(),
+            ));
+        }
+        if device.is_some() {
+            return Err(invalid.at(
+                "device",
+                "a [device] with roles is not supported yet: name the device in a role's configuration"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A variable's levels as a set, so that whether a `when` value names one
@@ -651,6 +693,15 @@ fn value_key(v: &Json) -> String {
     }
 }
 
+/// A check's outcome under a variable: `(key under the variable, message)`
+/// on failure.
+type Keyed<T> = std::result::Result<T, (String, String)>;
+
+/// The failure of a check under a variable's `key`.
+fn keyed<T>(key: &str, message: String) -> Keyed<T> {
+    Err((key.to_owned(), message))
+}
+
 /// Checks one variable against those declared before it. Errors are
 /// `(key under the variable, message)`.
 fn variable(
@@ -658,16 +709,42 @@ fn variable(
     raw: RawVariable,
     benchmark: &str,
     earlier: &[Variable],
-) -> std::result::Result<Variable, (String, String)> {
-    let err = |key: &str, m: String| Err((key.to_owned(), m));
+) -> Keyed<Variable> {
+    check_variable_name(name)?;
+    let key = variable_key(name, raw.key, benchmark)?;
+    let (form, levels) = variable_levels(raw.values, raw.range, raw.labels)?;
+    if levels.is_empty() {
+        return keyed("", "has no values".into());
+    }
+    let levels = if key == PROBES_KEY {
+        probe_levels(form, levels)?
+    } else {
+        levels
+    };
+    check_distinct(&levels)?;
+    let when = conditions(name, raw.when.unwrap_or_default(), earlier)?;
+    let default = default_level(raw.default, &levels)?;
+    Ok(Variable {
+        name: name.to_owned(),
+        key,
+        form,
+        levels,
+        when,
+        default,
+    })
+}
+
+/// A variable's name becomes a results column: an identifier the table
+/// does not use itself.
+fn check_variable_name(name: &str) -> Keyed<()> {
     if !is_identifier(name) {
-        return err(
+        return keyed(
             "",
             format!("{name:?} is not a column name: use letters, digits and '_'"),
         );
     }
     if RESERVED_COLUMNS.contains(&name) || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p)) {
-        return err(
+        return keyed(
             "",
             format!(
                 "{name:?} is a name the results table uses itself ({}, or a name starting with {}); rename the variable",
@@ -676,12 +753,18 @@ fn variable(
             ),
         );
     }
-    let key = match raw.key {
+    Ok(())
+}
+
+/// The configuration key a variable sets: as written, or implied by its
+/// name (`probes`) or the benchmark (`script`'s parameters).
+fn variable_key(name: &str, key: Option<String>, benchmark: &str) -> Keyed<String> {
+    let key = match key {
         Some(k) => k,
         None if name == PROBES_KEY => PROBES_KEY.to_owned(),
         None if benchmark == "script" => format!("benchmarks.script.parameters.{name}"),
         None => {
-            return err(
+            return keyed(
                 "key",
                 format!("missing: the configuration key this variable sets, e.g. key = \"benchmarks.{benchmark}.<setting>\" (see `kernmlops config defaults`)"),
             )
@@ -693,119 +776,146 @@ fn variable(
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     }) {
-        return err(
+        return keyed(
             "key",
             format!("{key:?} is not a dotted key such as \"benchmarks.fio.bs\""),
         );
     }
     if key.split('.').count() < 2 && key != PROBES_KEY {
-        return err(
+        return keyed(
             "key",
             format!(
                 "{key:?} names a whole section: give one setting, such as \"benchmarks.fio.bs\""
             ),
         );
     }
-    let forms = [
-        raw.values.is_some(),
-        raw.range.is_some(),
-        raw.labels.is_some(),
-    ];
+    Ok(key)
+}
+
+/// A TOML value as a configuration value: anything but a date.
+fn no_dates(v: &toml::Value, at: &str) -> Keyed<Json> {
+    if let toml::Value::Datetime(_) = v {
+        return keyed(at, "dates are not configuration values".into());
+    }
+    Ok(toml_to_json(v))
+}
+
+/// A variable's levels from the one form it is given in.
+fn variable_levels(
+    values: Option<Vec<toml::Value>>,
+    range: Option<RawRange>,
+    labels: Option<BTreeMap<String, toml::Spanned<toml::Value>>>,
+) -> Keyed<(Form, Vec<Level>)> {
+    let forms = [values.is_some(), range.is_some(), labels.is_some()];
     if forms.iter().filter(|f| **f).count() != 1 {
-        return err(
+        return keyed(
             "",
             "give exactly one of values = [...], range = { start, end, step } or labels = { label = value, ... }".into(),
         );
     }
-    let no_dates = |v: &toml::Value, at: &str| -> std::result::Result<Json, (String, String)> {
-        if let toml::Value::Datetime(_) = v {
-            return Err((at.to_owned(), "dates are not configuration values".into()));
-        }
-        Ok(toml_to_json(v))
-    };
-    let (form, levels) = if let Some(values) = raw.values {
-        if values.len() > MAX_RUNS_CEILING {
-            return err(
-                "values",
-                format!(
-                    "{} values: more than {MAX_RUNS_CEILING}, the most a plan may have",
-                    values.len()
-                ),
-            );
-        }
-        let levels = values
-            .iter()
-            .map(|v| no_dates(v, "values").map(|value| Level { label: None, value }))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        (Form::Values, levels)
-    } else if let Some(r) = raw.range {
-        let step = r.step.unwrap_or(if r.end < r.start { -1 } else { 1 });
-        if step == 0 {
-            return err("range.step", "must not be 0".into());
-        }
-        if (i128::from(r.end) - i128::from(r.start)).signum() * i128::from(step.signum()) < 0 {
-            return err(
-                "range",
-                format!(
-                    "from {} by {step} never reaches {} (the end is inclusive; use a {} step)",
-                    r.start,
-                    r.end,
-                    if step > 0 { "negative" } else { "positive" }
-                ),
-            );
-        }
-        // Counted in 128 bits before anything is built: the end minus the
-        // start of two 64-bit integers can overflow 64.
-        let n = (i128::from(r.end) - i128::from(r.start)) / i128::from(step) + 1;
-        if n > MAX_RUNS_CEILING as i128 {
-            return err(
-                "range",
-                format!("{n} values: more than {MAX_RUNS_CEILING}, the most a plan may have"),
-            );
-        }
-        let levels = (0..n as i64)
-            .map(|i| Level {
-                label: None,
-                value: Json::from(r.start + i * step),
-            })
-            .collect();
-        (Form::Range, levels)
+    if let Some(values) = values {
+        value_levels(values)
+    } else if let Some(r) = range {
+        range_levels(r)
     } else {
-        let mut labels: Vec<(String, toml::Spanned<toml::Value>)> =
-            raw.labels.unwrap_or_default().into_iter().collect();
-        labels.sort_by_key(|(_, v)| v.span().start);
-        let levels = labels
-            .into_iter()
-            .map(|(label, v)| {
-                no_dates(v.get_ref(), &format!("labels.{label}")).map(|value| Level {
-                    label: Some(label),
-                    value,
-                })
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        (Form::Labels, levels)
-    };
-    if levels.is_empty() {
-        return err("", "has no values".into());
+        label_levels(labels.unwrap_or_default())
     }
-    let levels = if key == PROBES_KEY {
-        probe_levels(form, levels)?
-    } else {
-        levels
-    };
-    // Duplicates through a set of each column's canonical text: linear.
+}
+
+/// The levels of `values = [...]`.
+fn value_levels(values: Vec<toml::Value>) -> Keyed<(Form, Vec<Level>)> {
+    if values.len() > MAX_RUNS_CEILING {
+        return keyed(
+            "values",
+            format!(
+                "{} values: more than {MAX_RUNS_CEILING}, the most a plan may have",
+                values.len()
+            ),
+        );
+    }
+    let levels = values
+        .iter()
+        .map(|v| no_dates(v, "values").map(|value| Level { label: None, value }))
+        .collect::<Keyed<Vec<_>>>()?;
+    Ok((Form::Values, levels))
+}
+
+/// The levels of `range = { start, end, step }`, end inclusive.
+fn range_levels(r: RawRange) -> Keyed<(Form, Vec<Level>)> {
+    let step = r.step.unwrap_or(if r.end < r.start { -1 } else { 1 });
+    if step == 0 {
+        return keyed("range.step", "must not be 0".into());
+    }
+    if (i128::from(r.end) - i128::from(r.start)).signum() * i128::from(step.signum()) < 0 {
+        return keyed(
+            "range",
+            format!(
+                "from {} by {step} never reaches {} (the end is inclusive; use a {} step)",
+                r.start,
+                r.end,
+                if step > 0 { "negative" } else { "positive" }
+            ),
+        );
+    }
+    // Counted in 128 bits before anything is built: the end minus the
+    // start of two 64-bit integers can overflow 64.
+    let n = (i128::from(r.end) - i128::from(r.start)) / i128::from(step) + 1;
+    if n > MAX_RUNS_CEILING as i128 {
+        return keyed(
+            "range",
+            format!("{n} values: more than {MAX_RUNS_CEILING}, the most a plan may have"),
+        );
+    }
+    let levels = (0..n as i64)
+        .map(|i| Level {
+            label: None,
+            value: Json::from(r.start + i * step),
+        })
+        .collect();
+    Ok((Form::Range, levels))
+}
+
+/// The levels of `labels = { label = value, ... }`, in the order written.
+fn label_levels(labels: BTreeMap<String, toml::Spanned<toml::Value>>) -> Keyed<(Form, Vec<Level>)> {
+    let mut labels: Vec<(String, toml::Spanned<toml::Value>)> = labels.into_iter().collect();
+    labels.sort_by_key(|(_, v)| v.span().start);
+    let levels = labels
+        .into_iter()
+        .map(|(label, v)| {
+            no_dates(v.get_ref(), &format!("labels.{label}")).map(|value| Level {
+                label: Some(label),
+                value,
+            })
+        })
+        .collect::<Keyed<Vec<_>>>()?;
+    Ok((Form::Labels, levels))
+}
+
+/// No column value twice. Duplicates through a set of each column's
+/// canonical text: linear.
+fn check_distinct(levels: &[Level]) -> Keyed<()> {
     let mut seen = std::collections::HashSet::with_capacity(levels.len());
-    for l in &levels {
+    for l in levels {
         let column = l.column();
         if !seen.insert(super::plan::canonical_json(&column)) {
-            return err("", format!("the value {column} is listed twice"));
+            return keyed("", format!("the value {column} is listed twice"));
         }
     }
-    let mut when = Vec::new();
-    for (other, wanted) in raw.when.unwrap_or_default() {
+    Ok(())
+}
+
+/// The `when` table: each named variable declared earlier, each wanted
+/// value one of its levels.
+fn conditions(
+    name: &str,
+    when: BTreeMap<String, toml::Value>,
+    earlier: &[Variable],
+) -> Keyed<Vec<Condition>> {
+    let mut conditions = Vec::new();
+    for (other, wanted) in when {
         let at = format!("when.{other}");
         let Some(target) = earlier.iter().find(|v| v.name == other) else {
-            return err(
+            return keyed(
                 &at,
                 if other == name {
                     "a variable cannot depend on itself".into()
@@ -826,68 +936,58 @@ fn variable(
             v => vec![toml_to_json(&v)],
         };
         if any_of.is_empty() {
-            return err(&at, "an empty list never applies".into());
+            return keyed(&at, "an empty list never applies".into());
         }
         let target_keys = LevelKeys::of(&target.levels);
         for w in &any_of {
             if !target_keys.matches(w) {
-                return err(
+                return keyed(
                     &at,
                     format!(
                         "{w} is not a value of variable {other} ({}), so this never applies",
-                        target
-                            .levels
-                            .iter()
-                            .map(|l| l.column().to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        columns(&target.levels)
                     ),
                 );
             }
         }
-        when.push(Condition {
+        conditions.push(Condition {
             variable: other,
             any_of,
         });
     }
-    let default = match raw.default {
-        None => None,
-        Some(d) => {
-            let wanted = no_dates(&d, "default")?;
-            match levels.iter().find(|l| l.matches(&wanted)) {
-                Some(l) => Some(l.column()),
-                None => {
-                    return err(
-                        "default",
-                        format!(
-                            "{wanted} is not one of the variable's values ({})",
-                            levels
-                                .iter()
-                                .map(|l| l.column().to_string())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    )
-                }
-            }
-        }
+    Ok(conditions)
+}
+
+/// The level `default = VALUE` names, as its column value.
+fn default_level(default: Option<toml::Value>, levels: &[Level]) -> Keyed<Option<Json>> {
+    let Some(d) = default else {
+        return Ok(None);
     };
-    Ok(Variable {
-        name: name.to_owned(),
-        key,
-        form,
-        levels,
-        when,
-        default,
-    })
+    let wanted = no_dates(&d, "default")?;
+    match levels.iter().find(|l| l.matches(&wanted)) {
+        Some(l) => Ok(Some(l.column())),
+        None => keyed(
+            "default",
+            format!(
+                "{wanted} is not one of the variable's values ({})",
+                columns(levels)
+            ),
+        ),
+    }
+}
+
+/// Levels' column values, listed for an error.
+fn columns(levels: &[Level]) -> String {
+    levels
+        .iter()
+        .map(|l| l.column().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Checks a `probes` variable's levels (lists of distinct probe names, not
 /// a range) and names each set of a plain list (`none`, `a+b`).
-fn probe_levels(
-    form: Form,
-    levels: Vec<Level>,
-) -> std::result::Result<Vec<Level>, (String, String)> {
+fn probe_levels(form: Form, levels: Vec<Level>) -> Keyed<Vec<Level>> {
     let at = match form {
         Form::Range => return Err((
             "range".into(),

@@ -5,12 +5,13 @@
 
 use std::path::Path;
 
+use kernmlops::manifest::{Manifest, RunClass, Status, StopReason};
 use serde::Serialize;
-use serde_json::Value as Json;
 
 use super::{
     plan::PlannedRun,
     record::{hostname, ExpDir, Lock, Record},
+    run_files::RunManifest,
 };
 
 /// A planned run's state.
@@ -89,19 +90,18 @@ pub fn classify(run_dir: &Path, live: Option<&str>) -> (RunState, String, bool) 
             None => (RunState::Pending, String::new(), false),
         };
     }
-    let manifest: Option<Json> = std::fs::read_to_string(run_dir.join("manifest.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
-    let Some(m) = manifest else {
+    // An unreadable manifest (not JSON, or a key of the wrong type) counts
+    // as none.
+    let Ok(RunManifest { manifest: m, .. }) = RunManifest::read(run_dir) else {
         return match live {
             Some(who) => (RunState::Running, who.to_owned(), false),
             None => (RunState::CutOff, "no manifest.json".into(), false),
         };
     };
-    let status = m["status"].as_str().unwrap_or("");
-    let class = m["run_class"].as_str().unwrap_or("");
-    match status {
-        "running" | "" => match live {
+    let class = m.run_class.as_str();
+    let stopped_by = m.benchmark.as_ref().and_then(|b| b.stopped_by);
+    match m.status {
+        Status::Running => match live {
             Some(who) => (RunState::Running, who.to_owned(), false),
             None => (
                 RunState::CutOff,
@@ -109,17 +109,17 @@ pub fn classify(run_dir: &Path, live: Option<&str>) -> (RunState, String, bool) 
                 false,
             ),
         },
-        "repaired" => (
+        Status::Repaired => (
             RunState::CutOff,
             "repaired after being cut off".into(),
             false,
         ),
-        _ if m["benchmark"]["stopped_by"] == "signal" => (
+        _ if stopped_by == Some(StopReason::Signal) => (
             RunState::CutOff,
             "a signal stopped its benchmark".into(),
             false,
         ),
-        _ if status == "failed" || class == "failed" => (
+        _ if m.status == Status::Failed || m.run_class == RunClass::Failed => (
             RunState::Failed,
             failure(&m).unwrap_or_else(|| class.to_owned()),
             true,
@@ -129,20 +129,16 @@ pub fn classify(run_dir: &Path, live: Option<&str>) -> (RunState, String, bool) 
 }
 
 /// The first reason a manifest gives for a failure.
-fn failure(m: &Json) -> Option<String> {
-    let bench = &m["benchmark"];
-    if let Some(e) = bench["error"].as_str() {
-        return Some(e.to_owned());
+fn failure(m: &Manifest) -> Option<String> {
+    let bench = m.benchmark.as_ref();
+    if let Some(e) = bench.and_then(|b| b.error.as_ref()) {
+        return Some(e.clone());
     }
-    if let Some(e) = m["errors"]
-        .as_array()
-        .and_then(|a| a.first())
-        .and_then(|e| e.as_str())
-    {
-        return Some(e.to_owned());
+    if let Some(e) = m.errors.first() {
+        return Some(e.clone());
     }
-    bench["exit_code"]
-        .as_i64()
+    bench
+        .and_then(|b| b.exit_code)
         .filter(|c| *c != 0)
         .map(|c| format!("the benchmark exited with {c}"))
 }

@@ -53,7 +53,9 @@ impl BenchmarkRun {
         let Some(name) = &opts.benchmark else {
             return Ok(None);
         };
-        let (plugin, _) = registry.find_benchmark(name).map_err(RunError::Selection)?;
+        let (plugin, _) = registry
+            .find_benchmark(name)
+            .map_err(|e| RunError::Selection(e.to_string()))?;
         let mut args = start_args(name, opts, &opts.benchmark_config);
         args.output_dir = dir.display().to_string().into();
         let refused = |e: CallError| {

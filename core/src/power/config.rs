@@ -3,9 +3,10 @@
 //! length, whether energy is attributed, the most a zone of each scope can
 //! draw, and each source's settings.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, str::FromStr, time::Duration};
 
 use kernmlops_plugin_api::PowerScope;
+use kernmlops_sys::duration::HumanDuration;
 use serde::{Deserialize, Serialize};
 
 use super::PowerError;
@@ -27,6 +28,9 @@ pub enum PowerConfigError {
     BadName { name: String, problem: String },
     #[error("power.max_watts.{scope}: must be more than 0")]
     ZeroMaxWatts { scope: &'static str },
+    /// `[power] sources` refused.
+    #[error("power.sources: {0}")]
+    Sources(Box<PowerConfigError>),
 }
 
 /// `[power]` in `kernmlops.toml`.
@@ -38,7 +42,7 @@ pub struct PowerConfig {
     pub sources: Vec<String>,
     /// Length of a slot: every source is read, and energy attributed, at
     /// these boundaries.
-    pub interval: String,
+    pub interval: PowerInterval,
     /// Split each slot's energy between processes by on-CPU time.
     pub attribution: bool,
     /// The most a zone of each scope can draw (`[power.max_watts]`): a
@@ -111,7 +115,7 @@ impl Default for PowerConfig {
     fn default() -> Self {
         Self {
             sources: Vec::new(),
-            interval: "1s".into(),
+            interval: PowerInterval(HumanDuration::from_secs(1)),
             attribution: true,
             max_watts: MaxWatts::default(),
             settings: BTreeMap::new(),
@@ -124,13 +128,12 @@ impl Default for PowerConfig {
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
 impl PowerConfig {
-    /// Checks the values that parse as strings but must mean something;
-    /// errors name the key.
-    pub fn check(&self) -> Result<(), String> {
-        parse_interval(&self.interval).map_err(|e| format!("power.interval: {e}"))?;
-        Selection::parse(&self.sources).map_err(|e| format!("power.sources: {e}"))?;
-        self.max_watts.check().map_err(|e| e.to_string())?;
-        Ok(())
+    /// Checks the values that parse as strings but must mean something
+    /// (the interval was parsed when the configuration was read); errors
+    /// name the key.
+    pub fn check(&self) -> Result<(), PowerConfigError> {
+        Selection::parse(&self.sources).map_err(|e| PowerConfigError::Sources(Box::new(e)))?;
+        self.max_watts.check()
     }
 }
 
@@ -143,6 +146,45 @@ pub fn parse_interval(text: &str) -> Result<Duration, PowerConfigError> {
         });
     }
     Ok(d)
+}
+
+/// `power.interval`: a slot length of at least [`MIN_INTERVAL`], parsed
+/// when the configuration is read (through [`HumanDuration`]'s parser, as
+/// `[collect]`'s durations and the plugins' are) and written back as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PowerInterval(HumanDuration);
+
+impl PowerInterval {
+    pub const fn get(self) -> Duration {
+        self.0.get()
+    }
+}
+
+impl FromStr for PowerInterval {
+    type Err = PowerConfigError;
+
+    fn from_str(s: &str) -> Result<Self, PowerConfigError> {
+        parse_interval(s).map(|d| Self(HumanDuration(d)))
+    }
+}
+
+impl std::fmt::Display for PowerInterval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl Serialize for PowerInterval {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for PowerInterval {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// Which sources a run records.
@@ -255,7 +297,7 @@ impl PowerOptions {
         })?;
         let interval = match interval_flag {
             Some(text) => parse_interval(text).map_err(|e| format!("--power-interval: {e}")),
-            None => parse_interval(&config.interval).map_err(|e| format!("power.interval: {e}")),
+            None => Ok(config.interval.get()),
         }
         .map_err(PowerError::Config)?;
         config
@@ -327,12 +369,13 @@ mod tests {
             e.starts_with("--power-interval:") && e.contains("10ms"),
             "{e}"
         );
-        assert!(PowerConfig {
-            interval: "soon".into(),
-            ..PowerConfig::default()
-        }
-        .check()
-        .expect_err("bad interval")
-        .starts_with("power.interval:"));
+        // The file's interval is parsed when the configuration is read;
+        // the error names the key.
+        let e = crate::config::Config::from_text("mine.toml", b"[power]\ninterval = \"soon\"\n")
+            .expect_err("bad interval");
+        let crate::config::ConfigError::Setting { error, .. } = e else {
+            panic!("{e}");
+        };
+        assert!(error.to_string().starts_with("power.interval:"));
     }
 }

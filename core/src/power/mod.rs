@@ -36,7 +36,7 @@ use kernmlops_plugin_api::{
     validate_power_zones, Batch, BpfProgramStats, PowerSourceBox, PowerZone, StartArgs,
 };
 
-pub use config::{PowerConfig, PowerConfigError, PowerOptions, Selection};
+pub use config::{PowerConfig, PowerConfigError, PowerInterval, PowerOptions, Selection};
 pub use report::{render_summary, PowerManifest};
 
 use self::{

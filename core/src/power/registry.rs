@@ -24,7 +24,7 @@ impl Installed<'_> {
     }
 
     /// Its declared settings with defaults (TOML).
-    pub fn defaults(&self) -> Result<String, String> {
+    pub fn defaults(&self) -> Result<String, crate::plugin::LoadError> {
         self.plugin.power_source_defaults(self.name())
     }
 
