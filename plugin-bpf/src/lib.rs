@@ -205,19 +205,51 @@ impl<S> LoadContext<'_, S> {
 
 /// Kernel feature checks, the same ones the host reports
 /// (`kernmlops_sys::features`), evaluated on first use.
+///
+/// Names are looked up in the kernel's BTF as libbpf reads it (mapped from
+/// `/sys/kernel/btf/vmlinux`, not copied: about 3 ms of CPU, against 10 ms
+/// for reading and indexing it with `kernmlops_sys::btf`, which only
+/// [`Features::btf_has_field`] needs). Every probe of a run starts at once,
+/// each with its own checks, so this is paid once per probe that asks.
 #[derive(Default)]
 pub struct Features {
-    btf: OnceCell<Option<kernmlops_sys::btf::Btf>>,
+    btf: OnceCell<Option<libbpf_rs::btf::Btf<'static>>>,
+    indexed_btf: OnceCell<Option<kernmlops_sys::btf::Btf>>,
     fentry: std::cell::RefCell<
         BTreeMap<String, std::result::Result<(), kernmlops_sys::features::FeatureError>>,
     >,
 }
 
 impl Features {
-    fn btf(&self) -> Option<&kernmlops_sys::btf::Btf> {
+    fn btf(&self) -> Option<&libbpf_rs::btf::Btf<'static>> {
         self.btf
+            .get_or_init(|| libbpf_rs::btf::Btf::from_vmlinux().ok())
+            .as_ref()
+    }
+
+    fn indexed_btf(&self) -> Option<&kernmlops_sys::btf::Btf> {
+        self.indexed_btf
             .get_or_init(|| kernmlops_sys::btf::Btf::vmlinux().ok())
             .as_ref()
+    }
+
+    /// The id of the first type of this name (and of this kind, when
+    /// given) in the kernel's BTF.
+    fn btf_id(&self, name: &str, kind: Option<u32>) -> Option<u32> {
+        use libbpf_rs::AsRawLibbpf as _;
+        let btf = self.btf()?.as_libbpf_object();
+        let name = std::ffi::CString::new(name).ok()?;
+        // SAFETY: `btf` is a live libbpf BTF (owned by `self`) and `name` a
+        // NUL-terminated string; libbpf only reads both.
+        let id = unsafe {
+            match kind {
+                Some(kind) => {
+                    libbpf_rs::libbpf_sys::btf__find_by_name_kind(btf.as_ptr(), name.as_ptr(), kind)
+                }
+                None => libbpf_rs::libbpf_sys::btf__find_by_name(btf.as_ptr(), name.as_ptr()),
+            }
+        };
+        u32::try_from(id).ok()
     }
 
     /// Whether an fentry/fexit program can attach to `kernel_function`
@@ -226,10 +258,19 @@ impl Features {
         &self,
         kernel_function: &str,
     ) -> std::result::Result<(), kernmlops_sys::features::FeatureError> {
+        use kernmlops_sys::features::{fentry_attachable_id, FeatureError};
         self.fentry
             .borrow_mut()
             .entry(kernel_function.to_owned())
-            .or_insert_with(|| kernmlops_sys::features::fentry_attachable(kernel_function))
+            .or_insert_with(|| {
+                if self.btf().is_none() {
+                    return Err(FeatureError::NoBtf {
+                        why: "libbpf could not load the kernel's BTF".into(),
+                    });
+                }
+                let id = self.btf_id(kernel_function, Some(libbpf_rs::libbpf_sys::BTF_KIND_FUNC));
+                fentry_attachable_id(kernel_function, id)
+            })
             .clone()
     }
 
@@ -246,12 +287,13 @@ impl Features {
     /// Whether the kernel's BTF has a type of this name (a struct, a
     /// function, `btf_trace_<tracepoint>` for a raw tracepoint).
     pub fn btf_has_type(&self, name: &str) -> bool {
-        self.btf().is_some_and(|b| b.has_type(name))
+        self.btf_id(name, None).is_some()
     }
 
-    /// Whether the kernel's struct has this field.
+    /// Whether the kernel's struct has this field (searching its anonymous
+    /// members too).
     pub fn btf_has_field(&self, struct_name: &str, field: &str) -> bool {
-        self.btf()
+        self.indexed_btf()
             .is_some_and(|b| b.has_struct_field(struct_name, field))
     }
 }
