@@ -1,7 +1,9 @@
 //! BPF probes for kernmlops plugins. A probe is one C struct per table
 //! (shared with the kernel in `src/bpf/<name>.h`), one BPF program, and a
 //! [`bpf_probe!`] declaration: each table's record type, ring buffer,
-//! expected rate and columns, one line per column. The macro expands to the
+//! expected rate and columns, one line per column (or, for a table whose
+//! rows user space makes from the skeleton's maps, `from_maps` instead of
+//! the ring: see [`BpfProbe::skel`]). The macro expands to the
 //! skeleton module, the [`BpfSpec`] (default load: open, the common
 //! tunables of `kml.bpf.h`, ring sizes), and, unless the probe brings its
 //! own, empty [`BpfHooks`]. [`BpfProbe`] runs it: hooks before load, load
@@ -83,8 +85,9 @@ pub trait BpfSpec: Default + Send + 'static {
     /// The probe's name, as users type it in `--plugins`.
     const NAME: &'static str;
     const DESCRIPTION: &'static str;
-    /// One ring per table, in table order.
-    const RINGS: &'static [Ring];
+    /// Per table, in table order: its ring, or `None` for a table whose
+    /// rows the probe makes from its maps (declared `from_maps`).
+    const RINGS: &'static [Option<Ring>];
     /// The probe's settings (`[probes.<name>]`).
     type Settings: Settings;
     /// The libbpf-cargo skeleton builder.
@@ -349,6 +352,9 @@ macro_rules! settings {
 /// type and custom hooks, and its tables, each with its ring buffer map,
 /// record type (a struct of the `.h`), expected records per second, and
 /// columns (see `kernmlops_plugin_sdk::table!` for the column syntax).
+/// A table written `name(from_maps, record)` has no ring: the probe's own
+/// `ProbeImpl` makes its rows from the skeleton's maps ([`BpfProbe::skel`]),
+/// and [`BpfProbe`] only reports its losses (`kml_lost`).
 ///
 /// Defines `mod skel` (the generated skeleton: `skel::types::<struct>`,
 /// `skel::Open`, programs and maps) and implements [`BpfSpec`] for the probe
@@ -365,7 +371,7 @@ macro_rules! bpf_probe {
         $(hooks: $custom:ident,)?
         tables: [
             $(
-                $table:ident($ring:ident, $record:ident, rate = $rate:expr): $tdesc:literal
+                $table:ident($($source:tt)*): $tdesc:literal
                 { $($columns:tt)* }
             ),+ $(,)?
         ] $(,)?
@@ -388,8 +394,8 @@ macro_rules! bpf_probe {
         impl $crate::BpfSpec for $probe {
             const NAME: &'static str = $name;
             const DESCRIPTION: &'static str = $desc;
-            const RINGS: &'static [$crate::Ring] = &[
-                $($crate::Ring { map: stringify!($ring), rate: $rate },)+
+            const RINGS: &'static [::std::option::Option<$crate::Ring>] = &[
+                $($crate::__bpf_ring!($($source)*),)+
             ];
             type Settings = $crate::__bpf_settings!($($settings)?);
             type Builder = skel::Builder;
@@ -398,7 +404,7 @@ macro_rules! bpf_probe {
                 ::std::vec![
                     $(
                         $crate::__private::table!(
-                            skel::types::$record => stringify!($table), $tdesc, { $($columns)* }
+                            $crate::__bpf_record!($($source)*) => stringify!($table), $tdesc, { $($columns)* }
                         ),
                     )+
                 ]
@@ -423,8 +429,35 @@ macro_rules! bpf_probe {
             // SAFETY: the skeleton's record types are `#[repr(C)]` structs of
             // integers and byte arrays generated from the `.h` shared with the
             // kernel, with every gap filled by explicit padding fields.
-            unsafe impl $crate::__private::Record for skel::types::$record {}
+            unsafe impl $crate::__private::Record for $crate::__bpf_record!($($source)*) {}
         )+
+    };
+}
+
+/// A table's ring in [`bpf_probe!`]: `None` for `from_maps`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __bpf_ring {
+    (from_maps, $record:ident) => {
+        ::std::option::Option::None
+    };
+    ($ring:ident, $record:ident, rate = $rate:expr) => {
+        ::std::option::Option::Some($crate::Ring {
+            map: stringify!($ring),
+            rate: $rate,
+        })
+    };
+}
+
+/// A table's record type in [`bpf_probe!`], from the skeleton.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __bpf_record {
+    (from_maps, $record:ident) => {
+        skel::types::$record
+    };
+    ($ring:ident, $record:ident, rate = $rate:expr) => {
+        skel::types::$record
     };
 }
 
