@@ -1,7 +1,9 @@
 //! BPF probes for kernmlops plugins. A probe is one C struct per table
 //! (shared with the kernel in `src/bpf/<name>.h`), one BPF program, and a
 //! [`bpf_probe!`] declaration: each table's record type, ring buffer,
-//! expected rate and columns, one line per column. The macro expands to the
+//! expected rate and columns, one line per column (or, for a table whose
+//! rows user space makes from the skeleton's maps, `from_maps` instead of
+//! the ring: see [`BpfProbe::skel`]). The macro expands to the
 //! skeleton module, the [`BpfSpec`] (default load: open, the common
 //! tunables of `kml.bpf.h`, ring sizes), and, unless the probe brings its
 //! own, empty [`BpfHooks`]. [`BpfProbe`] runs it: hooks before load, load
@@ -83,8 +85,9 @@ pub trait BpfSpec: Default + Send + 'static {
     /// The probe's name, as users type it in `--plugins`.
     const NAME: &'static str;
     const DESCRIPTION: &'static str;
-    /// One ring per table, in table order.
-    const RINGS: &'static [Ring];
+    /// Per table, in table order: its ring, or `None` for a table whose
+    /// rows the probe makes from its maps (declared `from_maps`).
+    const RINGS: &'static [Option<Ring>];
     /// The probe's settings (`[probes.<name>]`).
     type Settings: Settings;
     /// The libbpf-cargo skeleton builder.
@@ -205,19 +208,51 @@ impl<S> LoadContext<'_, S> {
 
 /// Kernel feature checks, the same ones the host reports
 /// (`kernmlops_sys::features`), evaluated on first use.
+///
+/// Names are looked up in the kernel's BTF as libbpf reads it (mapped from
+/// `/sys/kernel/btf/vmlinux`, not copied: about 3 ms of CPU, against 10 ms
+/// for reading and indexing it with `kernmlops_sys::btf`, which only
+/// [`Features::btf_has_field`] needs). Every probe of a run starts at once,
+/// each with its own checks, so this is paid once per probe that asks.
 #[derive(Default)]
 pub struct Features {
-    btf: OnceCell<Option<kernmlops_sys::btf::Btf>>,
+    btf: OnceCell<Option<libbpf_rs::btf::Btf<'static>>>,
+    indexed_btf: OnceCell<Option<kernmlops_sys::btf::Btf>>,
     fentry: std::cell::RefCell<
         BTreeMap<String, std::result::Result<(), kernmlops_sys::features::FeatureError>>,
     >,
 }
 
 impl Features {
-    fn btf(&self) -> Option<&kernmlops_sys::btf::Btf> {
+    fn btf(&self) -> Option<&libbpf_rs::btf::Btf<'static>> {
         self.btf
+            .get_or_init(|| libbpf_rs::btf::Btf::from_vmlinux().ok())
+            .as_ref()
+    }
+
+    fn indexed_btf(&self) -> Option<&kernmlops_sys::btf::Btf> {
+        self.indexed_btf
             .get_or_init(|| kernmlops_sys::btf::Btf::vmlinux().ok())
             .as_ref()
+    }
+
+    /// The id of the first type of this name (and of this kind, when
+    /// given) in the kernel's BTF.
+    fn btf_id(&self, name: &str, kind: Option<u32>) -> Option<u32> {
+        use libbpf_rs::AsRawLibbpf as _;
+        let btf = self.btf()?.as_libbpf_object();
+        let name = std::ffi::CString::new(name).ok()?;
+        // SAFETY: `btf` is a live libbpf BTF (owned by `self`) and `name` a
+        // NUL-terminated string; libbpf only reads both.
+        let id = unsafe {
+            match kind {
+                Some(kind) => {
+                    libbpf_rs::libbpf_sys::btf__find_by_name_kind(btf.as_ptr(), name.as_ptr(), kind)
+                }
+                None => libbpf_rs::libbpf_sys::btf__find_by_name(btf.as_ptr(), name.as_ptr()),
+            }
+        };
+        u32::try_from(id).ok()
     }
 
     /// Whether an fentry/fexit program can attach to `kernel_function`
@@ -226,10 +261,19 @@ impl Features {
         &self,
         kernel_function: &str,
     ) -> std::result::Result<(), kernmlops_sys::features::FeatureError> {
+        use kernmlops_sys::features::{fentry_attachable_id, FeatureError};
         self.fentry
             .borrow_mut()
             .entry(kernel_function.to_owned())
-            .or_insert_with(|| kernmlops_sys::features::fentry_attachable(kernel_function))
+            .or_insert_with(|| {
+                if self.btf().is_none() {
+                    return Err(FeatureError::NoBtf {
+                        why: "libbpf could not load the kernel's BTF".into(),
+                    });
+                }
+                let id = self.btf_id(kernel_function, Some(libbpf_rs::libbpf_sys::BTF_KIND_FUNC));
+                fentry_attachable_id(kernel_function, id)
+            })
             .clone()
     }
 
@@ -246,12 +290,13 @@ impl Features {
     /// Whether the kernel's BTF has a type of this name (a struct, a
     /// function, `btf_trace_<tracepoint>` for a raw tracepoint).
     pub fn btf_has_type(&self, name: &str) -> bool {
-        self.btf().is_some_and(|b| b.has_type(name))
+        self.btf_id(name, None).is_some()
     }
 
-    /// Whether the kernel's struct has this field.
+    /// Whether the kernel's struct has this field (searching its anonymous
+    /// members too).
     pub fn btf_has_field(&self, struct_name: &str, field: &str) -> bool {
-        self.btf()
+        self.indexed_btf()
             .is_some_and(|b| b.has_struct_field(struct_name, field))
     }
 }
@@ -307,6 +352,9 @@ macro_rules! settings {
 /// type and custom hooks, and its tables, each with its ring buffer map,
 /// record type (a struct of the `.h`), expected records per second, and
 /// columns (see `kernmlops_plugin_sdk::table!` for the column syntax).
+/// A table written `name(from_maps, record)` has no ring: the probe's own
+/// `ProbeImpl` makes its rows from the skeleton's maps ([`BpfProbe::skel`]),
+/// and [`BpfProbe`] only reports its losses (`kml_lost`).
 ///
 /// Defines `mod skel` (the generated skeleton: `skel::types::<struct>`,
 /// `skel::Open`, programs and maps) and implements [`BpfSpec`] for the probe
@@ -323,7 +371,7 @@ macro_rules! bpf_probe {
         $(hooks: $custom:ident,)?
         tables: [
             $(
-                $table:ident($ring:ident, $record:ident, rate = $rate:expr): $tdesc:literal
+                $table:ident($($source:tt)*): $tdesc:literal
                 { $($columns:tt)* }
             ),+ $(,)?
         ] $(,)?
@@ -346,8 +394,8 @@ macro_rules! bpf_probe {
         impl $crate::BpfSpec for $probe {
             const NAME: &'static str = $name;
             const DESCRIPTION: &'static str = $desc;
-            const RINGS: &'static [$crate::Ring] = &[
-                $($crate::Ring { map: stringify!($ring), rate: $rate },)+
+            const RINGS: &'static [::std::option::Option<$crate::Ring>] = &[
+                $($crate::__bpf_ring!($($source)*),)+
             ];
             type Settings = $crate::__bpf_settings!($($settings)?);
             type Builder = skel::Builder;
@@ -356,7 +404,7 @@ macro_rules! bpf_probe {
                 ::std::vec![
                     $(
                         $crate::__private::table!(
-                            skel::types::$record => stringify!($table), $tdesc, { $($columns)* }
+                            $crate::__bpf_record!($($source)*) => stringify!($table), $tdesc, { $($columns)* }
                         ),
                     )+
                 ]
@@ -381,8 +429,35 @@ macro_rules! bpf_probe {
             // SAFETY: the skeleton's record types are `#[repr(C)]` structs of
             // integers and byte arrays generated from the `.h` shared with the
             // kernel, with every gap filled by explicit padding fields.
-            unsafe impl $crate::__private::Record for skel::types::$record {}
+            unsafe impl $crate::__private::Record for $crate::__bpf_record!($($source)*) {}
         )+
+    };
+}
+
+/// A table's ring in [`bpf_probe!`]: `None` for `from_maps`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __bpf_ring {
+    (from_maps, $record:ident) => {
+        ::std::option::Option::None
+    };
+    ($ring:ident, $record:ident, rate = $rate:expr) => {
+        ::std::option::Option::Some($crate::Ring {
+            map: stringify!($ring),
+            rate: $rate,
+        })
+    };
+}
+
+/// A table's record type in [`bpf_probe!`], from the skeleton.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __bpf_record {
+    (from_maps, $record:ident) => {
+        skel::types::$record
+    };
+    ($ring:ident, $record:ident, rate = $rate:expr) => {
+        skel::types::$record
     };
 }
 

@@ -185,6 +185,10 @@ impl<P: BpfHooks> BpfProbe<P> {
         let staged_ring = stage_bytes.map_or(0, |b| stage::ring_bytes_for_stages(cpus, b));
         let mut notes = Vec::new();
         for (i, (ring, table)) in P::RINGS.iter().zip(tables).enumerate().take(MAX_TABLES) {
+            let Some(ring) = ring else {
+                // Rows made from the maps: no ring to size or wake.
+                continue;
+            };
             let bytes = if args.ring_bytes == 0 {
                 ring_bytes_for(ring.rate, table.record_size as usize).max(staged_ring)
             } else {
@@ -267,19 +271,25 @@ impl<P: BpfHooks> BpfProbe<P> {
         };
         let maps: Vec<_> = skel.object().maps().collect();
         let mut builder = RingBufferBuilder::new();
+        let mut rings = 0;
         for (ring, table) in P::RINGS.iter().zip(&self.tables) {
+            let slot = Arc::new(Slot {
+                batch: AtomicPtr::new(null_mut()),
+                record_size: table.record_size as usize,
+                malformed: AtomicU64::new(0),
+            });
+            // Every table has a slot, so slots stay in table order.
+            self.slots.push(slot.clone());
+            let Some(ring) = ring else {
+                continue;
+            };
+            rings += 1;
             let map = maps
                 .iter()
                 .find(|m| m.name().to_str() == Some(ring.map))
                 .ok_or_else(|| {
                     Error::new(format!("BPF object has no ring buffer map {}", ring.map))
                 })?;
-            let slot = Arc::new(Slot {
-                batch: AtomicPtr::new(null_mut()),
-                record_size: table.record_size as usize,
-                malformed: AtomicU64::new(0),
-            });
-            self.slots.push(slot.clone());
             builder
                 .add(map, move |data: &[u8]| {
                     let p = slot.batch.load(Ordering::Relaxed);
@@ -303,11 +313,13 @@ impl<P: BpfHooks> BpfProbe<P> {
                 })
                 .map_err(|e| explain(&format!("opening ring buffer {}", ring.map), &e))?;
         }
-        self.ring = Some(
-            builder
-                .build()
-                .map_err(|e| explain("building ring buffers", &e))?,
-        );
+        if rings > 0 {
+            self.ring = Some(
+                builder
+                    .build()
+                    .map_err(|e| explain("building ring buffers", &e))?,
+            );
+        }
         Ok(())
     }
 
@@ -474,25 +486,34 @@ impl<P: BpfHooks> ProbeImpl for BpfProbe<P> {
                 batch.records += first.records;
             }
         }
-        let Some(ring) = self.ring.as_ref() else {
-            return Err(Error::new("ring buffers are closed"));
-        };
         let starts: Vec<usize> = batches.iter().map(|b| b.data.len()).collect();
-        for (slot, batch) in self.slots.iter().zip(batches.iter_mut()) {
-            slot.batch.store(batch as *mut Batch, Ordering::Relaxed);
-        }
-        // Wait for a wake-up (a ring past its threshold) or the timeout, then
-        // take everything, since below-threshold records do not wake us.
-        let polled = ring.poll_raw(timeout);
-        let flushed = match self.stages.as_mut() {
-            Some(stages) => stages.flush_stale(),
-            None => Ok(()),
+        let (polled, consumed) = match self.ring.as_ref() {
+            Some(ring) => {
+                for (slot, batch) in self.slots.iter().zip(batches.iter_mut()) {
+                    slot.batch.store(batch as *mut Batch, Ordering::Relaxed);
+                }
+                // Wait for a wake-up (a ring past its threshold) or the
+                // timeout, then take everything, since below-threshold
+                // records do not wake us.
+                let polled = ring.poll_raw(timeout);
+                let flushed = match self.stages.as_mut() {
+                    Some(stages) => stages.flush_stale(),
+                    None => Ok(()),
+                };
+                let consumed = ring.consume_raw();
+                for slot in &self.slots {
+                    slot.batch.store(null_mut(), Ordering::Relaxed);
+                }
+                flushed?;
+                (polled, consumed)
+            }
+            // Every table is made from the maps (the probe's own drain does
+            // that); wait as a ring's poll would.
+            None => {
+                std::thread::sleep(timeout);
+                (0, 0)
+            }
         };
-        let consumed = ring.consume_raw();
-        for slot in &self.slots {
-            slot.batch.store(null_mut(), Ordering::Relaxed);
-        }
-        flushed?;
         if let Some(stages) = self.stages.as_mut() {
             for (i, (slot, batch)) in self.slots.iter().zip(batches.iter_mut()).enumerate() {
                 let leftover = stages.take_leftover(i);

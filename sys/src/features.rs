@@ -238,13 +238,23 @@ pub fn fentry() -> Feature {
 /// BTF id, loads a do-nothing `fentry` program for it and attaches it for
 /// an instant. The error says which step failed and what the kernel said.
 pub fn fentry_attachable(kernel_function: &str) -> Result<(), FeatureError> {
-    let function = || kernel_function.to_owned();
     let btf = Btf::vmlinux().map_err(|e| FeatureError::NoBtf { why: e.to_string() })?;
-    let btf_id = btf
-        .type_id_of_kind(kernel_function, Kind::Func)
-        .ok_or_else(|| FeatureError::NotInBtf {
-            function: function(),
-        })?;
+    fentry_attachable_id(
+        kernel_function,
+        btf.type_id_of_kind(kernel_function, Kind::Func),
+    )
+}
+
+/// [`fentry_attachable`] for a caller that has looked up the function's
+/// BTF id (`FUNC`) itself (`None`: not in BTF), from a BTF it already has.
+pub fn fentry_attachable_id(
+    kernel_function: &str,
+    btf_id: Option<u32>,
+) -> Result<(), FeatureError> {
+    let function = || kernel_function.to_owned();
+    let btf_id = btf_id.ok_or_else(|| FeatureError::NotInBtf {
+        function: function(),
+    })?;
     fentry_attach_check(btf_id).map_err(|e| match e {
         FentryFailure::Load(f) => FeatureError::FentryLoad {
             function: function(),

@@ -12,8 +12,14 @@
 //! the kernel cost per event of each BPF program under that load (from the
 //! run's own `collector_overhead`).
 //!
+//! With `--before DIR` (a plugin folder of the previous code, e.g. a copy
+//! of `plugins/` built from the commit to compare against), every probe
+//! with the ten-event trace also starts from DIR, interleaved with the
+//! others, and the report gives the ratio of each median to it. The
+//! medians end up on standard error as a table too.
+//!
 //! Needs root and `cargo xtask build-plugins`:
-//! `cargo run --release -p kernmlops-benchmarks --bin footprint -- [RUNS]`
+//! `cargo run --release -p kernmlops-benchmarks --bin footprint -- [RUNS] [--before DIR]`
 //! (RUNS, at least 10 by default, start-ups of each kind).
 
 use std::{
@@ -37,16 +43,19 @@ const TEN_EVENTS: &str = "[probes.trace]\nevents = [\"sched:sched_switch\", \"sc
 
 /// How a start-up is made.
 #[derive(Clone, Copy)]
-struct Mode {
+struct Mode<'a> {
     /// Probes start one after another.
     serial: bool,
     /// Every plugin of the folder is opened, as before.
     every_plugin: bool,
+    /// Plugins come from this folder instead of `plugins/`.
+    plugin_dir: Option<&'a Path>,
 }
 
-const NOW: Mode = Mode {
+const NOW: Mode<'static> = Mode {
     serial: false,
     every_plugin: false,
+    plugin_dir: None,
 };
 
 /// One start-up: milliseconds from spawning `kernmlops run` to its
@@ -62,12 +71,15 @@ fn startup(
     bin: &Path,
     out: &Path,
     probes: &str,
-    mode: Mode,
+    mode: Mode<'_>,
     config: Option<&Path>,
 ) -> Result<Startup> {
     let mut run = Command::new(bin);
     if let Some(c) = config {
         run.arg("--config").arg(c);
+    }
+    if let Some(dir) = mode.plugin_dir {
+        run.arg("--plugin-dir").arg(dir);
     }
     run.args(["run", "--plugins", probes, "--duration", "1ms", "--output"])
         .arg(out)
@@ -128,6 +140,41 @@ impl Series {
         median(&mut self.ms)
     }
 
+    /// Median wall and CPU milliseconds of one step.
+    fn step_median(&mut self, step: &str) -> Option<(f64, f64)> {
+        let (wall, cpu) = self.steps.get_mut(step)?;
+        Some((median(wall), median(cpu)))
+    }
+
+    /// The medians as lines for a reader: the total, then each step's wall
+    /// and CPU time, with its CPU time's ratio to `before`'s when given.
+    fn table(&mut self, title: &str, mut before: Option<&mut Series>) -> String {
+        let mut out = format!(
+            "{title}: {:.0} ms median from process start to \"collecting\" ({} runs)",
+            self.median_ms(),
+            self.ms.len()
+        );
+        if let Some(b) = before.as_deref_mut() {
+            out += &format!(
+                ", {:.0} ms before ({:.2}x)",
+                b.median_ms(),
+                self.median_ms() / b.median_ms()
+            );
+        }
+        for step in self.order.clone() {
+            let Some((wall, cpu)) = self.step_median(&step) else {
+                continue;
+            };
+            out += &format!("\n  {step:<40} {wall:>7.1} ms wall {cpu:>7.1} ms cpu");
+            if let Some((_, b)) = before.as_deref_mut().and_then(|b| b.step_median(&step)) {
+                if b > 0.0 {
+                    out += &format!("  (cpu {:.2}x of {b:.1})", cpu / b);
+                }
+            }
+        }
+        out
+    }
+
     /// `{"ms_median", "ms", "steps": [[step, wall median, cpu median], ...]}`.
     fn report(&mut self) -> serde_json::Value {
         let round = |v: f64| (v * 10.0).round() / 10.0;
@@ -183,12 +230,28 @@ fn under_load(bin: &Path, out: &Path, probes: &str, loops: u32) -> Result<serde_
     Ok(collecting.wait()?.manifest)
 }
 
+/// `[RUNS] [--before DIR]`.
+fn parse_args() -> Result<(usize, Option<std::path::PathBuf>)> {
+    let (mut runs, mut before) = (10, None);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--before" {
+            before = Some(
+                args.next()
+                    .context("--before needs a plugin folder")?
+                    .into(),
+            );
+        } else {
+            runs = arg
+                .parse()
+                .with_context(|| format!("{arg}: not a number of runs"))?;
+        }
+    }
+    Ok((runs, before))
+}
+
 fn main() -> Result<()> {
-    let runs: usize = std::env::args()
-        .nth(1)
-        .map(|a| a.parse())
-        .transpose()?
-        .unwrap_or(10);
+    let (runs, before_dir) = parse_args()?;
     let bin = release_host()?;
     let plugins = workspace().join("plugins");
     let out = std::env::temp_dir().join(format!("kml-footprint-{}", std::process::id()));
@@ -219,11 +282,25 @@ fn main() -> Result<()> {
     let (mut default_now, mut default_before) = (Series::default(), Series::default());
     let (mut trace_now, mut trace_before) = (Series::default(), Series::default());
     let (mut all_parallel, mut all_serial) = (Series::default(), Series::default());
+    let mut trace_previous_code = Series::default();
+    let previous_code = Mode {
+        plugin_dir: before_dir.as_deref(),
+        ..NOW
+    };
     let mut short = vec![];
     for _ in 0..runs {
         default_now.push(startup(&bin, &out, DEFAULT_PROBES, NOW, None)?);
         default_before.push(startup(&bin, &out, DEFAULT_PROBES, before, None)?);
         trace_now.push(startup(&bin, &out, &all_and_trace, NOW, Some(&ten))?);
+        if before_dir.is_some() {
+            trace_previous_code.push(startup(
+                &bin,
+                &out,
+                &all_and_trace,
+                previous_code,
+                Some(&ten),
+            )?);
+        }
         trace_before.push(startup(&bin, &out, &all_and_trace, before, Some(&ten))?);
         all_parallel.push(startup(&bin, &out, ALL_PROBES, NOW, None)?);
         all_serial.push(startup(&bin, &out, ALL_PROBES, serial, None)?);
@@ -233,7 +310,24 @@ fn main() -> Result<()> {
     let ratio = |now: &mut Series, before: &mut Series| {
         (now.median_ms() / before.median_ms() * 100.0).round() / 100.0
     };
+    let previous = before_dir.as_ref().map(|dir| {
+        serde_json::json!({
+            "plugin_dir": dir,
+            "every_probe_and_ten_event_trace": trace_previous_code.report(),
+            "now_over_previous_code": ratio(&mut trace_now, &mut trace_previous_code),
+        })
+    });
+    eprintln!("load average {load_before} before, {load_after} after");
+    eprintln!("{}", default_now.table("the default probes", None));
+    eprintln!(
+        "{}",
+        trace_now.table(
+            "every probe and the ten-event trace",
+            before_dir.is_some().then_some(&mut trace_previous_code)
+        )
+    );
     let startup_report = serde_json::json!({
+        "previous_code": previous,
         "load_average_before": load_before,
         "load_average_after": load_after,
         "default_probes": default_now.report(),

@@ -65,7 +65,7 @@ bpf_probe! {
     settings: Settings,
     hooks: custom,
     tables: [
-        cpu_time(cpu_time_ring, cpu_time_event, rate = 1_000):
+        cpu_time(from_maps, cpu_time_event):
             "One row per process that ran in an interval, and one for the idle tasks (tgid 0)" {
             ts_uptime_us [us]: "end of the interval (CLOCK_BOOTTIME)",
             slot_start_us [us]: "start of the interval (CLOCK_BOOTTIME)",
@@ -318,7 +318,7 @@ impl ProbeImpl for CpuTime {
     }
 
     fn drain(&mut self, timeout: Duration, batches: &mut [Batch]) -> Result<()> {
-        // The ring stays empty; this takes the loss count (map full).
+        // The table has no ring: this takes the loss count (map full).
         self.inner.drain(Duration::ZERO, batches)?;
         let [batch] = batches else {
             return Err(Error::new(format!(

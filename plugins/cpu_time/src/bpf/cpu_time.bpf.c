@@ -23,10 +23,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define TABLE_CPU_TIME 0
 
-/* The SDK drains one ring per table; this probe's rows are made in user
- * space from the maps, so the ring stays empty. kml_lost[0] counts runs
- * that found the map full. */
-KML_RING(cpu_time_ring);
+/* The table's rows are made in user space from these maps (the probe
+ * declares it `from_maps`: no ring). kml_lost[0] counts runs that found
+ * the map full. */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
