@@ -168,6 +168,69 @@ pub fn unmatched_table(tables: &[TableDecl]) -> TableDecl {
     }
 }
 
+/// One `struct trace_fetch`: a read into the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SlotFetch {
+    last: u32,
+    derefs: Vec<u32>,
+    out: u32,
+    /// Bytes read, or a string's capacity.
+    read: u32,
+    trunc_out: u32,
+    arg: u8,
+    op: u8,
+    user: bool,
+}
+
+impl SlotFetch {
+    /// Appends its `struct trace_fetch` bytes (little endian).
+    fn encode(&self, b: &mut Vec<u8>) {
+        let start = b.len();
+        b.extend_from_slice(&self.last.to_le_bytes());
+        for i in 0..MAX_DEREFS {
+            b.extend_from_slice(&self.derefs.get(i).copied().unwrap_or(0).to_le_bytes());
+        }
+        b.extend_from_slice(&(self.out as u16).to_le_bytes());
+        b.extend_from_slice(&(self.read as u16).to_le_bytes());
+        b.extend_from_slice(&(self.trunc_out as u16).to_le_bytes());
+        b.push(self.arg);
+        b.push(self.derefs.len() as u8);
+        b.push(self.op);
+        b.push(u8::from(self.user));
+        b.extend_from_slice(&[0, 0]);
+        debug_assert_eq!(b.len() - start, FETCH_BYTES);
+    }
+
+    /// `next` continues this read: the same kernel memory right after it
+    /// (same argument and pointer chain), into the record right after it,
+    /// so one read does both (`prev->pid, prev->tgid`: one read of 8 bytes
+    /// instead of two of 4; each read is a helper call).
+    fn continued_by(&self, next: &SlotFetch) -> bool {
+        let plain_load = |f: &SlotFetch| f.op == op_code(Op::Load) && !f.user && f.trunc_out == 0;
+        plain_load(self)
+            && plain_load(next)
+            && self.arg == next.arg
+            && self.derefs == next.derefs
+            && self.last.checked_add(self.read) == Some(next.last)
+            && self.out + self.read == next.out
+            && self.read + next.read <= MAX_READ
+    }
+}
+
+/// The fetches with each run of reads that continue one another merged
+/// into one read: a failed read zeroes them all, as it would each (they
+/// follow the same pointers).
+fn merge_adjacent(fetches: Vec<SlotFetch>) -> Vec<SlotFetch> {
+    let mut out: Vec<SlotFetch> = Vec::with_capacity(fetches.len());
+    for f in fetches {
+        match out.last_mut() {
+            Some(prev) if prev.continued_by(&f) => prev.read += f.read,
+            _ => out.push(f),
+        }
+    }
+    out
+}
+
 /// Lays out one planned event for slot `slot_id`.
 pub fn lay_out(plan: &EventPlan, comm: bool) -> Result<Laid, String> {
     let spec = &plan.spec;
@@ -254,7 +317,7 @@ pub fn lay_out(plan: &EventPlan, comm: bool) -> Result<Laid, String> {
         end += 8;
     }
     let header_names = ["ts_uptime_us", "pid", "tgid", "cpu", "comm", "latency_ns"];
-    let mut fetch_bytes = Vec::with_capacity(plan.fetches.len());
+    let mut fetches = Vec::with_capacity(plan.fetches.len());
     let mut nargs = 0u32;
     for f in &plan.fetches {
         let mut name = f.column.clone();
@@ -311,28 +374,24 @@ pub fn lay_out(plan: &EventPlan, comm: bool) -> Result<Laid, String> {
         if f.arg != crate::plan::ARG_RET {
             nargs = nargs.max(u32::from(f.arg) + 1);
         }
-        let mut b = Vec::with_capacity(FETCH_BYTES);
-        b.extend_from_slice(&f.last.to_le_bytes());
-        for i in 0..MAX_DEREFS {
-            b.extend_from_slice(&f.derefs.get(i).copied().unwrap_or(0).to_le_bytes());
-        }
-        b.extend_from_slice(&(out as u16).to_le_bytes());
         // Numbers read their size; strings their capacity.
         let read = if matches!(f.op, Op::Value | Op::Load | Op::StrInline) {
             f.size.min(size)
         } else {
             size
         };
-        b.extend_from_slice(&(read as u16).to_le_bytes());
-        b.extend_from_slice(&(trunc_out as u16).to_le_bytes());
-        b.push(f.arg);
-        b.push(f.derefs.len() as u8);
-        b.push(op_code(f.op));
-        b.push(u8::from(f.user));
-        b.extend_from_slice(&[0, 0]);
-        debug_assert_eq!(b.len(), FETCH_BYTES);
-        fetch_bytes.push(b);
+        fetches.push(SlotFetch {
+            last: f.last,
+            derefs: f.derefs.clone(),
+            out,
+            read,
+            trunc_out,
+            arg: f.arg,
+            op: op_code(f.op),
+            user: f.user,
+        });
     }
+    let fetches = merge_adjacent(fetches);
     if spec.count {
         if end > KEY_START + COUNT_KEY {
             return Err(format!(
@@ -354,15 +413,15 @@ pub fn lay_out(plan: &EventPlan, comm: bool) -> Result<Laid, String> {
     }
     let record_size = end.next_multiple_of(8).max(HEADER);
     let mut slot = Vec::with_capacity(SLOT_BYTES);
-    slot.extend_from_slice(&(plan.fetches.len() as u32).to_le_bytes());
+    slot.extend_from_slice(&(fetches.len() as u32).to_le_bytes());
     slot.extend_from_slice(&record_size.to_le_bytes());
     slot.extend_from_slice(&flags.to_le_bytes());
     slot.extend_from_slice(&nargs.to_le_bytes());
     slot.extend_from_slice(&comm_out.to_le_bytes());
     slot.extend_from_slice(&latency_out.to_le_bytes());
     slot.extend_from_slice(&0u32.to_le_bytes());
-    for b in &fetch_bytes {
-        slot.extend_from_slice(b);
+    for f in &fetches {
+        f.encode(&mut slot);
     }
     slot.resize(SLOT_BYTES, 0);
     let what = match spec.kind {
@@ -521,6 +580,35 @@ mod tests {
         let plan =
             plan_event(&parse_event(s).expect("spec"), &src, Options::default()).expect("plan");
         lay_out(&plan, comm).expect("layout")
+    }
+
+    /// (nfields, then per fetch: last, out, read) of a slot's bytes.
+    fn fetches_of(slot: &[u8]) -> (u32, Vec<(u32, u16, u16)>) {
+        let u32_at = |o: usize| u32::from_le_bytes(slot[o..o + 4].try_into().expect("4 bytes"));
+        let u16_at = |o: usize| u16::from_le_bytes(slot[o..o + 2].try_into().expect("2 bytes"));
+        let n = u32_at(0);
+        let fetches = (0..n as usize)
+            .map(|i| {
+                let f = SLOT_HEADER_BYTES + i * FETCH_BYTES;
+                (u32_at(f), u16_at(f + 36), u16_at(f + 38))
+            })
+            .collect();
+        (n, fetches)
+    }
+
+    #[test]
+    fn adjacent_reads_into_adjacent_columns_are_one_read() {
+        // prev_pid (int @24), prev_prio (int @28), prev_state (long @32):
+        // one run of the record, into columns 24, 28 and 32.
+        let l = laid("sched:sched_switch(prev_pid, prev_prio, prev_state)", false);
+        assert_eq!(fetches_of(&l.slot), (1, vec![(24, 24, 16)]));
+        let names: Vec<&str> = l.table.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names[4..], ["prev_pid", "prev_prio", "prev_state"]);
+        // Out of order in the record, or a string between: separate reads.
+        let l = laid("sched:sched_switch(prev_prio, prev_pid)", false);
+        assert_eq!(fetches_of(&l.slot), (2, vec![(28, 24, 4), (24, 28, 4)]));
+        let l = laid("sched:sched_switch(prev_pid, next_comm, next_pid)", false);
+        assert_eq!(fetches_of(&l.slot).0, 3);
     }
 
     #[test]

@@ -81,7 +81,7 @@ struct trace_slot {
 	__u32 nfields;
 	__u32 record_size;
 	__u32 flags;     /* TRACE_COMM, TRACE_LATENCY */
-	__u32 nargs;     /* arguments to copy from a raw tracepoint */
+	__u32 nargs;     /* arguments the fields read */
 	__u16 comm_out;
 	__u16 latency_out;
 	__u32 _pad;
