@@ -958,17 +958,7 @@ impl Trace {
 /// The sum over CPUs of a per-CPU u64 array's entry `slot` (0 when the map
 /// is closed or the entry unreadable).
 fn per_cpu_sum(map: Option<&MapHandle>, slot: u32) -> u64 {
-    let Some(map) = map else {
-        return 0;
-    };
-    match map.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY) {
-        Ok(Some(per_cpu)) => per_cpu
-            .iter()
-            .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
-            .map(u64::from_ne_bytes)
-            .sum(),
-        _ => 0,
-    }
+    map.map_or(0, |m| kernmlops_plugin_bpf::per_cpu_sum(m, slot))
 }
 
 impl ProbeImpl for Trace {
