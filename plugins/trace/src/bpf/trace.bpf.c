@@ -7,8 +7,8 @@
  * and BTF tracepoints, the hot ones, run one program per slot with the
  * plan in read-only data (`trace_plan`): the verifier specialises each on
  * its plan, so it reads its arguments from the context and its fields in a
- * plain loop, with no cookie, copy or callback calls. Records go to one ring; user space routes them to their
- * tables by the slot in the header. */
+ * plain loop, with no cookie, copy or callback calls. Records go to one
+ * ring; user space routes them to their tables by the slot in the header. */
 #include "kml.bpf.h"
 #include "trace.h"
 

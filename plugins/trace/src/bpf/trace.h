@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* The fetch plan of the trace plugin's generic programs, shared by the
  * kernel and user side: one `struct trace_slot` per traced event (the
- * `trace_slots` array, keyed by the slot the attach cookie names), each
- * with up to TRACE_MAX_FIELDS fetches.
+ * `trace_slots` array, keyed by the slot the attach cookie names, and the
+ * same in read-only data, `trace_plan`, for the raw tracepoint programs,
+ * one per slot), each with up to TRACE_MAX_FIELDS fetches.
  *
  * A fetch starts from a base value: argument `arg` (for a classic
  * tracepoint, arg 0 is the record's address), then follows `nderefs`
