@@ -38,7 +38,7 @@ pub use kernmlops_plugin_sdk::{self as sdk, export_plugin, table, Batch, Error, 
 use kernmlops_plugin_sdk::{settings::Settings, Record, StartArgs, TableDecl};
 pub use libbpf_rs;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-pub use probe::BpfProbe;
+pub use probe::{per_cpu_sum, BpfProbe};
 
 /// One ring buffer map of a probe, feeding one table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

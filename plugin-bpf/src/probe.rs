@@ -365,14 +365,20 @@ impl<P: BpfHooks> BpfProbe<P> {
     }
 
     fn lost_total(&self, table: u32) -> u64 {
-        match self.lost.lookup_percpu(&table.to_ne_bytes(), MapFlags::ANY) {
-            Ok(Some(per_cpu)) => per_cpu
-                .iter()
-                .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
-                .map(u64::from_ne_bytes)
-                .sum(),
-            _ => 0,
-        }
+        per_cpu_sum(&self.lost, table)
+    }
+}
+
+/// The sum over CPUs of entry `key` of a per-CPU array of u64 counters (a
+/// `kml_lost`-style map), 0 when the entry cannot be read.
+pub fn per_cpu_sum(map: &MapHandle, key: u32) -> u64 {
+    match map.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY) {
+        Ok(Some(per_cpu)) => per_cpu
+            .iter()
+            .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+            .map(u64::from_ne_bytes)
+            .sum(),
+        _ => 0,
     }
 }
 

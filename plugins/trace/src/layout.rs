@@ -168,7 +168,285 @@ pub fn unmatched_table(tables: &[TableDecl]) -> TableDecl {
     }
 }
 
-/// Lays out one planned event for slot `slot_id`.
+/// One `struct trace_fetch`: a read into the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SlotFetch {
+    last: u32,
+    derefs: Vec<u32>,
+    out: u32,
+    /// Bytes read, or a string's capacity.
+    read: u32,
+    trunc_out: u32,
+    arg: u8,
+    op: u8,
+    user: bool,
+}
+
+impl SlotFetch {
+    /// Appends its `struct trace_fetch` bytes (little endian).
+    fn encode(&self, b: &mut Vec<u8>) {
+        let start = b.len();
+        b.extend_from_slice(&self.last.to_le_bytes());
+        for i in 0..MAX_DEREFS {
+            b.extend_from_slice(&self.derefs.get(i).copied().unwrap_or(0).to_le_bytes());
+        }
+        b.extend_from_slice(&(self.out as u16).to_le_bytes());
+        b.extend_from_slice(&(self.read as u16).to_le_bytes());
+        b.extend_from_slice(&(self.trunc_out as u16).to_le_bytes());
+        b.push(self.arg);
+        b.push(self.derefs.len() as u8);
+        b.push(self.op);
+        b.push(u8::from(self.user));
+        b.extend_from_slice(&[0, 0]);
+        debug_assert_eq!(b.len() - start, FETCH_BYTES);
+    }
+
+    /// `next` continues this read: the same kernel memory right after it
+    /// (same argument and pointer chain), into the record right after it,
+    /// so one read does both (`prev->pid, prev->tgid`: one read of 8 bytes
+    /// instead of two of 4; each read is a helper call).
+    fn continued_by(&self, next: &SlotFetch) -> bool {
+        let plain_load = |f: &SlotFetch| f.op == op_code(Op::Load) && !f.user && f.trunc_out == 0;
+        plain_load(self)
+            && plain_load(next)
+            && self.arg == next.arg
+            && self.derefs == next.derefs
+            && self.last.checked_add(self.read) == Some(next.last)
+            && self.out + self.read == next.out
+            && self.read + next.read <= MAX_READ
+    }
+}
+
+/// The fetches with each run of reads that continue one another merged
+/// into one read: a failed read zeroes them all, as it would each (they
+/// follow the same pointers).
+fn merge_adjacent(fetches: Vec<SlotFetch>) -> Vec<SlotFetch> {
+    let mut out: Vec<SlotFetch> = Vec::with_capacity(fetches.len());
+    for f in fetches {
+        match out.last_mut() {
+            Some(prev) if prev.continued_by(&f) => prev.read += f.read,
+            _ => out.push(f),
+        }
+    }
+    out
+}
+
+/// A record being laid out: its columns so far, where the next starts, and
+/// the slot's flags and header offsets.
+struct Record {
+    cols: Vec<ColumnDecl>,
+    end: u32,
+    flags: u32,
+    comm_out: u16,
+    latency_out: u16,
+    /// Arguments the fields read.
+    nargs: u32,
+}
+
+/// Names a field may not take: the header's (it gets `_field`).
+const HEADER_NAMES: [&str; 6] = ["ts_uptime_us", "pid", "tgid", "cpu", "comm", "latency_ns"];
+
+impl Record {
+    /// The header: time, pid, tgid and cpu, then `comm` when asked and
+    /// `latency_ns` for a joined event (a counted one keeps it outside the
+    /// key, after it).
+    fn header(comm: bool, joined: bool, count: bool) -> Record {
+        let mut r = Record {
+            cols: vec![
+                column(
+                    "ts_uptime_us",
+                    ColumnKind::U64,
+                    0,
+                    8,
+                    "us",
+                    "when the event happened (CLOCK_BOOTTIME; a joined event's entry)",
+                ),
+                column(
+                    "pid",
+                    ColumnKind::U32,
+                    8,
+                    4,
+                    "",
+                    "thread id of the current task",
+                ),
+                column(
+                    "tgid",
+                    ColumnKind::U32,
+                    12,
+                    4,
+                    "",
+                    "process id of the current task",
+                ),
+                column(
+                    "cpu",
+                    ColumnKind::U32,
+                    16,
+                    4,
+                    "",
+                    "CPU the event happened on",
+                ),
+            ],
+            end: HEADER,
+            flags: 0,
+            comm_out: 0,
+            latency_out: 0,
+            nargs: 0,
+        };
+        if comm {
+            r.cols.push(column(
+                "comm",
+                ColumnKind::STR,
+                r.end,
+                16,
+                "",
+                "command name of the current task",
+            ));
+            r.comm_out = r.end as u16;
+            r.flags |= TRACE_COMM;
+            r.end += 16;
+        }
+        if joined && count {
+            r.latency_out = (KEY_START + COUNT_KEY) as u16;
+            r.flags |= TRACE_LATENCY;
+        } else if joined {
+            r.end = r.end.next_multiple_of(8);
+            r.cols.push(column(
+                "latency_ns",
+                ColumnKind::U64,
+                r.end,
+                8,
+                "ns",
+                "time from the function's entry to its return",
+            ));
+            r.latency_out = r.end as u16;
+            r.flags |= TRACE_LATENCY;
+            r.end += 8;
+        }
+        r
+    }
+
+    /// Adds a field's column (and its `_truncated` flag) at its natural
+    /// alignment; its fetch.
+    fn field(&mut self, f: &crate::plan::Fetch) -> Result<SlotFetch, String> {
+        let mut name = f.column.clone();
+        if HEADER_NAMES.contains(&name.as_str()) {
+            name.push_str("_field");
+        }
+        if self.cols.iter().any(|c| c.name.as_str() == name) {
+            return Err(format!("column {name} twice: rename one with alias="));
+        }
+        let size = f.ty.size();
+        if size == 0 || size > MAX_READ {
+            return Err(format!(
+                "{name}: a read of {size} bytes (at most {MAX_READ})"
+            ));
+        }
+        if f.derefs.len() > MAX_DEREFS {
+            return Err(format!("{name}: more than {MAX_DEREFS} pointer steps"));
+        }
+        let align = match f.ty {
+            ColType::Int { size, .. } | ColType::Label { size, .. } => u32::from(size),
+            _ => 1,
+        };
+        self.end = self.end.next_multiple_of(align);
+        let out = self.end;
+        let mut col = column(&name, kind_of(&f.ty), out, size, "", &f.description);
+        if let ColType::Label { labels, .. } = &f.ty {
+            col.labels = labels
+                .iter()
+                .map(|l| l.as_str().into())
+                .collect::<Vec<_>>()
+                .into();
+        }
+        self.cols.push(col);
+        self.end += size;
+        let mut trunc_out = 0u32;
+        if f.truncatable {
+            self.cols.push(column(
+                &format!("{name}_truncated"),
+                ColumnKind::BOOL,
+                self.end,
+                1,
+                "",
+                &format!("{name} was longer than {} bytes and is cut", size - 1),
+            ));
+            trunc_out = self.end;
+            self.end += 1;
+        }
+        if self.end > MAX_RECORD {
+            return Err(format!(
+                "records of more than {MAX_RECORD} bytes: record fewer or shorter fields"
+            ));
+        }
+        if f.arg != crate::plan::ARG_RET {
+            self.nargs = self.nargs.max(u32::from(f.arg) + 1);
+        }
+        // Numbers read their size; strings their capacity.
+        let read = if matches!(f.op, Op::Value | Op::Load | Op::StrInline) {
+            f.size.min(size)
+        } else {
+            size
+        };
+        Ok(SlotFetch {
+            last: f.last,
+            derefs: f.derefs.clone(),
+            out,
+            read,
+            trunc_out,
+            arg: f.arg,
+            op: op_code(f.op),
+            user: f.user,
+        })
+    }
+
+    /// Count mode: the key's bound checked, the key flags set, the record
+    /// the fixed size of a counted one.
+    fn count_key(&mut self, keys: &[String]) -> Result<(), String> {
+        if self.end > KEY_START + COUNT_KEY {
+            return Err(format!(
+                "a count key of {} bytes, at most {COUNT_KEY}: key by fewer or shorter columns (string_bytes)",
+                self.end - KEY_START
+            ));
+        }
+        self.flags |= TRACE_COUNT;
+        for (name, flag) in [
+            ("pid", TRACE_KEY_PID),
+            ("tgid", TRACE_KEY_TGID),
+            ("cpu", TRACE_KEY_CPU),
+        ] {
+            if keys.iter().any(|k| k == name) {
+                self.flags |= flag;
+            }
+        }
+        self.end = COUNT_RECORD;
+        Ok(())
+    }
+
+    /// The record's size: a multiple of 8, at least the header.
+    fn size(&self) -> u32 {
+        self.end.next_multiple_of(8).max(HEADER)
+    }
+
+    /// `struct trace_slot`'s bytes, with `fetches`.
+    fn slot(&self, fetches: &[SlotFetch]) -> Vec<u8> {
+        let mut slot = Vec::with_capacity(SLOT_BYTES);
+        slot.extend_from_slice(&(fetches.len() as u32).to_le_bytes());
+        slot.extend_from_slice(&self.size().to_le_bytes());
+        slot.extend_from_slice(&self.flags.to_le_bytes());
+        slot.extend_from_slice(&self.nargs.to_le_bytes());
+        slot.extend_from_slice(&self.comm_out.to_le_bytes());
+        slot.extend_from_slice(&self.latency_out.to_le_bytes());
+        slot.extend_from_slice(&0u32.to_le_bytes());
+        for f in fetches {
+            f.encode(&mut slot);
+        }
+        slot.resize(SLOT_BYTES, 0);
+        slot
+    }
+}
+
+/// Lays out one planned event: its record (header, then the fields),
+/// table and slot.
 pub fn lay_out(plan: &EventPlan, comm: bool) -> Result<Laid, String> {
     let spec = &plan.spec;
     if plan.fetches.len() > MAX_FIELDS {
@@ -185,186 +463,19 @@ pub fn lay_out(plan: &EventPlan, comm: bool) -> Result<Laid, String> {
     } else {
         comm
     };
-    let mut cols = vec![
-        column(
-            "ts_uptime_us",
-            ColumnKind::U64,
-            0,
-            8,
-            "us",
-            "when the event happened (CLOCK_BOOTTIME; a joined event's entry)",
-        ),
-        column(
-            "pid",
-            ColumnKind::U32,
-            8,
-            4,
-            "",
-            "thread id of the current task",
-        ),
-        column(
-            "tgid",
-            ColumnKind::U32,
-            12,
-            4,
-            "",
-            "process id of the current task",
-        ),
-        column(
-            "cpu",
-            ColumnKind::U32,
-            16,
-            4,
-            "",
-            "CPU the event happened on",
-        ),
-    ];
-    let mut end = HEADER;
-    let mut flags = 0u32;
-    let (mut comm_out, mut latency_out) = (0u16, 0u16);
-    if comm {
-        cols.push(column(
-            "comm",
-            ColumnKind::STR,
-            end,
-            16,
-            "",
-            "command name of the current task",
-        ));
-        comm_out = end as u16;
-        flags |= TRACE_COMM;
-        end += 16;
-    }
-    if joined && spec.count {
-        // Outside the key, after it.
-        latency_out = (KEY_START + COUNT_KEY) as u16;
-        flags |= TRACE_LATENCY;
-    } else if joined {
-        end = end.next_multiple_of(8);
-        cols.push(column(
-            "latency_ns",
-            ColumnKind::U64,
-            end,
-            8,
-            "ns",
-            "time from the function's entry to its return",
-        ));
-        latency_out = end as u16;
-        flags |= TRACE_LATENCY;
-        end += 8;
-    }
-    let header_names = ["ts_uptime_us", "pid", "tgid", "cpu", "comm", "latency_ns"];
-    let mut fetch_bytes = Vec::with_capacity(plan.fetches.len());
-    let mut nargs = 0u32;
-    for f in &plan.fetches {
-        let mut name = f.column.clone();
-        if header_names.contains(&name.as_str()) {
-            name.push_str("_field");
-        }
-        if cols.iter().any(|c| c.name.as_str() == name) {
-            return Err(format!("column {name} twice: rename one with alias="));
-        }
-        let size = f.ty.size();
-        if size == 0 || size > MAX_READ {
-            return Err(format!(
-                "{name}: a read of {size} bytes (at most {MAX_READ})"
-            ));
-        }
-        if f.derefs.len() > MAX_DEREFS {
-            return Err(format!("{name}: more than {MAX_DEREFS} pointer steps"));
-        }
-        let align = match f.ty {
-            ColType::Int { size, .. } | ColType::Label { size, .. } => u32::from(size),
-            _ => 1,
-        };
-        end = end.next_multiple_of(align);
-        let out = end;
-        let mut col = column(&name, kind_of(&f.ty), out, size, "", &f.description);
-        if let ColType::Label { labels, .. } = &f.ty {
-            col.labels = labels
-                .iter()
-                .map(|l| l.as_str().into())
-                .collect::<Vec<_>>()
-                .into();
-        }
-        cols.push(col);
-        end += size;
-        let mut trunc_out = 0u32;
-        if f.truncatable {
-            let tname = format!("{name}_truncated");
-            cols.push(column(
-                &tname,
-                ColumnKind::BOOL,
-                end,
-                1,
-                "",
-                &format!("{name} was longer than {} bytes and is cut", size - 1),
-            ));
-            trunc_out = end;
-            end += 1;
-        }
-        if end > MAX_RECORD {
-            return Err(format!(
-                "records of more than {MAX_RECORD} bytes: record fewer or shorter fields"
-            ));
-        }
-        if f.arg != crate::plan::ARG_RET {
-            nargs = nargs.max(u32::from(f.arg) + 1);
-        }
-        let mut b = Vec::with_capacity(FETCH_BYTES);
-        b.extend_from_slice(&f.last.to_le_bytes());
-        for i in 0..MAX_DEREFS {
-            b.extend_from_slice(&f.derefs.get(i).copied().unwrap_or(0).to_le_bytes());
-        }
-        b.extend_from_slice(&(out as u16).to_le_bytes());
-        // Numbers read their size; strings their capacity.
-        let read = if matches!(f.op, Op::Value | Op::Load | Op::StrInline) {
-            f.size.min(size)
-        } else {
-            size
-        };
-        b.extend_from_slice(&(read as u16).to_le_bytes());
-        b.extend_from_slice(&(trunc_out as u16).to_le_bytes());
-        b.push(f.arg);
-        b.push(f.derefs.len() as u8);
-        b.push(op_code(f.op));
-        b.push(u8::from(f.user));
-        b.extend_from_slice(&[0, 0]);
-        debug_assert_eq!(b.len(), FETCH_BYTES);
-        fetch_bytes.push(b);
-    }
+    let mut record = Record::header(comm, joined, spec.count);
+    let fetches = plan
+        .fetches
+        .iter()
+        .map(|f| record.field(f))
+        .collect::<Result<Vec<_>, _>>()?;
+    let fetches = merge_adjacent(fetches);
     if spec.count {
-        if end > KEY_START + COUNT_KEY {
-            return Err(format!(
-                "a count key of {} bytes, at most {COUNT_KEY}: key by fewer or shorter columns (string_bytes)",
-                end - KEY_START
-            ));
-        }
-        flags |= TRACE_COUNT;
-        for (name, flag) in [
-            ("pid", TRACE_KEY_PID),
-            ("tgid", TRACE_KEY_TGID),
-            ("cpu", TRACE_KEY_CPU),
-        ] {
-            if keys.iter().any(|k| k == name) {
-                flags |= flag;
-            }
-        }
-        end = COUNT_RECORD;
+        record.count_key(&keys)?;
     }
-    let record_size = end.next_multiple_of(8).max(HEADER);
-    let mut slot = Vec::with_capacity(SLOT_BYTES);
-    slot.extend_from_slice(&(plan.fetches.len() as u32).to_le_bytes());
-    slot.extend_from_slice(&record_size.to_le_bytes());
-    slot.extend_from_slice(&flags.to_le_bytes());
-    slot.extend_from_slice(&nargs.to_le_bytes());
-    slot.extend_from_slice(&comm_out.to_le_bytes());
-    slot.extend_from_slice(&latency_out.to_le_bytes());
-    slot.extend_from_slice(&0u32.to_le_bytes());
-    for b in &fetch_bytes {
-        slot.extend_from_slice(b);
-    }
-    slot.resize(SLOT_BYTES, 0);
+    let record_size = record.size();
+    let slot = record.slot(&fetches);
+    let cols = record.cols;
     let what = match spec.kind {
         Kind::Tracepoint => "tracepoint",
         Kind::TpBtf => "BTF tracepoint",
@@ -521,6 +632,35 @@ mod tests {
         let plan =
             plan_event(&parse_event(s).expect("spec"), &src, Options::default()).expect("plan");
         lay_out(&plan, comm).expect("layout")
+    }
+
+    /// (nfields, then per fetch: last, out, read) of a slot's bytes.
+    fn fetches_of(slot: &[u8]) -> (u32, Vec<(u32, u16, u16)>) {
+        let u32_at = |o: usize| u32::from_le_bytes(slot[o..o + 4].try_into().expect("4 bytes"));
+        let u16_at = |o: usize| u16::from_le_bytes(slot[o..o + 2].try_into().expect("2 bytes"));
+        let n = u32_at(0);
+        let fetches = (0..n as usize)
+            .map(|i| {
+                let f = SLOT_HEADER_BYTES + i * FETCH_BYTES;
+                (u32_at(f), u16_at(f + 36), u16_at(f + 38))
+            })
+            .collect();
+        (n, fetches)
+    }
+
+    #[test]
+    fn adjacent_reads_into_adjacent_columns_are_one_read() {
+        // prev_pid (int @24), prev_prio (int @28), prev_state (long @32):
+        // one run of the record, into columns 24, 28 and 32.
+        let l = laid("sched:sched_switch(prev_pid, prev_prio, prev_state)", false);
+        assert_eq!(fetches_of(&l.slot), (1, vec![(24, 24, 16)]));
+        let names: Vec<&str> = l.table.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names[4..], ["prev_pid", "prev_prio", "prev_state"]);
+        // Out of order in the record, or a string between: separate reads.
+        let l = laid("sched:sched_switch(prev_prio, prev_pid)", false);
+        assert_eq!(fetches_of(&l.slot), (2, vec![(28, 24, 4), (24, 28, 4)]));
+        let l = laid("sched:sched_switch(prev_pid, next_comm, next_pid)", false);
+        assert_eq!(fetches_of(&l.slot).0, 3);
     }
 
     #[test]

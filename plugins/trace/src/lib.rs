@@ -272,49 +272,85 @@ struct Pending {
 /// (`TRACE_EXIT_COOKIE`).
 const EXIT_COOKIE: u64 = 0x10000;
 
-/// Copies of each tracepoint program (`TRACE_COPIES`): a tracepoint takes
-/// a program once, so this many events can share one tracepoint.
+/// Copies of the classic tracepoint program (`TRACE_COPIES`): a
+/// tracepoint takes a program once, so this many events can share one
+/// tracepoint. Raw and BTF tracepoints have a program per slot.
 pub const COPIES: usize = 4;
 
-/// The tracepoints the events attach to, classic (`false`, "sys:event")
-/// or raw (`true`, name), one entry per attachment.
-fn attach_points(specs: &[&EventSpec]) -> Vec<(bool, String)> {
+/// The classic tracepoints the events attach to ("sys:event"), one entry
+/// per attachment.
+fn attach_points(specs: &[&EventSpec]) -> Vec<String> {
     let mut out = Vec::new();
     for spec in specs {
-        match (&spec.kind, &spec.target) {
-            (Kind::Tracepoint, Target::Tracepoint { system, event }) => {
-                out.push((false, format!("{system}:{event}")));
-                if let Some((system, event)) = &spec.exit {
-                    out.push((false, format!("{system}:{event}")));
-                }
+        if let (Kind::Tracepoint, Target::Tracepoint { system, event }) = (&spec.kind, &spec.target)
+        {
+            out.push(format!("{system}:{event}"));
+            if let Some((system, event)) = &spec.exit {
+                out.push(format!("{system}:{event}"));
             }
-            (Kind::TpBtf | Kind::RawTp, Target::Name(name)) => out.push((true, name.clone())),
-            _ => {}
         }
     }
     out
 }
 
-/// Copies needed of the classic and the raw tracepoint program; an error
-/// naming a tracepoint more events share than there are copies.
-fn copies_needed(specs: &[&EventSpec]) -> std::result::Result<(usize, usize), String> {
-    let mut uses: HashMap<(bool, String), usize> = HashMap::new();
+/// Copies needed of the classic tracepoint program; an error naming a
+/// tracepoint more events share than there are copies.
+fn copies_needed(specs: &[&EventSpec]) -> std::result::Result<usize, String> {
+    let mut uses: HashMap<String, usize> = HashMap::new();
     for p in attach_points(specs) {
         *uses.entry(p).or_default() += 1;
     }
-    if let Some(((_, name), n)) = uses.iter().find(|(_, n)| **n > COPIES) {
+    if let Some((name, n)) = uses.iter().find(|(_, n)| **n > COPIES) {
         return Err(format!(
             "trace: {n} events attach to tracepoint {name}: at most {COPIES}"
         ));
     }
-    let most = |raw: bool| {
-        uses.iter()
-            .filter(|((r, _), _)| *r == raw)
-            .map(|(_, n)| *n)
-            .max()
-            .unwrap_or(0)
+    Ok(uses.values().copied().max().unwrap_or(0))
+}
+
+/// The raw tracepoint programs of `progs` (`trace_raw_N`), one per slot,
+/// borrowed with `$r` (`&` or `&mut`).
+macro_rules! raw_programs {
+    ($progs:expr, $($r:tt)+) => {
+        [
+            $($r)+ $progs.trace_raw_0,
+            $($r)+ $progs.trace_raw_1,
+            $($r)+ $progs.trace_raw_2,
+            $($r)+ $progs.trace_raw_3,
+            $($r)+ $progs.trace_raw_4,
+            $($r)+ $progs.trace_raw_5,
+            $($r)+ $progs.trace_raw_6,
+            $($r)+ $progs.trace_raw_7,
+            $($r)+ $progs.trace_raw_8,
+            $($r)+ $progs.trace_raw_9,
+            $($r)+ $progs.trace_raw_10,
+            $($r)+ $progs.trace_raw_11,
+            $($r)+ $progs.trace_raw_12,
+            $($r)+ $progs.trace_raw_13,
+            $($r)+ $progs.trace_raw_14,
+            $($r)+ $progs.trace_raw_15,
+        ]
     };
-    Ok((most(false), most(true)))
+}
+
+/// Whether an event runs its slot's own raw tracepoint program.
+fn raw_slot(spec: &EventSpec) -> bool {
+    matches!(
+        (&spec.kind, &spec.target),
+        (Kind::TpBtf | Kind::RawTp, Target::Name(_))
+    )
+}
+
+/// Copies a laid-out slot (`struct trace_slot`'s bytes) into the program's
+/// read-only plan.
+fn write_plan(plan: &mut skel::types::trace_slot, bytes: &[u8]) {
+    let n = std::mem::size_of::<skel::types::trace_slot>().min(bytes.len());
+    // SAFETY: trace_slot is a repr(C) struct of integers only, without
+    // padding (layout's tests check its size), so any bytes are a valid
+    // value, and `n` bytes fit both.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), std::ptr::from_mut(plan).cast::<u8>(), n);
+    }
 }
 
 /// A key of a count event idle for this many of its intervals is removed
@@ -450,6 +486,9 @@ impl Trace {
             let largest = self.tables.iter().map(|t| t.record_size).max().unwrap_or(1);
             ro.trace_stage_limit =
                 stage::batch_bytes_for_ring(u64::from(ring), cpus, STAGE_BYTES, u64::from(largest));
+            for (plan, l) in ro.trace_plan.iter_mut().zip(laid) {
+                write_plan(plan, &l.slot);
+            }
         }
         open.maps
             .trace_ring
@@ -473,7 +512,7 @@ impl Trace {
         // Only the copies of the tracepoint programs some event needs are
         // loaded.
         let specs: Vec<&EventSpec> = plans.iter().map(|p| &p.spec).collect();
-        let (tp, raw) = copies_needed(&specs).map_err(Error::config)?;
+        let tp = copies_needed(&specs).map_err(Error::config)?;
         for (i, prog) in [
             &mut open.progs.trace_tp,
             &mut open.progs.trace_tp_1,
@@ -485,16 +524,10 @@ impl Trace {
         {
             prog.set_autoload(i < tp.max(1));
         }
-        for (i, prog) in [
-            &mut open.progs.trace_raw_tp,
-            &mut open.progs.trace_raw_tp_1,
-            &mut open.progs.trace_raw_tp_2,
-            &mut open.progs.trace_raw_tp_3,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            prog.set_autoload(i < raw.max(1));
+        // A raw tracepoint's program per slot: only those of the slots
+        // that have one are loaded (and verified).
+        for (i, prog) in raw_programs!(open.progs, &mut).into_iter().enumerate() {
+            prog.set_autoload(specs.get(i).is_some_and(|s| raw_slot(s)));
         }
         let counted = if laid.iter().any(|l| l.count.is_some()) {
             count_entries
@@ -588,17 +621,12 @@ impl Trace {
             &skel.progs.trace_tp_2,
             &skel.progs.trace_tp_3,
         ];
-        let raw_progs = [
-            &skel.progs.trace_raw_tp,
-            &skel.progs.trace_raw_tp_1,
-            &skel.progs.trace_raw_tp_2,
-            &skel.progs.trace_raw_tp_3,
-        ];
+        let raw_progs = raw_programs!(skel.progs, &);
         // Attachments made so far per tracepoint: the next takes the next
         // copy.
-        let mut uses: HashMap<(bool, String), usize> = HashMap::new();
-        let mut next_copy = |raw: bool, name: String| {
-            let n = uses.entry((raw, name)).or_default();
+        let mut uses: HashMap<String, usize> = HashMap::new();
+        let mut next_copy = |name: String| {
+            let n = uses.entry(name).or_default();
             *n += 1;
             (*n - 1).min(COPIES - 1)
         };
@@ -619,7 +647,7 @@ impl Trace {
                         event.as_str(),
                         cookie,
                     ))) {
-                        let copy = next_copy(false, format!("{system}:{event}"));
+                        let copy = next_copy(format!("{system}:{event}"));
                         let link = tp_progs[copy]
                             .attach_tracepoint_with_opts(
                                 TracepointCategory::Custom(system),
@@ -634,16 +662,11 @@ impl Trace {
                     }
                 }
                 (Kind::TpBtf | Kind::RawTp, Target::Name(name)) => {
-                    let copy = next_copy(true, name.clone());
-                    let link = raw_progs[copy]
-                        .attach_raw_tracepoint_with_opts(
-                            name,
-                            libbpf_rs::RawTracepointOpts {
-                                cookie,
-                                ..Default::default()
-                            },
-                        )
-                        .map_err(fail)?;
+                    // Its slot's own program: no cookie.
+                    let prog = raw_progs
+                        .get(i)
+                        .ok_or_else(|| Error::new(format!("trace: no program for slot {i}")))?;
+                    let link = prog.attach_raw_tracepoint(name).map_err(fail)?;
                     self.links.push(link);
                 }
                 (
@@ -935,17 +958,7 @@ impl Trace {
 /// The sum over CPUs of a per-CPU u64 array's entry `slot` (0 when the map
 /// is closed or the entry unreadable).
 fn per_cpu_sum(map: Option<&MapHandle>, slot: u32) -> u64 {
-    let Some(map) = map else {
-        return 0;
-    };
-    match map.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY) {
-        Ok(Some(per_cpu)) => per_cpu
-            .iter()
-            .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
-            .map(u64::from_ne_bytes)
-            .sum(),
-        _ => 0,
-    }
+    map.map_or(0, |m| kernmlops_plugin_bpf::per_cpu_sum(m, slot))
 }
 
 impl ProbeImpl for Trace {
@@ -1155,7 +1168,7 @@ mod tests {
     use super::*;
     use crate::spec::parse_event;
 
-    fn needed(events: &[&str]) -> std::result::Result<(usize, usize), String> {
+    fn needed(events: &[&str]) -> std::result::Result<usize, String> {
         let specs: Vec<EventSpec> = events
             .iter()
             .map(|e| parse_event(e).expect("parses"))
@@ -1187,7 +1200,7 @@ mod tests {
 
     #[test]
     fn events_sharing_a_tracepoint_take_copies_of_its_program() {
-        assert_eq!(needed(&["sched:sched_switch"]), Ok((1, 0)));
+        assert_eq!(needed(&["sched:sched_switch"]), Ok(1));
         // A joined pair's exit, and the same tracepoint recorded and
         // counted.
         assert_eq!(
@@ -1197,8 +1210,12 @@ mod tests {
                 "raw_syscalls:sys_enter",
                 "tp_btf:sched_switch",
                 "raw_tp:sched_switch count",
+                "raw_tp:sched_switch count by=cpu",
+                "raw_tp:sched_switch count by=pid",
+                "raw_tp:sched_switch count by=comm",
             ]),
-            Ok((2, 2))
+            Ok(2),
+            "raw tracepoints take a program per slot, not a copy"
         );
         let five = [
             "sched:sched_switch",

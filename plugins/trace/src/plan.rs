@@ -571,24 +571,50 @@ fn plan_btf_args(
 
 /// Walks `field`'s path from argument `arg` of type `ty` through BTF.
 fn walk(btf: &Btf, field: &Field, arg: u8, ty: u32, opts: Options) -> Result<Fetch, String> {
+    let (at, derefs, path) = walk_path(btf, field, ty)?;
+    if derefs.len() > MAX_PATH_STEPS {
+        return Err(format!("{path}: more than {MAX_PATH_STEPS} pointer steps"));
+    }
+    let (op_at, last, t) = match at {
+        At::Value(t) => (false, 0, t),
+        At::Addr(off, t) => (true, off, t),
+    };
+    let c = btf.c_name(t);
+    let leaf = Leaf {
+        description: format!("{path} ({c})"),
+        field,
+        arg,
+        derefs,
+        last,
+        op_at,
+        rt: btf.resolve(t),
+        path,
+        c,
+    };
+    if field.string {
+        string_fetch(btf, &leaf, opts)
+    } else {
+        typed_fetch(btf, &leaf, opts)
+    }
+}
+
+/// Follows `field`'s steps from a value of type `ty`: where they end, the
+/// offsets of the pointers read on the way, and the path as written.
+fn walk_path(btf: &Btf, field: &Field, ty: u32) -> Result<(At, Vec<u32>, String), String> {
     let mut derefs = Vec::new();
     let mut at = At::Value(ty);
     let mut path = field.root.clone();
     for (name, deref) in &field.steps {
+        let not_pointer = |t: u32| {
+            format!(
+                "{path} is {}, not a pointer: use . for a member",
+                btf.c_name(t)
+            )
+        };
         let struct_ty = match (at, *deref) {
-            (At::Value(t), true) => btf.pointee(t).ok_or_else(|| {
-                format!(
-                    "{path} is {}, not a pointer: use . for a member",
-                    btf.c_name(t)
-                )
-            })?,
+            (At::Value(t), true) => btf.pointee(t).ok_or_else(|| not_pointer(t))?,
             (At::Addr(off, t), true) => {
-                let p = btf.pointee(t).ok_or_else(|| {
-                    format!(
-                        "{path} is {}, not a pointer: use . for a member",
-                        btf.c_name(t)
-                    )
-                })?;
+                let p = btf.pointee(t).ok_or_else(|| not_pointer(t))?;
                 derefs.push(off);
                 p
             }
@@ -628,63 +654,87 @@ fn walk(btf: &Btf, field: &Field, arg: u8, ty: u32, opts: Options) -> Result<Fet
         path.push_str(if *deref { "->" } else { "." });
         path.push_str(name);
     }
-    if derefs.len() > MAX_PATH_STEPS {
-        return Err(format!("{path}: more than {MAX_PATH_STEPS} pointer steps"));
-    }
-    let (op_at, last, t) = match at {
-        At::Value(t) => (false, 0, t),
-        At::Addr(off, t) => (true, off, t),
-    };
-    let c = btf.c_name(t);
-    let description = format!("{path} ({c})");
-    let fetch = |op: Op, size: u32, ty: ColType, truncatable: bool| Fetch {
-        column: field.column.clone(),
-        arg,
-        derefs: derefs.clone(),
-        last,
-        op,
-        size,
-        user: false,
-        ty,
-        description: description.clone(),
-        truncatable,
-    };
-    let rt = btf.resolve(t);
-    let kind = btf.kind(rt);
-    if field.string {
-        let is_char = |id: u32| btf.int_info(id).is_some_and(|i| i.size == 1);
-        if let Some(p) = btf.pointee(rt) {
-            if !is_char(p) {
-                return Err(format!("str({path}): {path} is {c}, not a char pointer"));
-            }
-            let op = if op_at { Op::StrPtr } else { Op::StrValue };
-            return Ok(fetch(
-                op,
-                opts.string_bytes,
-                ColType::Str(opts.string_bytes),
-                true,
-            ));
+    Ok((at, derefs, path))
+}
+
+/// Where a walk ended, for the fetch made there.
+struct Leaf<'a> {
+    field: &'a Field,
+    arg: u8,
+    derefs: Vec<u32>,
+    last: u32,
+    /// The path ends in memory (`last` past the last pointer), not in the
+    /// argument's value.
+    op_at: bool,
+    /// The type there, resolved.
+    rt: u32,
+    path: String,
+    /// The type's C name.
+    c: String,
+    description: String,
+}
+
+impl Leaf<'_> {
+    fn fetch(&self, op: Op, size: u32, ty: ColType, truncatable: bool) -> Fetch {
+        Fetch {
+            column: self.field.column.clone(),
+            arg: self.arg,
+            derefs: self.derefs.clone(),
+            last: self.last,
+            op,
+            size,
+            user: false,
+            ty,
+            description: self.description.clone(),
+            truncatable,
         }
-        if let (Some((elem, n)), true) = (btf.array(rt), op_at) {
-            if is_char(elem) && n > 0 {
-                let n = n.min(opts.string_bytes.max(16));
-                return Ok(fetch(Op::StrInline, n, ColType::Str(n), false));
-            }
-        }
-        return Err(format!("str({path}): {path} is {c}, not a string"));
     }
-    let op = if op_at { Op::Load } else { Op::Value };
-    match kind {
+
+    /// A load where the path ends in memory, else the value itself.
+    fn op(&self) -> Op {
+        if self.op_at {
+            Op::Load
+        } else {
+            Op::Value
+        }
+    }
+}
+
+/// `str(path)`: a char pointer, or a char array in memory.
+fn string_fetch(btf: &Btf, leaf: &Leaf<'_>, opts: Options) -> Result<Fetch, String> {
+    let (rt, path, c) = (leaf.rt, &leaf.path, &leaf.c);
+    let is_char = |id: u32| btf.int_info(id).is_some_and(|i| i.size == 1);
+    if let Some(p) = btf.pointee(rt) {
+        if !is_char(p) {
+            return Err(format!("str({path}): {path} is {c}, not a char pointer"));
+        }
+        let op = if leaf.op_at { Op::StrPtr } else { Op::StrValue };
+        return Ok(leaf.fetch(op, opts.string_bytes, ColType::Str(opts.string_bytes), true));
+    }
+    if let (Some((elem, n)), true) = (btf.array(rt), leaf.op_at) {
+        if is_char(elem) && n > 0 {
+            let n = n.min(opts.string_bytes.max(16));
+            return Ok(leaf.fetch(Op::StrInline, n, ColType::Str(n), false));
+        }
+    }
+    Err(format!("str({path}): {path} is {c}, not a string"))
+}
+
+/// A number (integer, bool, pointer, enum: a label when dense) or a char
+/// array, by the type where the path ends.
+fn typed_fetch(btf: &Btf, leaf: &Leaf<'_>, opts: Options) -> Result<Fetch, String> {
+    let (rt, path, c, op) = (leaf.rt, &leaf.path, &leaf.c, leaf.op());
+    match btf.kind(rt) {
         Some(BtfKind::Int) => {
             let i = btf.int_info(rt).ok_or("unreadable int")?;
             if i.is_bool && i.size == 1 {
-                return Ok(fetch(op, 1, ColType::Bool, false));
+                return Ok(leaf.fetch(op, 1, ColType::Bool, false));
             }
             let size = u8::try_from(i.size)
                 .ok()
                 .filter(|s| matches!(s, 1 | 2 | 4 | 8))
                 .ok_or_else(|| format!("{path} is {c}, an integer of {} bytes", i.size))?;
-            Ok(fetch(
+            Ok(leaf.fetch(
                 op,
                 i.size,
                 ColType::Int {
@@ -694,7 +744,7 @@ fn walk(btf: &Btf, field: &Field, arg: u8, ty: u32, opts: Options) -> Result<Fet
                 false,
             ))
         }
-        Some(BtfKind::Ptr) => Ok(fetch(
+        Some(BtfKind::Ptr) => Ok(leaf.fetch(
             op,
             8,
             ColType::Int {
@@ -703,55 +753,16 @@ fn walk(btf: &Btf, field: &Field, arg: u8, ty: u32, opts: Options) -> Result<Fet
             },
             false,
         )),
-        Some(BtfKind::Enum | BtfKind::Enum64) => {
-            let size = btf.size_of(rt).unwrap_or(4);
-            let values = btf.enum_values(rt).unwrap_or_default();
-            let dense = !values.is_empty()
-                && values.len() <= 1024
-                && values.iter().enumerate().all(|(i, (_, v))| *v == i as i64);
-            let size8 = u8::try_from(size)
-                .ok()
-                .filter(|s| matches!(s, 1 | 2 | 4 | 8))
-                .ok_or_else(|| format!("{path} is {c} of {size} bytes"))?;
-            if dense && size <= 4 {
-                let labels = values.iter().map(|(n, _)| (*n).to_owned()).collect();
-                Ok(fetch(
-                    op,
-                    size,
-                    ColType::Label {
-                        size: size8,
-                        labels,
-                    },
-                    false,
-                ))
-            } else {
-                let mut f = fetch(
-                    op,
-                    size,
-                    ColType::Int {
-                        size: size8,
-                        signed: true,
-                    },
-                    false,
-                );
-                let shown: Vec<String> = values
-                    .iter()
-                    .take(16)
-                    .map(|(n, v)| format!("{n}={v}"))
-                    .collect();
-                f.description = format!("{description}: {}", shown.join(", "));
-                Ok(f)
-            }
-        }
+        Some(BtfKind::Enum | BtfKind::Enum64) => enum_fetch(btf, leaf),
         Some(BtfKind::Struct | BtfKind::Union) => Err(format!(
             "{path} is {c}: name a member, one of {}",
             nearest("", btf.member_names(rt), 12)
         )),
-        Some(BtfKind::Array) if op_at => {
+        Some(BtfKind::Array) if leaf.op_at => {
             let (elem, n) = btf.array(rt).ok_or("unreadable array")?;
             if btf.int_info(elem).is_some_and(|i| i.size == 1 && i.is_char) {
                 let n = n.min(opts.string_bytes.max(16));
-                return Ok(fetch(Op::StrInline, n, ColType::Str(n), false));
+                return Ok(leaf.fetch(Op::StrInline, n, ColType::Str(n), false));
             }
             Err(format!(
                 "{path} is {c}, an array (only char arrays can be fetched)"
@@ -759,6 +770,50 @@ fn walk(btf: &Btf, field: &Field, arg: u8, ty: u32, opts: Options) -> Result<Fet
         }
         _ => Err(format!("{path} is {c}, which cannot be fetched")),
     }
+}
+
+/// An enum: labels by BTF name when its values are 0, 1, 2 ... (at most
+/// 1024, at most 4 bytes), else a signed integer with the values named in
+/// the description.
+fn enum_fetch(btf: &Btf, leaf: &Leaf<'_>) -> Result<Fetch, String> {
+    let (rt, path, c, op) = (leaf.rt, &leaf.path, &leaf.c, leaf.op());
+    let size = btf.size_of(rt).unwrap_or(4);
+    let values = btf.enum_values(rt).unwrap_or_default();
+    let dense = !values.is_empty()
+        && values.len() <= 1024
+        && values.iter().enumerate().all(|(i, (_, v))| *v == i as i64);
+    let size8 = u8::try_from(size)
+        .ok()
+        .filter(|s| matches!(s, 1 | 2 | 4 | 8))
+        .ok_or_else(|| format!("{path} is {c} of {size} bytes"))?;
+    if dense && size <= 4 {
+        let labels = values.iter().map(|(n, _)| (*n).to_owned()).collect();
+        return Ok(leaf.fetch(
+            op,
+            size,
+            ColType::Label {
+                size: size8,
+                labels,
+            },
+            false,
+        ));
+    }
+    let mut f = leaf.fetch(
+        op,
+        size,
+        ColType::Int {
+            size: size8,
+            signed: true,
+        },
+        false,
+    );
+    let shown: Vec<String> = values
+        .iter()
+        .take(16)
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
+    f.description = format!("{}: {}", leaf.description, shown.join(", "));
+    Ok(f)
 }
 
 /// Untyped arguments (raw_tp, kprobe, uprobe): `argN` as u64,

@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* trace: one generic program per attach kind, attached once per traced
- * event with the event's slot as its BPF cookie. What each event records
- * is data, not code: the slot's fetch plan in `trace_slots` (see trace.h),
- * run field by field with bpf_loop, every read checked (a failed read
- * leaves zeros). Records go to one ring; user space routes them to their
- * tables by the slot in the header. */
+/* trace: generic programs, attached once per traced event. What each
+ * event records is data, not code: the slot's fetch plan (see trace.h),
+ * every read checked (a failed read leaves zeros). Classic tracepoints and
+ * user functions run one program per kind with the event's slot as its BPF
+ * cookie and the plan in `trace_slots`, field by field with bpf_loop. Raw
+ * and BTF tracepoints, the hot ones, run one program per slot with the
+ * plan in read-only data (`trace_plan`): the verifier specialises each on
+ * its plan, so it reads its arguments from the context and its fields in a
+ * plain loop, with no cookie, copy or callback calls. Records go to one
+ * ring; user space routes them to their tables by the slot in the header. */
 #include "kml.bpf.h"
 #include "trace.h"
 
@@ -18,6 +22,10 @@ struct {
 	__type(key, __u32);
 	__type(value, struct trace_slot);
 } trace_slots SEC(".maps");
+
+/* The fetch plans again, as read-only data written before load, for the
+ * raw tracepoint programs (one per slot): their verifier knows every value. */
+const volatile struct trace_slot trace_plan[TRACE_MAX_SLOTS] = {};
 
 /* Records lost per slot (a full ring, a latency entry with no room). */
 struct {
@@ -163,33 +171,16 @@ static __always_inline void zero(void *dst, __u32 size)
 	bpf_probe_read_kernel(dst, size, (void *)0);
 }
 
-struct fetch_ctx {
-	struct trace_slot *slot;
-	__u8 *rec;
-	__u64 *args;
-	__u64 ret;
-	/* 0: every field but the return value's; 1: the return value's only
-	 * (a latency event's exit); 2: every field. */
-	__u32 phase;
-};
-
-static long fetch_one(__u64 i, void *data)
+/* Does fetch `f` from base value `v` into `rec`. `f` is a plan in the
+ * `trace_slots` map (values the verifier does not know) or in `trace_plan`
+ * (read-only data: values it knows, so it keeps only the path `f` takes). */
+static __always_inline void fetch(const volatile struct trace_fetch *f, __u8 *rec, __u64 v)
 {
-	struct fetch_ctx *c = data;
-	struct trace_fetch *f;
-	__u64 v, p = 0, src;
+	__u64 p = 0, src;
 	__u32 out, size, k, n;
 	bool user, truncated = false;
 	long got;
 
-	if (i >= TRACE_MAX_FIELDS)
-		return 1;
-	f = &c->slot->fields[i & (TRACE_MAX_FIELDS - 1)];
-	if (c->phase == 0 && f->arg == TRACE_ARG_RET)
-		return 0;
-	if (c->phase == 1 && f->arg != TRACE_ARG_RET)
-		return 0;
-	v = f->arg == TRACE_ARG_RET ? c->ret : c->args[f->arg & (TRACE_MAX_ARGS - 1)];
 	user = f->user;
 	out = f->out & (TRACE_MAX_RECORD - 1);
 	size = f->size & (TRACE_MAX_READ - 1);
@@ -200,8 +191,8 @@ static long fetch_one(__u64 i, void *data)
 		/* Pointer chains run through kernel memory; `user` is for the
 		 * final read (a syscall's string argument, a uprobe's). */
 		if (read_mem(&p, sizeof(p), v + f->derefs[k], false)) {
-			zero(c->rec + out, size);
-			return 0;
+			zero(rec + out, size);
+			return;
 		}
 		v = p;
 	}
@@ -210,15 +201,15 @@ static long fetch_one(__u64 i, void *data)
 	case TRACE_OP_VALUE:
 		if (size > 8)
 			size = 8;
-		bpf_probe_read_kernel(c->rec + out, size, &v);
+		bpf_probe_read_kernel(rec + out, size, &v);
 		break;
 	case TRACE_OP_LOAD:
 	case TRACE_OP_STR_INLINE:
-		read_mem(c->rec + out, size, src, false);
+		read_mem(rec + out, size, src, false);
 		break;
 	case TRACE_OP_STR_PTR:
 		if (read_mem(&p, sizeof(p), src, false)) {
-			zero(c->rec + out, size);
+			zero(rec + out, size);
 			break;
 		}
 		src = p;
@@ -228,7 +219,7 @@ static long fetch_one(__u64 i, void *data)
 			src = v;
 		if (size == 0)
 			break;
-		got = read_str(c->rec + out, size, src, user);
+		got = read_str(rec + out, size, src, user);
 		if (got == size) {
 			__u8 last = 0;
 
@@ -245,14 +236,89 @@ static long fetch_one(__u64 i, void *data)
 		p = v + (loc & 0xffff);
 		if (f->op == TRACE_OP_REL_STR)
 			p += f->last + 4;
-		read_str(c->rec + out, size, p, false);
+		read_str(rec + out, size, p, false);
 		truncated = (loc >> 16) > size;
 		break;
 	}
 	}
 	if (f->trunc_out)
-		c->rec[f->trunc_out & (TRACE_MAX_RECORD - 1)] = truncated;
+		rec[f->trunc_out & (TRACE_MAX_RECORD - 1)] = truncated;
+}
+
+struct fetch_ctx {
+	struct trace_slot *slot;
+	__u8 *rec;
+	__u64 *args;
+	__u64 ret;
+	/* 0: every field but the return value's; 1: the return value's only
+	 * (a latency event's exit); 2: every field. */
+	__u32 phase;
+};
+
+static long fetch_one(__u64 i, void *data)
+{
+	struct fetch_ctx *c = data;
+	struct trace_fetch *f;
+
+	if (i >= TRACE_MAX_FIELDS)
+		return 1;
+	f = &c->slot->fields[i & (TRACE_MAX_FIELDS - 1)];
+	if (c->phase == 0 && f->arg == TRACE_ARG_RET)
+		return 0;
+	if (c->phase == 1 && f->arg != TRACE_ARG_RET)
+		return 0;
+	fetch(f, c->rec, f->arg == TRACE_ARG_RET ? c->ret : c->args[f->arg & (TRACE_MAX_ARGS - 1)]);
 	return 0;
+}
+
+/* The raw tracepoint's argument `i`, read from the context at a constant
+ * offset: the verifier refuses a variable one. Each per-slot program knows
+ * its `i`s (read-only data), so it reads only the arguments its plan names:
+ * a program reading past a tracepoint's arguments is refused at attach. The
+ * loads are in assembly so the compiler cannot merge them into one load at
+ * a variable offset. */
+static __always_inline __u64 raw_arg(struct bpf_raw_tracepoint_args *ctx, __u32 i)
+{
+	__u64 v = 0;
+
+#define TRACE_RAW_ARG(n, off)                                                                      \
+	case n:                                                                                    \
+		asm volatile("%0 = *(u64 *)(%1 + " #off ")" : "=r"(v) : "r"(ctx));                 \
+		break;
+	switch (i) {
+		TRACE_RAW_ARG(0, 0)
+		TRACE_RAW_ARG(1, 8)
+		TRACE_RAW_ARG(2, 16)
+		TRACE_RAW_ARG(3, 24)
+		TRACE_RAW_ARG(4, 32)
+		TRACE_RAW_ARG(5, 40)
+		TRACE_RAW_ARG(6, 48)
+		TRACE_RAW_ARG(7, 56)
+		TRACE_RAW_ARG(8, 64)
+		TRACE_RAW_ARG(9, 72)
+		TRACE_RAW_ARG(10, 80)
+		TRACE_RAW_ARG(11, 88)
+	}
+#undef TRACE_RAW_ARG
+	return v;
+}
+
+/* A raw tracepoint's fields, by a bounded loop over its plan in read-only
+ * data: no callback call per field, and no copy of the arguments. */
+static __always_inline void fetch_raw(const volatile struct trace_slot *plan, __u8 *rec,
+				      struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 n = plan->nfields;
+
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < TRACE_MAX_FIELDS; i++) {
+		const volatile struct trace_fetch *f;
+
+		if (i >= n)
+			break;
+		f = &plan->fields[i];
+		fetch(f, rec, raw_arg(ctx, f->arg));
+	}
 }
 
 static __always_inline struct trace_slot *slot_of(__u32 slot)
@@ -265,14 +331,16 @@ static __always_inline struct trace_slot *slot_of(__u32 slot)
 #define TRACE_INLINE_ZERO 128
 
 /* The header and every field but (phase 0) the return value's. The pid
- * and tgid are the current task's, read through its BTF pointer. */
-static __always_inline void build(struct trace_slot *slot, __u32 id, __u8 *rec, __u64 *args,
-				  __u64 ret, __u32 phase, __u64 now_ns)
+ * and tgid are those of `task`, the current one, read through its BTF
+ * pointer. A raw tracepoint's per-slot program passes its context `raw`
+ * and its plan in `trace_plan` as `slot`: its fields are read by a bounded
+ * loop; other programs pass NULL and their plan in `trace_slots`, run with
+ * bpf_loop. `raw_plan` says which, a constant at each inlined call, so
+ * each program holds one of the two ways only. */
+static __always_inline void build(const volatile struct trace_slot *slot, struct task_struct *task,
+				  __u32 id, __u8 *rec, __u64 *args, __u64 ret, __u32 phase,
+				  __u64 now_ns, struct bpf_raw_tracepoint_args *raw, const bool raw_plan)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct fetch_ctx c = {
-		.slot = slot, .rec = rec, .args = args, .ret = ret, .phase = phase,
-	};
 	__u32 size = slot->record_size;
 
 	if (size <= TRACE_INLINE_ZERO) {
@@ -291,11 +359,22 @@ static __always_inline void build(struct trace_slot *slot, __u32 id, __u8 *rec, 
 	*(__u16 *)(rec + TRACE_SLOT_OFFSET) = id;
 	if (slot->flags & TRACE_COMM)
 		bpf_get_current_comm(rec + (slot->comm_out & (TRACE_MAX_RECORD - 1)), 16);
-	if (slot->nfields)
-		bpf_loop(slot->nfields, fetch_one, &c, 0);
+	if (!raw_plan) {
+		if (slot->nfields) {
+			/* Not read-only data here: a `trace_slots` map value. */
+			struct fetch_ctx c = {
+				.slot = (struct trace_slot *)slot, .rec = rec, .args = args,
+				.ret = ret, .phase = phase,
+			};
+
+			bpf_loop(slot->nfields, fetch_one, &c, 0);
+		}
+	} else {
+		fetch_raw(slot, rec, raw);
+	}
 }
 
-static __always_inline void send(__u8 *rec, struct trace_slot *slot, __u32 id)
+static __always_inline void send(__u8 *rec, const volatile struct trace_slot *slot, __u32 id)
 {
 	__u64 size = slot->record_size & (TRACE_MAX_RECORD - 1);
 	__u64 flags = bpf_ringbuf_query(&trace_ring, BPF_RB_AVAIL_DATA) > kml_wakeup_bytes[0]
@@ -328,7 +407,7 @@ struct staged {
 
 /* Takes slot `id`'s stage on this CPU and finds room for a record of its
  * size; false: send the record straight to the ring. */
-static __always_inline bool stage_begin(struct trace_slot *slot, __u32 id, struct staged *st)
+static __always_inline bool stage_begin(const volatile struct trace_slot *slot, __u32 id, struct staged *st)
 {
 	__u32 size = slot->record_size, len, limit = trace_stage_limit;
 
@@ -357,7 +436,7 @@ static __always_inline bool stage_begin(struct trace_slot *slot, __u32 id, struc
 
 /* The record at st->rec staged: the batch sent when the next would not
  * fit, the stage released. */
-static __always_inline void stage_end(struct trace_slot *slot, __u32 id, struct staged *st)
+static __always_inline void stage_end(const volatile struct trace_slot *slot, __u32 id, struct staged *st)
 {
 	__u32 size = slot->record_size, limit = trace_stage_limit;
 	__u32 len = st->h->len + size;
@@ -396,7 +475,7 @@ int kml_flush(void *ctx)
 }
 
 /* Count mode: the record's key counted, with its latency. */
-static __always_inline void tally(struct kml_trace_scratch *s, __u8 *rec, struct trace_slot *slot,
+static __always_inline void tally(struct kml_trace_scratch *s, __u8 *rec, const volatile struct trace_slot *slot,
 				  __u32 id)
 {
 	struct trace_count *c, init = {};
@@ -445,7 +524,7 @@ static __always_inline void tally(struct kml_trace_scratch *s, __u8 *rec, struct
 }
 
 /* A finished record: counted (count mode), staged or sent. */
-static __always_inline void finish(struct kml_trace_scratch *s, __u8 *rec, struct trace_slot *slot,
+static __always_inline void finish(struct kml_trace_scratch *s, __u8 *rec, const volatile struct trace_slot *slot,
 				   __u32 id)
 {
 	struct staged st;
@@ -460,11 +539,12 @@ static __always_inline void finish(struct kml_trace_scratch *s, __u8 *rec, struc
 	}
 }
 
-static __always_inline bool wanted(void)
+/* The current task when its events pass the filters, else NULL. */
+static __always_inline struct task_struct *wanted(void)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 
-	return kml_wanted_tgid(task, task->tgid);
+	return kml_wanted_tgid(task, task->tgid) ? task : NULL;
 }
 
 static __always_inline struct kml_trace_scratch *scratch(void)
@@ -474,28 +554,34 @@ static __always_inline struct kml_trace_scratch *scratch(void)
 	return bpf_map_lookup_elem(&trace_scratch, &zero_key);
 }
 
-/* One row per event, built now: in place in the stage where it can be. */
-static __always_inline void emit(struct kml_trace_scratch *s, struct trace_slot *slot, __u32 id)
+/* One row per event, built now: in place in the stage where it can be
+ * (`raw`: see build). */
+static __always_inline void emit(struct kml_trace_scratch *s, const volatile struct trace_slot *slot,
+				 struct task_struct *task, __u32 id,
+				 struct bpf_raw_tracepoint_args *raw, const bool raw_plan)
 {
 	struct staged st;
 
 	if (!(slot->flags & TRACE_COUNT) && stage_begin(slot, id, &st)) {
-		build(slot, id, st.rec, s->args, s->ret, 2, bpf_ktime_get_boot_ns());
+		build(slot, task, id, st.rec, s->args, s->ret, 2, bpf_ktime_get_boot_ns(), raw,
+		      raw_plan);
 		stage_end(slot, id, &st);
 		return;
 	}
-	build(slot, id, s->buf.rec, s->args, s->ret, 2, bpf_ktime_get_boot_ns());
+	build(slot, task, id, s->buf.rec, s->args, s->ret, 2, bpf_ktime_get_boot_ns(), raw,
+		      raw_plan);
 	finish(s, s->buf.rec, slot, id);
 }
 
 /* Entry of a joined event: the record, built now, waits for the exit. */
-static __always_inline void join_entry(struct kml_trace_scratch *s, struct trace_slot *slot, __u32 id)
+static __always_inline void join_entry(struct kml_trace_scratch *s, struct trace_slot *slot,
+				       struct task_struct *task, __u32 id)
 {
 	struct trace_entry_key key = {};
 	__u32 *depth, first = 1;
 	__u64 now = bpf_ktime_get_boot_ns();
 
-	build(slot, id, s->buf.rec, s->args, 0, 0, now);
+	build(slot, task, id, s->buf.rec, s->args, 0, 0, now, NULL, false);
 	*(__u64 *)(s->buf.rec + (slot->latency_out & (TRACE_MAX_RECORD - 1))) = now;
 	key.pid_tgid = bpf_get_current_pid_tgid();
 	key.slot = id;
@@ -552,46 +638,26 @@ static __always_inline void join_exit(struct kml_trace_scratch *s, struct trace_
 
 /* One tracepoint takes a program once: events sharing a tracepoint (a
  * pair's exit, the same tracepoint counted and recorded) attach copies,
- * TRACE_COPIES of each kind; user space loads only the copies it needs. */
+ * TRACE_COPIES of them; user space loads only the copies it needs. */
 static __always_inline int tp_body(void *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 id = cookie & (TRACE_EXIT_COOKIE - 1);
 	struct trace_slot *slot = slot_of(id);
+	struct task_struct *task;
 	struct kml_trace_scratch *s;
 
-	if (!slot || !wanted() || !(s = scratch()))
+	if (!slot || !(task = wanted()) || !(s = scratch()))
 		return KML_TP_PASS;
 	s->args[0] = (__u64)ctx;
 	s->ret = 0;
 	if (cookie & TRACE_EXIT_COOKIE)
 		join_exit(s, slot, id);
 	else if (slot->flags & TRACE_LATENCY)
-		join_entry(s, slot, id);
+		join_entry(s, slot, task, id);
 	else
-		emit(s, slot, id);
+		emit(s, slot, task, id, NULL, false);
 	return KML_TP_PASS;
-}
-
-static __always_inline int raw_tp_body(struct bpf_raw_tracepoint_args *ctx)
-{
-	__u32 id = bpf_get_attach_cookie(ctx);
-	struct trace_slot *slot = slot_of(id);
-	struct kml_trace_scratch *s;
-	__u32 n;
-
-	if (!slot || !wanted() || !(s = scratch()))
-		return 0;
-	/* Copied, not read from the context: a program reading more context
-	 * than a tracepoint has is refused at attach. */
-	n = slot->nargs;
-	if (n > TRACE_MAX_ARGS)
-		n = TRACE_MAX_ARGS;
-	if (n)
-		bpf_probe_read_kernel(s->args, n * sizeof(__u64), ctx->args);
-	s->ret = 0;
-	emit(s, slot, id);
-	return 0;
 }
 
 #define TRACE_TP_COPY(name)                                                                        \
@@ -600,21 +666,51 @@ static __always_inline int raw_tp_body(struct bpf_raw_tracepoint_args *ctx)
 	{                                                                                          \
 		return tp_body(ctx);                                                               \
 	}
-#define TRACE_RAW_TP_COPY(name)                                                                    \
-	SEC("raw_tp")                                                                              \
-	int name(struct bpf_raw_tracepoint_args *ctx)                                              \
-	{                                                                                          \
-		return raw_tp_body(ctx);                                                           \
-	}
 
 TRACE_TP_COPY(trace_tp)
 TRACE_TP_COPY(trace_tp_1)
 TRACE_TP_COPY(trace_tp_2)
 TRACE_TP_COPY(trace_tp_3)
-TRACE_RAW_TP_COPY(trace_raw_tp)
-TRACE_RAW_TP_COPY(trace_raw_tp_1)
-TRACE_RAW_TP_COPY(trace_raw_tp_2)
-TRACE_RAW_TP_COPY(trace_raw_tp_3)
+
+/* A raw (or BTF) tracepoint's event in slot `id`, a constant: one program
+ * per slot, so no attach cookie, and its plan in `trace_plan` is known to
+ * the verifier, which keeps only the reads and branches the plan takes
+ * (the arguments straight from the context, a plain loop over the fields). */
+static __always_inline int raw_slot_body(struct bpf_raw_tracepoint_args *ctx, const __u32 id)
+{
+	const volatile struct trace_slot *plan = &trace_plan[id];
+	struct task_struct *task;
+	struct kml_trace_scratch *s;
+
+	if (!(task = wanted()) || !(s = scratch()))
+		return 0;
+	emit(s, plan, task, id, ctx, true);
+	return 0;
+}
+
+#define TRACE_RAW_SLOT(n)                                                                          \
+	SEC("raw_tp")                                                                              \
+	int trace_raw_##n(struct bpf_raw_tracepoint_args *ctx)                                     \
+	{                                                                                          \
+		return raw_slot_body(ctx, n);                                                      \
+	}
+
+TRACE_RAW_SLOT(0)
+TRACE_RAW_SLOT(1)
+TRACE_RAW_SLOT(2)
+TRACE_RAW_SLOT(3)
+TRACE_RAW_SLOT(4)
+TRACE_RAW_SLOT(5)
+TRACE_RAW_SLOT(6)
+TRACE_RAW_SLOT(7)
+TRACE_RAW_SLOT(8)
+TRACE_RAW_SLOT(9)
+TRACE_RAW_SLOT(10)
+TRACE_RAW_SLOT(11)
+TRACE_RAW_SLOT(12)
+TRACE_RAW_SLOT(13)
+TRACE_RAW_SLOT(14)
+TRACE_RAW_SLOT(15)
 
 static __always_inline void regs_args(struct kml_trace_scratch *s, struct pt_regs *ctx)
 {
@@ -631,16 +727,17 @@ int trace_uprobe(struct pt_regs *ctx)
 {
 	__u32 id = bpf_get_attach_cookie(ctx);
 	struct trace_slot *slot = slot_of(id);
+	struct task_struct *task;
 	struct kml_trace_scratch *s;
 
-	if (!slot || !wanted() || !(s = scratch()))
+	if (!slot || !(task = wanted()) || !(s = scratch()))
 		return 0;
 	regs_args(s, ctx);
 	s->ret = 0;
 	if (slot->flags & TRACE_LATENCY)
-		join_entry(s, slot, id);
+		join_entry(s, slot, task, id);
 	else
-		emit(s, slot, id);
+		emit(s, slot, task, id, NULL, false);
 	return 0;
 }
 
@@ -649,9 +746,10 @@ int trace_uretprobe(struct pt_regs *ctx)
 {
 	__u32 id = bpf_get_attach_cookie(ctx);
 	struct trace_slot *slot = slot_of(id);
+	struct task_struct *task;
 	struct kml_trace_scratch *s;
 
-	if (!slot || !wanted() || !(s = scratch()))
+	if (!slot || !(task = wanted()) || !(s = scratch()))
 		return 0;
 	s->ret = PT_REGS_RC(ctx);
 	if (slot->flags & TRACE_LATENCY) {
@@ -659,6 +757,6 @@ int trace_uretprobe(struct pt_regs *ctx)
 		return 0;
 	}
 	regs_args(s, ctx);
-	emit(s, slot, id);
+	emit(s, slot, task, id, NULL, false);
 	return 0;
 }

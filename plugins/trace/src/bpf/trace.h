@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* The fetch plan of the trace plugin's generic programs, shared by the
  * kernel and user side: one `struct trace_slot` per traced event (the
- * `trace_slots` array, keyed by the slot the attach cookie names), each
- * with up to TRACE_MAX_FIELDS fetches.
+ * `trace_slots` array, keyed by the slot the attach cookie names, and the
+ * same in read-only data, `trace_plan`, for the raw tracepoint programs,
+ * one per slot), each with up to TRACE_MAX_FIELDS fetches.
  *
  * A fetch starts from a base value: argument `arg` (for a classic
  * tracepoint, arg 0 is the record's address), then follows `nderefs`
@@ -81,7 +82,7 @@ struct trace_slot {
 	__u32 nfields;
 	__u32 record_size;
 	__u32 flags;     /* TRACE_COMM, TRACE_LATENCY */
-	__u32 nargs;     /* arguments to copy from a raw tracepoint */
+	__u32 nargs;     /* arguments the fields read */
 	__u16 comm_out;
 	__u16 latency_out;
 	__u32 _pad;
