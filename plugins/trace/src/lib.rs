@@ -333,6 +333,20 @@ macro_rules! raw_programs {
     };
 }
 
+/// Whether some event attaches the user-function entry program, and
+/// whether some attaches the exit program (a `uretprobe`, or a `uprobe`
+/// joined with its exit).
+fn user_probes_needed(events: &[(&EventPlan, &Laid)]) -> (bool, bool) {
+    let user = |p: &EventPlan| matches!(p.spec.target, Target::User { .. });
+    let entry = events
+        .iter()
+        .any(|(p, _)| user(p) && p.spec.kind == Kind::Uprobe);
+    let exit = events.iter().any(|(p, l)| {
+        user(p) && (p.spec.kind == Kind::Uretprobe || (p.spec.kind == Kind::Uprobe && l.joined))
+    });
+    (entry, exit)
+}
+
 /// Whether an event runs its slot's own raw tracepoint program.
 fn raw_slot(spec: &EventSpec) -> bool {
     matches!(
@@ -509,8 +523,8 @@ impl Trace {
             .trace_depth
             .set_max_entries(waiting)
             .map_err(|e| bpf_error("sizing trace_depth", &e))?;
-        // Only the copies of the tracepoint programs some event needs are
-        // loaded.
+        // Only the programs some event needs are loaded (and verified):
+        // the copies of the tracepoint program, the user-probe programs.
         let specs: Vec<&EventSpec> = plans.iter().map(|p| &p.spec).collect();
         let tp = copies_needed(&specs).map_err(Error::config)?;
         for (i, prog) in [
@@ -522,8 +536,11 @@ impl Trace {
         .into_iter()
         .enumerate()
         {
-            prog.set_autoload(i < tp.max(1));
+            prog.set_autoload(i < tp);
         }
+        let (entry, exit) = user_probes_needed(&plans.iter().zip(laid).collect::<Vec<_>>());
+        open.progs.trace_uprobe.set_autoload(entry);
+        open.progs.trace_uretprobe.set_autoload(exit);
         // A raw tracepoint's program per slot: only those of the slots
         // that have one are loaded (and verified).
         for (i, prog) in raw_programs!(open.progs, &mut).into_iter().enumerate() {
