@@ -47,7 +47,6 @@ use std::{
 };
 
 use kernmlops::{plugin::Registry, trust::Policy};
-use serde::Serialize;
 use serde_json::{json, Value as Json};
 
 use super::{
@@ -57,6 +56,7 @@ use super::{
     plan::PlannedRun,
     record::{hostname, write_atomic},
     roles::{ReadyCheck, Role, RoleFilter, Roles, RolesError},
+    run_files::{RoleEntry, RunManifest},
     spec::{self, Spec},
     ExperimentError, Result,
 };
@@ -916,26 +916,9 @@ impl Started<'_> {
     }
 }
 
-/// A role as the run's manifest describes it (`roles.<name>`).
-#[derive(Serialize)]
-struct RoleEntry<'a> {
-    node: String,
-    host: String,
-    collection: &'a str,
-    benchmark: &'a str,
-    probes: Option<&'a [String]>,
-    result: bool,
-    started: bool,
-    ready_after_s: Option<f64>,
-    stopped_by_run: bool,
-    exit_code: Option<i32>,
-    /// The role's own manifest's, as written (`null` without one).
-    status: &'a Json,
-    run_class: &'a Json,
-    /// Its collection recorded only its own benchmark's processes.
-    filtered: bool,
-}
-
+/// The result role's manifest as its collector wrote it: the run's
+/// manifest is that file with the roles run's keys added, every key kept
+/// (read as JSON so nothing the collector wrote is dropped on the way).
 fn read_json(path: &Path) -> Option<Json> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
@@ -965,24 +948,28 @@ fn write_manifest(run: &Started) -> Result<bool> {
     let mut described = serde_json::Map::new();
     for (i, role) in roles.declared().enumerate() {
         let node = run.placement.node(i);
-        let m = read_json(&run_dir.join(&role.name).join("manifest.json")).unwrap_or(Json::Null);
-        for (t, v) in m["tables"].as_object().into_iter().flatten() {
-            tables.insert(format!("{}_{t}", role.name), v.clone());
+        // The role's own collection, read through the host's types.
+        let own = RunManifest::read(&run_dir.join(&role.name))
+            .ok()
+            .map(|m| m.manifest);
+        for (t, v) in own.iter().flat_map(|m| &m.tables) {
+            let v = serde_json::to_value(v).unwrap_or(Json::Null);
+            tables.insert(format!("{}_{t}", role.name), v);
         }
         let ran = running.iter().find(|r| r.name == role.name);
         let entry = RoleEntry {
             node: node.name,
             host: node.host,
-            collection: &role.name,
-            benchmark: &role.benchmark,
-            probes: role.probes.as_deref(),
+            collection: role.name.clone(),
+            benchmark: role.benchmark.clone(),
+            probes: role.probes.clone(),
             result: role.result,
             started: ran.is_some(),
             ready_after_s: ran.and_then(|r| r.ready_s),
             stopped_by_run: ran.is_some_and(|r| r.stopped),
             exit_code: ran.and_then(|r| r.exit).and_then(|s| s.code()),
-            status: &m["status"],
-            run_class: &m["run_class"],
+            status: own.as_ref().map(|m| m.status),
+            run_class: own.as_ref().map(|m| m.run_class),
             filtered: run.filtered.get(i).copied().unwrap_or(false),
         };
         described.insert(

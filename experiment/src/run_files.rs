@@ -37,6 +37,8 @@ pub struct RoleEntry {
     /// Its own collection's status and run class.
     pub status: Option<Status>,
     pub run_class: Option<RunClass>,
+    /// Its collection recorded only its own benchmark's processes.
+    pub filtered: bool,
 }
 
 /// What a roles run writes beside the host's keys.
