@@ -155,6 +155,7 @@ fn root_slurm_local_two_nodes_have_own_names_and_addresses_and_talk_over_the_bri
             "-w",
             "kml-n1",
             "python3",
+            "-u",
             "-m",
             "http.server",
             "18080",
@@ -188,6 +189,16 @@ fn root_slurm_local_two_nodes_have_own_names_and_addresses_and_talk_over_the_bri
         std::thread::sleep(Duration::from_millis(500));
     };
     assert_eq!(answer.trim(), format!("kml-n2 {token}"));
+    // The server's log line travels from its node to its srun after the
+    // answer: wait for it before stopping the server.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&server_log)
+        .unwrap_or_default()
+        .contains("GET /token")
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // SAFETY: kill with a child's pid and a signal has no preconditions.
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(60);
