@@ -720,3 +720,24 @@ impl Drop for LoopDevice {
         let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
     }
 }
+
+/// What a role's collection saw: the process ids of its `quanta_runtime`
+/// rows that are not among the processes its `process_trace` saw start or
+/// exec (none when it holds only what its benchmark started), and the
+/// command names `process_trace` saw.
+pub fn role_view(
+    collection: &Path,
+) -> (
+    std::collections::BTreeSet<u64>,
+    std::collections::BTreeSet<String>,
+) {
+    let trace = read_table(&collection.join("process_trace.arrow"));
+    let own: std::collections::BTreeSet<u64> = column_u64(&trace, "tgid").into_iter().collect();
+    let names = column_str(&trace, "name").into_iter().flatten().collect();
+    let quanta = column_u64(
+        &read_table(&collection.join("quanta_runtime.arrow")),
+        "tgid",
+    );
+    let foreign = quanta.into_iter().filter(|t| !own.contains(t)).collect();
+    (foreign, names)
+}

@@ -6,18 +6,6 @@ use std::path::PathBuf;
 
 use kernmlops_e2e::*;
 
-/// Process ids whose command name is `comm`.
-fn pids_named(comm: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
-        })
-        .collect()
-}
-
 #[test]
 fn root_redis_run_is_curated_and_leaves_nothing_running() {
     if !require_root("root_redis_run_is_curated_and_leaves_nothing_running")

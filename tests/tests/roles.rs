@@ -11,8 +11,6 @@
 //! timeout and leaves no process behind.
 
 use std::{
-    collections::BTreeSet,
-    net::TcpListener,
     path::{Path, PathBuf},
     process::{Command, Output},
     time::{Duration, Instant},
@@ -43,22 +41,6 @@ fn experiment(plugins: &Path, args: &[&str]) -> Output {
         .expect("running kernmlops experiment")
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn read_json(path: &Path) -> Value {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// A TCP port nothing listens on now.
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
 /// Processes whose command line contains `needle` (other than this one).
 fn processes_with(needle: &str) -> Vec<String> {
     let me = std::process::id().to_string();
@@ -86,22 +68,6 @@ fn runs(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default();
     v.sort();
     v
-}
-
-/// What the server role's collection saw: its `quanta_runtime` rows'
-/// process ids that are not among the processes its `process_trace` saw
-/// start or exec (none when it holds only what the server started), and
-/// the command names `process_trace` saw.
-fn server_view(collection: &Path) -> (BTreeSet<u64>, BTreeSet<String>) {
-    let trace = read_table(&collection.join("process_trace.arrow"));
-    let own: BTreeSet<u64> = column_u64(&trace, "tgid").into_iter().collect();
-    let names = column_str(&trace, "name").into_iter().flatten().collect();
-    let quanta = column_u64(
-        &read_table(&collection.join("quanta_runtime.arrow")),
-        "tgid",
-    );
-    let foreign = quanta.into_iter().filter(|t| !own.contains(t)).collect();
-    (foreign, names)
 }
 
 fn hostname() -> String {
@@ -188,7 +154,7 @@ fn root_roles_redis_server_and_client_run_locally_with_one_row_per_run() {
         assert_eq!(m["roles"]["server"]["filtered"], true, "{m}");
         assert_eq!(m["roles"]["client"]["filtered"], false, "{m}");
         assert_eq!(server["config"]["filter"]["cgroup_workload"], true);
-        let (foreign, names) = server_view(&run.join("server"));
+        let (foreign, names) = role_view(&run.join("server"));
         assert!(foreign.is_empty(), "rows of other processes: {foreign:?}");
         assert!(names.contains("redis-server"), "{names:?}");
         assert!(!names.contains("redis-benchmark"), "{names:?}");
@@ -274,7 +240,7 @@ print(json.dumps(df.to_dicts()))
     let run = &runs(&dir)[0];
     let m = read_json(&run.join("manifest.json"));
     assert_eq!(m["roles"]["server"]["filtered"], false, "{m}");
-    let (foreign, names) = server_view(&run.join("server"));
+    let (foreign, names) = role_view(&run.join("server"));
     assert!(names.contains("redis-benchmark"), "{names:?}");
     assert!(
         !foreign.is_empty(),

@@ -41,16 +41,6 @@ fn plugins(test: &str) -> PathBuf {
     )
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn read_json(path: &Path) -> Value {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 fn require_redis(test: &str) -> bool {
     require(test) && require_tool(test, "redis-server") && require_tool(test, "redis-benchmark")
 }
@@ -76,21 +66,6 @@ fn redis_example(work: &Path) -> PathBuf {
     assert!(text.contains("redis_server.sh\"") && !text.contains("\"./"));
     std::fs::write(&file, text).expect("experiment file");
     file
-}
-
-/// The server role's `quanta_runtime` process ids that are not among the
-/// processes its `process_trace` saw start or exec, and the command names
-/// it saw.
-fn server_view(collection: &Path) -> (BTreeSet<u64>, BTreeSet<String>) {
-    let trace = read_table(&collection.join("process_trace.arrow"));
-    let own: BTreeSet<u64> = column_u64(&trace, "tgid").into_iter().collect();
-    let names = column_str(&trace, "name").into_iter().flatten().collect();
-    let quanta = column_u64(
-        &read_table(&collection.join("quanta_runtime.arrow")),
-        "tgid",
-    );
-    let foreign = quanta.into_iter().filter(|t| !own.contains(t)).collect();
-    (foreign, names)
 }
 
 /// Waits until a run of `order` is under way (its server's collection
@@ -243,7 +218,7 @@ fn root_roles_slurm_server_and_client_on_two_nodes_and_a_cancelled_run_redone_wh
         // collection holds the server's processes alone.
         assert_eq!(m["roles"]["server"]["filtered"], true, "{id}: {m}");
         assert_eq!(m["roles"]["client"]["filtered"], false, "{id}: {m}");
-        let (foreign, names) = server_view(&run.join("server"));
+        let (foreign, names) = role_view(&run.join("server"));
         assert!(
             foreign.is_empty(),
             "{id}: rows of other processes: {foreign:?}"
