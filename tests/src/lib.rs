@@ -741,3 +741,24 @@ pub fn role_view(
     let foreign = quanta.into_iter().filter(|t| !own.contains(t)).collect();
     (foreign, names)
 }
+
+/// Processes whose command line contains every one of `needles` (other
+/// than this one), as `PID: command line`.
+pub fn processes_with(needles: &[&str]) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) || name == me {
+            continue;
+        }
+        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
+        if needles.iter().all(|n| cmdline.contains(n)) {
+            found.push(format!("{name}: {cmdline}"));
+        }
+    }
+    found
+}

@@ -19,9 +19,7 @@ use serde_json::Value;
 
 #[path = "support/slurm_cluster.rs"]
 mod slurm_cluster;
-use slurm_cluster::{
-    count, processes_with, require, submission_runs, submit, wait_for_states, Cluster,
-};
+use slurm_cluster::{count, require, submission_runs, submit, wait_for_states, Cluster};
 
 #[path = "support/build_fixture.rs"]
 mod build_fixture;

@@ -41,26 +41,6 @@ fn experiment(plugins: &Path, args: &[&str]) -> Output {
         .expect("running kernmlops experiment")
 }
 
-/// Processes whose command line contains `needle` (other than this one).
-fn processes_with(needle: &str) -> Vec<String> {
-    let me = std::process::id().to_string();
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) || name == me {
-            continue;
-        }
-        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
-        if cmdline.contains(needle) {
-            found.push(format!("{name}: {cmdline}"));
-        }
-    }
-    found
-}
-
 /// The run folders of an experiment.
 fn runs(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("runs"))
@@ -212,7 +192,7 @@ print(json.dumps(df.to_dicts()))
         );
     }
     // Every server was stopped with the run.
-    let left = processes_with(&format!("--port {port}"));
+    let left = processes_with(&[&format!("--port {port}")]);
     assert!(left.is_empty(), "left running: {left:?}");
 
     // filter = "none": the same kernel seen whole, the client's
@@ -246,7 +226,7 @@ print(json.dumps(df.to_dicts()))
         !foreign.is_empty(),
         "unfiltered, yet only the server's rows"
     );
-    let left = processes_with(&format!("--port {port}"));
+    let left = processes_with(&[&format!("--port {port}")]);
     assert!(left.is_empty(), "left running: {left:?}");
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&plugins);
@@ -329,7 +309,7 @@ fn root_roles_a_role_never_ready_fails_its_run_after_the_timeout_leaving_nothing
     assert_eq!(m["roles"]["server"]["stopped_by_run"], true, "{m}");
     assert!(!run_dirs[0].join("client").exists());
     let name = server.file_name().and_then(|n| n.to_str()).unwrap_or("?");
-    let left = processes_with(name);
+    let left = processes_with(&[name]);
     assert!(left.is_empty(), "left running: {left:?}");
     // results.parquet has the failed run's row with its reason.
     assert!(dir.join("results.parquet").is_file());
@@ -453,7 +433,7 @@ fn root_roles_ready_by_line_and_by_file_start_in_order_and_see_each_other() {
     listed.sort();
     assert_eq!(listed, ["client", "logger", "marker"]);
     for script in ["logger.sh", "marker.sh"] {
-        let left = processes_with(s(&work.join(script)));
+        let left = processes_with(&[s(&work.join(script))]);
         assert!(left.is_empty(), "left running: {left:?}");
     }
     let _ = std::fs::remove_dir_all(&work);

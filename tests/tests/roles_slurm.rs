@@ -26,8 +26,7 @@ use serde_json::Value;
 #[path = "support/slurm_cluster.rs"]
 mod slurm_cluster;
 use slurm_cluster::{
-    count, experiment, processes_with, require, submission_runs, submitted_job, wait_for_states,
-    Cluster,
+    count, experiment, require, submission_runs, submitted_job, wait_for_states, Cluster,
 };
 
 fn plugins(test: &str) -> PathBuf {

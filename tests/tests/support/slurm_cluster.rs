@@ -308,23 +308,3 @@ pub fn wait_for_states(
 pub fn count(by_id: &std::collections::BTreeMap<String, String>, state: &str) -> usize {
     by_id.values().filter(|s| *s == state).count()
 }
-
-/// Processes whose command line contains every one of `needles`.
-pub fn processes_with(needles: &[&str]) -> Vec<String> {
-    let me = std::process::id().to_string();
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) || name == me {
-            continue;
-        }
-        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
-        if needles.iter().all(|n| cmdline.contains(n)) {
-            found.push(format!("{name}: {cmdline}"));
-        }
-    }
-    found
-}
