@@ -209,6 +209,17 @@ impl Run {
         self.work = Some(work);
     }
 
+    /// Starts `cmd` (`what` names it in errors) as the workload, its
+    /// standard output and error in the output folder's `benchmark.*`
+    /// files, and keeps it as [`Run::start`] does.
+    pub fn start_captured(&mut self, cmd: std::process::Command, what: &str) -> Result<()> {
+        let out = self.output_dir()?;
+        let capture = workload::Capture::both(out.path(), "benchmark");
+        let work = Workload::spawn_captured(cmd, what, &capture)?;
+        self.start(work);
+        Ok(())
+    }
+
     /// Starts keeping `server`, a workload the benchmark's own loads;
     /// `kill` stops it after the workload.
     pub fn start_server(&mut self, server: Workload) -> &mut Workload {

@@ -16,7 +16,7 @@ use kernmlops_plugin_sdk::{
     export_plugin,
     indicator::Indicator,
     serde_json, settings,
-    workload::{self, Capture, Workload},
+    workload::{self, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
 use serde::Serialize;
@@ -277,10 +277,7 @@ impl BenchmarkImpl for StressNg {
             .arg("--yaml")
             .arg(&yaml)
             .args(&s.extra_args);
-        let capture = Capture::both(out.path(), "benchmark");
-        let work = Workload::spawn_captured(cmd, "stress-ng", &capture)?;
-        self.run.start(work);
-        Ok(())
+        self.run.start_captured(cmd, "stress-ng")
     }
 
     fn run(&mut self) -> &mut Run {
@@ -432,7 +429,6 @@ impl BenchmarkImpl for Fio {
         let dir = self.run.private_path_for_launch()?;
         let out = self.run.output_dir()?;
         let json = out.new_report(FIO_JSON, "fio")?;
-        let capture = Capture::both(out.path(), "benchmark");
         let s = &self.settings;
         let mut cmd = Command::new("fio");
         cmd.arg("--name=kernmlops")
@@ -447,9 +443,7 @@ impl BenchmarkImpl for Fio {
             .arg("--group_reporting")
             .arg("--output-format=json")
             .arg(format!("--output={}", json.display()));
-        let work = Workload::spawn_captured(cmd, "fio", &capture)?;
-        self.run.start(work);
-        Ok(())
+        self.run.start_captured(cmd, "fio")
     }
 
     fn run(&mut self) -> &mut Run {

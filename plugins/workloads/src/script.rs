@@ -16,7 +16,7 @@ use kernmlops_plugin_sdk::{
     serde_json::{self, Map, Value},
     settings,
     sys::duration::parse_duration,
-    workload::{Capture, OutputDir, Workload},
+    workload::{OutputDir, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
 
@@ -228,9 +228,7 @@ impl BenchmarkImpl for Script {
         cmd.args(&self.settings.command[1..])
             .envs(&self.env)
             .env("KML_OUTPUT_DIR", out.path());
-        let capture = Capture::both(out.path(), "benchmark");
-        let work = Workload::spawn_captured(cmd, &what, &capture)?;
-        self.run.start(work);
+        self.run.start_captured(cmd, &what)?;
         self.started = Some(Instant::now());
         Ok(())
     }

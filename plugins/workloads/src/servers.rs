@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use kernmlops_plugin_sdk::{
     benchmark::{MachineSettings, Run},
     serde_json, settings,
-    workload::{self, Capture, Workload},
+    workload::{self, Workload},
     BenchmarkImpl, Result, StartArgs,
 };
 
@@ -115,11 +115,7 @@ impl BenchmarkImpl for Redis {
 
         let s = &self.settings;
         let cmd = redis_benchmark("127.0.0.1", p, s.requests, s.clients, &s.tests);
-        let out = self.run.output_dir()?;
-        let capture = Capture::both(out.path(), "benchmark");
-        let client = Workload::spawn_captured(cmd, "redis-benchmark", &capture)?;
-        self.run.start(client);
-        Ok(())
+        self.run.start_captured(cmd, "redis-benchmark")
     }
 
     fn run(&mut self) -> &mut Run {
@@ -214,11 +210,7 @@ impl BenchmarkImpl for Memcached {
         self.run.start_server(server);
 
         let cmd = memcslap("127.0.0.1", p, &s.test, s.concurrency, s.execute_number);
-        let out = self.run.output_dir()?;
-        let capture = Capture::both(out.path(), "benchmark");
-        let client = Workload::spawn_captured(cmd, "memcslap", &capture)?;
-        self.run.start(client);
-        Ok(())
+        self.run.start_captured(cmd, "memcslap")
     }
 
     fn run(&mut self) -> &mut Run {

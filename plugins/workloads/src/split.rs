@@ -336,11 +336,7 @@ impl BenchmarkImpl for RedisLoad {
         let (host, port) = load_address(&s.host, s.port, &s.server_role, REDIS_PORT)?;
         let cmd = redis_benchmark(&host, port, s.requests, s.clients, &s.tests);
         self.address = Some((host, port));
-        let out = self.run.output_dir()?;
-        let capture = Capture::both(out.path(), "benchmark");
-        let client = Workload::spawn_captured(cmd, "redis-benchmark", &capture)?;
-        self.run.start(client);
-        Ok(())
+        self.run.start_captured(cmd, "redis-benchmark")
     }
 
     fn run(&mut self) -> &mut Run {
@@ -533,11 +529,7 @@ impl BenchmarkImpl for MemcachedLoad {
         let (host, port) = load_address(&s.host, s.port, &s.server_role, MEMCACHED_PORT)?;
         let cmd = memcslap(&host, port, &s.test, s.concurrency, s.execute_number);
         self.address = Some((host, port));
-        let out = self.run.output_dir()?;
-        let capture = Capture::both(out.path(), "benchmark");
-        let client = Workload::spawn_captured(cmd, "memcslap", &capture)?;
-        self.run.start(client);
-        Ok(())
+        self.run.start_captured(cmd, "memcslap")
     }
 
     fn run(&mut self) -> &mut Run {

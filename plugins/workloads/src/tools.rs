@@ -11,9 +11,7 @@ use std::{
 
 use kernmlops_plugin_sdk::{
     benchmark::{MachineSettings, Run},
-    serde_json, settings,
-    workload::{self, Capture, Workload},
-    BenchmarkImpl, Error, Result, StartArgs,
+    serde_json, settings, workload, BenchmarkImpl, Error, Result, StartArgs,
 };
 
 use crate::{at_least_one, indicator, reports, run_to_end};
@@ -116,11 +114,7 @@ impl BenchmarkImpl for LinuxBuild {
             .arg(&self.settings.source_dir)
             .arg(format!("-j{}", self.jobs()))
             .arg(&self.settings.target);
-        let out = self.run.output_dir()?;
-        let capture = Capture::both(out.path(), "benchmark");
-        let work = Workload::spawn_captured(cmd, "make (linux_build)", &capture)?;
-        self.run.start(work);
-        Ok(())
+        self.run.start_captured(cmd, "make (linux_build)")
     }
 
     fn run(&mut self) -> &mut Run {
@@ -219,11 +213,7 @@ impl BenchmarkImpl for Gap {
             .arg(self.settings.scale.to_string())
             .arg("-n")
             .arg(self.settings.trials.to_string());
-        let out = self.run.output_dir()?;
-        let capture = Capture::both(out.path(), "benchmark");
-        let work = Workload::spawn_captured(cmd, "gap pr", &capture)?;
-        self.run.start(work);
-        Ok(())
+        self.run.start_captured(cmd, "gap pr")
     }
 
     fn run(&mut self) -> &mut Run {
