@@ -23,6 +23,15 @@ struct {
 	__type(value, struct trace_slot);
 } trace_slots SEC(".maps");
 
+#define TRACE_STAGE_BYTES 8192
+
+/* Staged output (below). Set by user space before load: 0 where the host
+ * cannot run the flush on a chosen CPU; the batch limit (at most
+ * TRACE_STAGE_BYTES). Ahead of the plans: on the cache lines the filters
+ * and a first slot's plan share. */
+const volatile __u32 trace_stage_on = 0;
+const volatile __u32 trace_stage_limit = TRACE_STAGE_BYTES;
+
 /* The fetch plans again, as read-only data written before load, for the
  * raw tracepoint programs (one per slot): their verifier knows every value. */
 const volatile struct trace_slot trace_plan[TRACE_MAX_SLOTS] = {};
@@ -98,12 +107,7 @@ struct {
  * interrupt on the same CPU) or off sends the record straight to the
  * ring. */
 #define TRACE_STAGE_SLOTS 8
-#define TRACE_STAGE_BYTES 8192
 
-/* Set by user space before load: 0 where the host cannot run the flush on
- * a chosen CPU; the batch limit (at most TRACE_STAGE_BYTES). */
-const volatile __u32 trace_stage_on = 0;
-const volatile __u32 trace_stage_limit = TRACE_STAGE_BYTES;
 
 struct kml_stage_head {
 	__u32 busy;
@@ -150,6 +154,63 @@ static __always_inline void count(void *map, __u32 slot)
 	count_n(map, slot, 1);
 }
 
+/* Kernel memory read with plain loads where the kernel allows them: a
+ * pointer cast with bpf_rdonly_cast(, 0) is read-only memory whose loads
+ * the JIT guards (a faulting load gives zero, as a failed helper read
+ * leaves zeros), so a field costs a load, not a helper call. Before
+ * Linux 6.17 (no cast to void) the reads are helper calls. */
+extern void *bpf_rdonly_cast(const void *obj__ign, __u32 btf_id__k) __ksym __weak;
+
+static __always_inline bool plain_loads(void)
+{
+	return bpf_core_enum_value_exists(enum bpf_features, BPF_FEAT_RDONLY_CAST_TO_VOID);
+}
+
+/* The u64 at kernel address `src` (0 where it cannot be read); `*ok`:
+ * false where the helper read failed (a faulting plain load cannot tell,
+ * but gives 0, and every read through 0 fails too). */
+static __always_inline __u64 load_u64(__u64 src, bool *ok)
+{
+	__u64 v = 0;
+
+	if (plain_loads())
+		return *(const __u64 *)bpf_rdonly_cast((void *)src, 0);
+	*ok = !bpf_probe_read_kernel(&v, sizeof(v), (void *)src);
+	return v;
+}
+
+/* Copies `size` bytes (at most 16) of kernel memory at `src` to `dst` with
+ * plain loads, widest first; false: not possible here (old kernel, a
+ * larger read), use the helper. */
+static __always_inline bool load_small(__u8 *dst, __u32 size, __u64 src)
+{
+	const __u8 *p;
+	__u32 at = 0;
+
+	if (!plain_loads() || size > 16)
+		return false;
+	p = bpf_rdonly_cast((void *)src, 0);
+	if (size >= 8) {
+		*(__u64 *)dst = *(const __u64 *)p;
+		at = 8;
+	}
+	if (size - at >= 8) {
+		*(__u64 *)(dst + 8) = *(const __u64 *)(p + 8);
+		at = 16;
+	}
+	if (size - at >= 4) {
+		*(__u32 *)(dst + at) = *(const __u32 *)(p + at);
+		at += 4;
+	}
+	if (size - at >= 2) {
+		*(__u16 *)(dst + at) = *(const __u16 *)(p + at);
+		at += 2;
+	}
+	if (size - at >= 1)
+		dst[at] = p[at];
+	return true;
+}
+
 static __always_inline long read_mem(void *dst, __u32 size, __u64 src, bool user)
 {
 	if (user)
@@ -171,6 +232,27 @@ static __always_inline void zero(void *dst, __u32 size)
 	bpf_probe_read_kernel(dst, size, (void *)0);
 }
 
+/* Stores the low `size` bytes (at most 8) of `v` at `dst`. */
+static __always_inline void store_value(__u8 *dst, __u32 size, __u64 v)
+{
+	switch (size) {
+	case 8:
+		*(__u64 *)dst = v;
+		break;
+	case 4:
+		*(__u32 *)dst = v;
+		break;
+	case 2:
+		*(__u16 *)dst = v;
+		break;
+	case 1:
+		*dst = v;
+		break;
+	default:
+		bpf_probe_read_kernel(dst, size, &v);
+	}
+}
+
 /* Does fetch `f` from base value `v` into `rec`. `f` is a plan in the
  * `trace_slots` map (values the verifier does not know) or in `trace_plan`
  * (read-only data: values it knows, so it keeps only the path `f` takes). */
@@ -178,7 +260,7 @@ static __always_inline void fetch(const volatile struct trace_fetch *f, __u8 *re
 {
 	__u64 p = 0, src;
 	__u32 out, size, k, n;
-	bool user, truncated = false;
+	bool user, ok, truncated = false;
 	long got;
 
 	user = f->user;
@@ -190,7 +272,9 @@ static __always_inline void fetch(const volatile struct trace_fetch *f, __u8 *re
 			break;
 		/* Pointer chains run through kernel memory; `user` is for the
 		 * final read (a syscall's string argument, a uprobe's). */
-		if (read_mem(&p, sizeof(p), v + f->derefs[k], false)) {
+		ok = true;
+		p = load_u64(v + f->derefs[k], &ok);
+		if (!ok) {
 			zero(rec + out, size);
 			return;
 		}
@@ -201,14 +285,17 @@ static __always_inline void fetch(const volatile struct trace_fetch *f, __u8 *re
 	case TRACE_OP_VALUE:
 		if (size > 8)
 			size = 8;
-		bpf_probe_read_kernel(rec + out, size, &v);
+		store_value(rec + out, size, v);
 		break;
 	case TRACE_OP_LOAD:
 	case TRACE_OP_STR_INLINE:
-		read_mem(rec + out, size, src, false);
+		if (!load_small(rec + out, size, src))
+			read_mem(rec + out, size, src, false);
 		break;
 	case TRACE_OP_STR_PTR:
-		if (read_mem(&p, sizeof(p), src, false)) {
+		ok = true;
+		p = load_u64(src, &ok);
+		if (!ok) {
 			zero(rec + out, size);
 			break;
 		}
@@ -357,8 +444,14 @@ static __always_inline void build(const volatile struct trace_slot *slot, struct
 	*(__u32 *)(rec + 12) = task->tgid;
 	*(__u32 *)(rec + 16) = bpf_get_smp_processor_id();
 	*(__u16 *)(rec + TRACE_SLOT_OFFSET) = id;
-	if (slot->flags & TRACE_COMM)
-		bpf_get_current_comm(rec + (slot->comm_out & (TRACE_MAX_RECORD - 1)), 16);
+	if (slot->flags & TRACE_COMM) {
+		__u8 *comm = rec + (slot->comm_out & (TRACE_MAX_RECORD - 1));
+
+		/* The kernel pads comm with zeros (strscpy_pad) as the helper
+		 * does, on every kernel with plain loads. */
+		if (!load_small(comm, 16, (__u64)task->comm))
+			bpf_get_current_comm(comm, 16);
+	}
 	if (!raw_plan) {
 		if (slot->nfields) {
 			/* Not read-only data here: a `trace_slots` map value. */
@@ -398,6 +491,16 @@ static __always_inline void stage_send(struct kml_stage_head *h, struct trace_st
 	h->batches += 1;
 }
 
+/* Sends a full stage, waking the consumer past the ring's fill threshold.
+ * Rare (once a batch): a call, so its code is off the lines each event
+ * runs through. */
+static __noinline int stage_send_full(struct kml_stage_head *h, struct trace_stage_data *d,
+				      __u32 len, __u32 size, __u32 id)
+{
+	stage_send(h, d, len, size, id, kml_fill_flag(&trace_ring, 0));
+	return 0;
+}
+
 /* A staged record: where it goes, and its stage, taken. */
 struct staged {
 	struct kml_stage_head *h;
@@ -426,7 +529,7 @@ static __always_inline bool stage_begin(const volatile struct trace_slot *slot, 
 	if (len > limit - size) {
 		/* Never with one record size per slot (a full batch is sent
 		 * at the end); bounds `len` for the verifier. */
-		stage_send(st->h, st->d, len, size, id, kml_fill_flag(&trace_ring, 0));
+		stage_send_full(st->h, st->d, len, size, id);
 		len = 0;
 	}
 	st->h->len = len;
@@ -444,7 +547,7 @@ static __always_inline void stage_end(const volatile struct trace_slot *slot, __
 	if (limit == 0 || limit > TRACE_STAGE_BYTES)
 		limit = TRACE_STAGE_BYTES;
 	if (len + size > limit) {
-		stage_send(st->h, st->d, len, size, id, kml_fill_flag(&trace_ring, 0));
+		stage_send_full(st->h, st->d, len, size, id);
 		len = 0;
 	}
 	st->h->len = len;
@@ -554,8 +657,26 @@ static __always_inline struct kml_trace_scratch *scratch(void)
 	return bpf_map_lookup_elem(&trace_scratch, &zero_key);
 }
 
+/* A raw plan's row built outside the stage (a count, a stage taken or
+ * off), then counted or sent: a call, so the staged path's code stays
+ * short. */
+static __noinline int emit_unstaged_raw(const volatile struct trace_slot *slot,
+					struct task_struct *task, __u32 id,
+					struct bpf_raw_tracepoint_args *raw)
+{
+	struct kml_trace_scratch *s = scratch();
+
+	if (!s)
+		return 0;
+	build(slot, task, id, s->buf.rec, NULL, 0, 2, bpf_ktime_get_boot_ns(), raw, true);
+	finish(s, s->buf.rec, slot, id);
+	return 0;
+}
+
 /* One row per event, built now: in place in the stage where it can be
- * (`raw`: see build). */
+ * (`raw`: see build). A raw plan reads no scratch arguments: its caller
+ * passes no scratch `s`, looked up here only for a record built outside
+ * the stage. */
 static __always_inline void emit(struct kml_trace_scratch *s, const volatile struct trace_slot *slot,
 				 struct task_struct *task, __u32 id,
 				 struct bpf_raw_tracepoint_args *raw, const bool raw_plan)
@@ -563,13 +684,17 @@ static __always_inline void emit(struct kml_trace_scratch *s, const volatile str
 	struct staged st;
 
 	if (!(slot->flags & TRACE_COUNT) && stage_begin(slot, id, &st)) {
-		build(slot, task, id, st.rec, s->args, s->ret, 2, bpf_ktime_get_boot_ns(), raw,
-		      raw_plan);
+		build(slot, task, id, st.rec, raw_plan ? NULL : s->args, raw_plan ? 0 : s->ret, 2,
+		      bpf_ktime_get_boot_ns(), raw, raw_plan);
 		stage_end(slot, id, &st);
 		return;
 	}
-	build(slot, task, id, s->buf.rec, s->args, s->ret, 2, bpf_ktime_get_boot_ns(), raw,
-		      raw_plan);
+	if (raw_plan) {
+		emit_unstaged_raw(slot, task, id, raw);
+		return;
+	}
+	build(slot, task, id, s->buf.rec, s->args, s->ret, 2, bpf_ktime_get_boot_ns(), NULL,
+	      false);
 	finish(s, s->buf.rec, slot, id);
 }
 
@@ -680,11 +805,10 @@ static __always_inline int raw_slot_body(struct bpf_raw_tracepoint_args *ctx, co
 {
 	const volatile struct trace_slot *plan = &trace_plan[id];
 	struct task_struct *task;
-	struct kml_trace_scratch *s;
 
-	if (!(task = wanted()) || !(s = scratch()))
+	if (!(task = wanted()))
 		return 0;
-	emit(s, plan, task, id, ctx, true);
+	emit(NULL, plan, task, id, ctx, true);
 	return 0;
 }
 
