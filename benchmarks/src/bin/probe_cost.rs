@@ -19,19 +19,13 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::{median, release_host, run_checked, sched_pipe, workspace, Collecting};
+use common::{program_costs, Scratch};
+use kernmlops_benchmarks::{median, release_host, run_checked, sched_pipe};
+
+mod common;
 
 /// Seconds of fio random reads per run.
 const FIO_SECONDS: u32 = 6;
-
-/// A folder removed when dropped, whatever happened.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn fio(dir: &Path, extra: &[&str]) -> Result<()> {
     run_checked(
@@ -95,42 +89,6 @@ impl Drop for TestCgroup {
     }
 }
 
-/// One run of `plugin` around `workload`: (program, events, ns per event).
-fn run_once(
-    bin: &Path,
-    out: &Path,
-    plugin: &str,
-    extra: &[&std::ffi::OsStr],
-    workload: &dyn Fn() -> Result<()>,
-) -> Result<Vec<(String, u64, f64)>> {
-    let mut run = Command::new(bin);
-    run.args(["run", "--plugins", plugin, "--plugin-dir"])
-        .arg(workspace().join("plugins"))
-        .arg("--output")
-        .arg(out)
-        .args(extra);
-    let collecting = Collecting::start(run)?;
-    let done = workload();
-    collecting.interrupt();
-    let man = collecting.wait()?.manifest;
-    done?;
-    let programs = man["collector_overhead"]["programs"]
-        .as_array()
-        .context("no collector_overhead.programs in the manifest")?;
-    Ok(programs
-        .iter()
-        .filter(|p| p["probe"] == plugin)
-        .filter_map(|p| {
-            Some((
-                p["program"].as_str()?.to_owned(),
-                p["events"].as_u64()?,
-                p["ns_per_event"].as_f64()?,
-            ))
-        })
-        .filter(|(name, events, _)| name != "kml_flush" && *events > 0)
-        .collect())
-}
-
 fn report(plugin: &str, what: &str, runs: &[Vec<(String, u64, f64)>]) {
     let mut per_program: BTreeMap<&str, (Vec<f64>, Vec<u64>)> = BTreeMap::new();
     for run in runs {
@@ -192,12 +150,18 @@ fn main() -> Result<()> {
     let read = || fio(&files, &["--rw=randread", "--time_based", &runtime]);
     let mut block = Vec::new();
     for _ in 0..runs {
-        block.push(run_once(&bin, &data, "block_io", &[], &read)?);
+        block.push(program_costs(&bin, &data, "block_io", &[], &read)?);
     }
     report("block_io", "fio 4 KiB direct random reads, 2 jobs", &block);
     let mut rss = Vec::new();
     for _ in 0..runs {
-        rss.push(run_once(&bin, &data, "mm_rss_stat", &[], &touch_memory)?);
+        rss.push(program_costs(
+            &bin,
+            &data,
+            "mm_rss_stat",
+            &[],
+            &touch_memory,
+        )?);
     }
     report(
         "mm_rss_stat",
@@ -217,7 +181,7 @@ fn main() -> Result<()> {
     ] {
         let mut quanta = Vec::new();
         for _ in 0..runs {
-            quanta.push(run_once(
+            quanta.push(program_costs(
                 &bin,
                 &data,
                 "quanta_runtime",

@@ -21,27 +21,22 @@
 //! (`--cost-only`: part (a) only).
 
 use std::{
+    ffi::OsStr,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
+use common::{program_costs, Scratch};
 use kernmlops_benchmarks::{median, release_host, run_checked, sched_pipe, workspace, Collecting};
+
+mod common;
 
 /// Pipe round trips per measured `perf bench sched pipe`.
 const PIPE_LOOPS: u32 = 200_000;
 /// Execs per exec workload.
 const EXECS: usize = 400;
-
-/// A folder removed when dropped.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A child killed and reaped when dropped.
 struct Child(std::process::Child);
@@ -74,27 +69,14 @@ fn cost_once(
     program: &str,
     workload: &dyn Fn() -> Result<()>,
 ) -> Result<(u64, f64)> {
-    let mut run = Command::new(bin);
-    if let Some(c) = config {
-        run.arg("--config").arg(c);
-    }
-    run.args(["run", "--plugins", probe, "--plugin-dir"])
-        .arg(workspace().join("plugins"))
-        .arg("--output")
-        .arg(out);
-    let collecting = Collecting::start(run)?;
-    let done = workload();
-    collecting.interrupt();
-    let man = collecting.wait()?.manifest;
-    done?;
-    let programs = man["collector_overhead"]["programs"]
-        .as_array()
-        .context("no collector_overhead.programs in the manifest")?;
-    programs
-        .iter()
-        .filter(|p| p["probe"] == probe)
-        .filter(|p| p["program"].as_str().is_some_and(|n| n.contains(program)))
-        .filter_map(|p| Some((p["events"].as_u64()?, p["ns_per_event"].as_f64()?)))
+    let extra = match config {
+        Some(c) => vec![OsStr::new("--config"), c.as_os_str()],
+        None => Vec::new(),
+    };
+    program_costs(bin, out, probe, &extra, workload)?
+        .into_iter()
+        .filter(|(name, _, _)| name.contains(program))
+        .map(|(_, events, ns)| (events, ns))
         .max_by_key(|(events, _)| *events)
         .with_context(|| format!("{probe}: no program {program} ran"))
 }
@@ -129,52 +111,54 @@ fn timed_pipe() -> Result<f64> {
 /// Starts `bpftrace` printing each switch's prev and next pid and prev
 /// state (to a file), once it records.
 fn bpftrace(out: &Path) -> Result<Child> {
-    let mut child = Child(
-        Command::new("bpftrace")
-            .args([
-                "-e",
-                "tracepoint:sched:sched_switch { printf(\"%d %d %d\\n\", args->prev_pid, args->next_pid, args->prev_state); }",
-                "-o",
-            ])
-            .arg(out)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting bpftrace")?,
-    );
     // Switches are many a second: past its "Attaching 1 probe..." line the
     // file grows as soon as it records.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::metadata(out).map_or(0, |m| m.len()) < 4096 {
-        if let Some(status) = child.0.try_wait()? {
-            bail!("bpftrace exited ({status}) before recording");
-        }
-        if Instant::now() > deadline {
-            bail!("bpftrace did not start recording in 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(child)
+    start_recorder(
+        "bpftrace",
+        &[
+            "-e",
+            "tracepoint:sched:sched_switch { printf(\"%d %d %d\\n\", args->prev_pid, args->next_pid, args->prev_state); }",
+            "-o",
+        ],
+        out,
+        4096,
+    )
 }
 
 /// Starts `perf record -e sched:sched_switch` system-wide into `out`.
 fn perf_record(out: &Path) -> Result<Child> {
-    let child = Child(
-        Command::new("perf")
-            .args(["record", "-q", "-a", "-e", "sched:sched_switch", "-o"])
+    // perf has no readiness signal: its file grows past the header once
+    // it records.
+    let child = start_recorder(
+        "perf",
+        &["record", "-q", "-a", "-e", "sched:sched_switch", "-o"],
+        out,
+        1,
+    )?;
+    std::thread::sleep(Duration::from_millis(500));
+    Ok(child)
+}
+
+/// Starts `program` with `args` and then `out`, its output file, quiet;
+/// returns once it has written `min_len` bytes there (it records), within
+/// 60 s.
+fn start_recorder(program: &str, args: &[&str], out: &Path, min_len: u64) -> Result<Child> {
+    let mut child = Child(
+        Command::new(program)
+            .args(args)
             .arg(out)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .context("starting perf record")?,
+            .with_context(|| format!("starting {program}"))?,
     );
-    // perf has no readiness signal: its file grows past the header once
-    // it records.
     let deadline = Instant::now() + Duration::from_secs(60);
-    std::thread::sleep(Duration::from_millis(500));
-    while std::fs::metadata(out).map_or(0, |m| m.len()) == 0 {
+    while std::fs::metadata(out).map_or(0, |m| m.len()) < min_len {
+        if let Some(status) = child.0.try_wait()? {
+            bail!("{program} exited ({status}) before recording");
+        }
         if Instant::now() > deadline {
-            bail!("perf record did not start in 60 s");
+            bail!("{program} did not start recording in 60 s");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
