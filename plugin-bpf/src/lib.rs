@@ -347,6 +347,28 @@ macro_rules! settings {
     };
 }
 
+/// Defines `mod skel`, the libbpf-cargo skeleton of `src/bpf/<plugin>.bpf.c`
+/// that `kernmlops-plugin-build` generated into the calling crate's
+/// `OUT_DIR`. [`bpf_probe!`] defines it; a probe implementing `ProbeImpl`
+/// itself over its skeleton uses this macro alone.
+#[macro_export]
+macro_rules! bpf_skel {
+    () => {
+        /// The probe's libbpf-cargo skeleton, generated into `OUT_DIR`.
+        #[allow(
+            clippy::all,
+            clippy::undocumented_unsafe_blocks,
+            dead_code,
+            missing_docs,
+            non_camel_case_types,
+            unused_imports
+        )]
+        pub mod skel {
+            include!(concat!(env!("OUT_DIR"), "/kml_skel.rs"));
+        }
+    };
+}
+
 /// Declares a BPF probe over the skeleton of `src/bpf/<plugin>.bpf.c` (built
 /// by `kernmlops-plugin-build`): its name, description, optional settings
 /// type and custom hooks, and its tables, each with its ring buffer map,
@@ -376,18 +398,7 @@ macro_rules! bpf_probe {
             ),+ $(,)?
         ] $(,)?
     ) => {
-        /// The probe's libbpf-cargo skeleton, generated into `OUT_DIR`.
-        #[allow(
-            clippy::all,
-            clippy::undocumented_unsafe_blocks,
-            dead_code,
-            missing_docs,
-            non_camel_case_types,
-            unused_imports
-        )]
-        pub mod skel {
-            include!(concat!(env!("OUT_DIR"), "/kml_skel.rs"));
-        }
+        $crate::bpf_skel!();
 
         $crate::__bpf_probe_type!($probe $(, $custom)?);
 

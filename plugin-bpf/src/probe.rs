@@ -553,10 +553,7 @@ impl<P: BpfHooks> ProbeImpl for BpfProbe<P> {
         // Dropping a link detaches its program; the rings stay for the last
         // drain, which takes the partial batches sent here.
         self.links.clear();
-        match self.stages.as_mut() {
-            Some(stages) => stages.flush_all(),
-            None => Ok(()),
-        }
+        crate::stage::flush_all(self.stages.as_mut())
     }
 
     fn tables(&self) -> Vec<TableDecl> {

@@ -248,6 +248,12 @@ impl Stages {
     }
 }
 
+/// [`Stages::flush_all`] for a probe whose records may not be staged
+/// (`None`: nothing to send).
+pub fn flush_all(stages: Option<&mut Stages>) -> Result<()> {
+    stages.map_or(Ok(()), Stages::flush_all)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -613,21 +613,14 @@ fn count_table(
 mod tests {
     use super::*;
     use crate::{
-        plan::{plan_event, Options, Sources},
+        plan::{plan_event, tests::test_format, Options, Sources},
         spec::parse_event,
     };
 
     fn laid(s: &str, comm: bool) -> Laid {
-        let format = |_: &str, event: &str| {
-            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/data")
-                .join(format!("{event}.format"));
-            let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-            crate::format::parse(&text).map_err(|e| e.to_string())
-        };
         let src = Sources {
             btf: None,
-            format: &format,
+            format: &test_format,
         };
         let plan =
             plan_event(&parse_event(s).expect("spec"), &src, Options::default()).expect("plan");
@@ -741,16 +734,9 @@ mod tests {
 
     #[test]
     fn a_count_key_longer_than_the_map_key_is_refused() {
-        let format = |_: &str, event: &str| {
-            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/data")
-                .join(format!("{event}.format"));
-            let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-            crate::format::parse(&text).map_err(|e| e.to_string())
-        };
         let src = Sources {
             btf: None,
-            format: &format,
+            format: &test_format,
         };
         let spec = parse_event("sched:sched_process_exec count by=filename,comm").expect("spec");
         let plan = plan_event(&spec, &src, Options { string_bytes: 256 }).expect("plan");

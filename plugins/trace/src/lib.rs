@@ -16,7 +16,7 @@ use std::{
     collections::HashMap,
     mem::MaybeUninit,
     os::fd::AsFd,
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -42,18 +42,7 @@ use crate::{
     spec::{EventSpec, Kind, LongEvent, Target},
 };
 
-/// The probe's libbpf-cargo skeleton, generated into `OUT_DIR`.
-#[allow(
-    clippy::all,
-    clippy::undocumented_unsafe_blocks,
-    dead_code,
-    missing_docs,
-    non_camel_case_types,
-    unused_imports
-)]
-pub mod skel {
-    include!(concat!(env!("OUT_DIR"), "/kml_skel.rs"));
-}
+kernmlops_plugin_bpf::bpf_skel!();
 
 /// What the probe traces when the settings name no event and no preset: a
 /// quiet event every machine has, so `kernmlops check` and a bare
@@ -141,6 +130,18 @@ fn refuse_kernel_function(spec: &EventSpec) -> Error {
 
 use kernmlops_plugin_sdk::sys::features as kernmlops_sys_features;
 
+/// The names of the folders in `dir` (none where it cannot be read).
+fn subfolders(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Plans every event of the settings (their own, their presets', or the
 /// default), refusing one whose kind this kernel cannot attach; returns
 /// the plans and notes (fields and preset events left out).
@@ -169,23 +170,9 @@ pub fn plan_all(config: &Config) -> Result<(Vec<EventPlan>, Vec<String>)> {
             "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)".to_owned()
         })?;
         if !check::tracepoint_exists(&root, system, event) {
-            let names = std::fs::read_dir(root.join("events").join(system))
-                .map(|d| {
-                    d.flatten()
-                        .filter(|e| e.path().is_dir())
-                        .filter_map(|e| e.file_name().into_string().ok())
-                        .collect::<Vec<_>>()
-                })
-                .unwrap_or_default();
+            let names = subfolders(&root.join("events").join(system));
             return Err(if names.is_empty() {
-                let systems = std::fs::read_dir(root.join("events"))
-                    .map(|d| {
-                        d.flatten()
-                            .filter(|e| e.path().is_dir())
-                            .filter_map(|e| e.file_name().into_string().ok())
-                            .collect::<Vec<_>>()
-                    })
-                    .unwrap_or_default();
+                let systems = subfolders(&root.join("events"));
                 format!(
                     "no tracepoint system {system}; nearest: {}",
                     plan::nearest(system, systems.iter().map(String::as_str), 8)
@@ -1111,10 +1098,7 @@ impl ProbeImpl for Trace {
         // The drain after the stop closes every count event's last interval
         // and takes the partial batches sent here.
         self.stopped = true;
-        match self.stages.as_mut() {
-            Some(stages) => stages.flush_all(),
-            None => Ok(()),
-        }
+        stage::flush_all(self.stages.as_mut())
     }
 
     fn tables(&self) -> Vec<TableDecl> {

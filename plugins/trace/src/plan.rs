@@ -816,6 +816,26 @@ fn enum_fetch(btf: &Btf, leaf: &Leaf<'_>) -> Result<Fetch, String> {
     Ok(f)
 }
 
+/// Argument `arg` (or the return value) itself, 64 bits, as column
+/// `column`.
+fn arg_value(column: &str, arg: u8, user: bool, description: String) -> Fetch {
+    Fetch {
+        column: column.to_owned(),
+        arg,
+        derefs: Vec::new(),
+        last: 0,
+        op: Op::Value,
+        size: 8,
+        user,
+        ty: ColType::Int {
+            size: 8,
+            signed: false,
+        },
+        description,
+        truncatable: false,
+    }
+}
+
 /// Untyped arguments (raw_tp, kprobe, uprobe): `argN` as u64,
 /// `str(argN)`, and `ret`.
 fn plan_untyped(plan: &mut EventPlan, opts: Options) -> Result<(), String> {
@@ -848,51 +868,34 @@ fn plan_untyped(plan: &mut EventPlan, opts: Options) -> Result<(), String> {
         let arg = u8::try_from(i).map_err(|_| "argument index too large".to_owned())?;
         plan.fetches.push(if f.string {
             Fetch {
-                column: f.column.clone(),
-                arg,
-                derefs: Vec::new(),
-                last: 0,
                 op: Op::StrValue,
                 size: opts.string_bytes,
-                user,
                 ty: ColType::Str(opts.string_bytes),
-                description: format!("string at argument {i}"),
                 truncatable: true,
+                ..arg_value(&f.column, arg, user, format!("string at argument {i}"))
             }
         } else {
-            Fetch {
-                column: f.column.clone(),
+            arg_value(
+                &f.column,
                 arg,
-                derefs: Vec::new(),
-                last: 0,
-                op: Op::Value,
-                size: 8,
                 user,
-                ty: ColType::Int {
-                    size: 8,
-                    signed: false,
-                },
-                description: format!("argument {i} (64 bits, untyped)"),
-                truncatable: false,
-            }
+                format!("argument {i} (64 bits, untyped)"),
+            )
         });
     }
     // A joined event (latency) has its exit at hand: its return value too.
     if plan.spec.ret || plan.spec.latency || plan.spec.kind.is_return() {
         plan.fetches.push(Fetch {
-            column: "ret".into(),
-            arg: ARG_RET,
-            derefs: Vec::new(),
-            last: 0,
-            op: Op::Value,
-            size: 8,
-            user,
             ty: ColType::Int {
                 size: 8,
                 signed: true,
             },
-            description: "return value (64 bits, untyped)".into(),
-            truncatable: false,
+            ..arg_value(
+                "ret",
+                ARG_RET,
+                user,
+                "return value (64 bits, untyped)".into(),
+            )
         });
     }
     if plan.fetches.iter().filter(|f| f.column == "ret").count() > 1 {
@@ -902,7 +905,7 @@ fn plan_untyped(plan: &mut EventPlan, opts: Options) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::OnceLock;
 
     use super::*;
@@ -913,7 +916,8 @@ mod tests {
         BTF.get_or_init(|| Btf::vmlinux().expect("this kernel's BTF"))
     }
 
-    fn test_format(system: &str, event: &str) -> Result<Format, String> {
+    /// The format of `event` from the test data (`tests/data/<event>.format`).
+    pub(crate) fn test_format(system: &str, event: &str) -> Result<Format, String> {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/data")
             .join(format!("{event}.format"));

@@ -1016,37 +1016,37 @@ mod tests {
         })
         .expect("long exit");
         assert!(long.exit.is_some() && !long.count);
+        let long = |event: &str| LongEvent {
+            event: event.into(),
+            ..LongEvent::default()
+        };
         for (l, needle) in [
             (
                 LongEvent {
-                    event: "sched:sched_switch".into(),
                     mode: Some("tally".into()),
-                    ..LongEvent::default()
+                    ..long("sched:sched_switch")
                 },
                 "the modes are",
             ),
             (
                 LongEvent {
-                    event: "sched:sched_switch".into(),
                     by: vec!["tgid".into()],
-                    ..LongEvent::default()
+                    ..long("sched:sched_switch")
                 },
                 "for count mode",
             ),
             (
                 LongEvent {
-                    event: "sched:sched_switch".into(),
                     mode: Some("rows".into()),
                     count: true,
-                    ..LongEvent::default()
+                    ..long("sched:sched_switch")
                 },
                 "disagree",
             ),
             (
                 LongEvent {
-                    event: "sched:sched_switch count by=tgid".into(),
                     by: vec!["pid".into()],
-                    ..LongEvent::default()
+                    ..long("sched:sched_switch count by=tgid")
                 },
                 "by is given",
             ),

@@ -761,6 +761,14 @@ static __always_inline void join_exit(struct kml_trace_scratch *s, struct trace_
 	bpf_map_delete_elem(&trace_inflight, &key);
 }
 
+/* An event of the slot `id` (a plan in `trace_slots`): its plan, the
+ * current task and the scratch, when its events pass the filters. */
+static __always_inline bool begin(__u32 id, struct trace_slot **slot, struct task_struct **task,
+				  struct kml_trace_scratch **s)
+{
+	return (*slot = slot_of(id)) && (*task = wanted()) && (*s = scratch());
+}
+
 /* One tracepoint takes a program once: events sharing a tracepoint (a
  * pair's exit, the same tracepoint counted and recorded) attach copies,
  * TRACE_COPIES of them; user space loads only the copies it needs. */
@@ -768,11 +776,11 @@ static __always_inline int tp_body(void *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 id = cookie & (TRACE_EXIT_COOKIE - 1);
-	struct trace_slot *slot = slot_of(id);
+	struct trace_slot *slot;
 	struct task_struct *task;
 	struct kml_trace_scratch *s;
 
-	if (!slot || !(task = wanted()) || !(s = scratch()))
+	if (!begin(id, &slot, &task, &s))
 		return KML_TP_PASS;
 	s->args[0] = (__u64)ctx;
 	s->ret = 0;
@@ -846,41 +854,41 @@ static __always_inline void regs_args(struct kml_trace_scratch *s, struct pt_reg
 	s->args[5] = PT_REGS_PARM6(ctx);
 }
 
-SEC("uprobe")
-int trace_uprobe(struct pt_regs *ctx)
+/* A user function's entry, or (`ret`) its return: a latency event's entry
+ * or exit joined, any other's row emitted (a return's with the value). */
+static __always_inline int uprobe_body(struct pt_regs *ctx, const bool ret)
 {
 	__u32 id = bpf_get_attach_cookie(ctx);
-	struct trace_slot *slot = slot_of(id);
+	struct trace_slot *slot;
 	struct task_struct *task;
 	struct kml_trace_scratch *s;
+	bool latency;
 
-	if (!slot || !(task = wanted()) || !(s = scratch()))
+	if (!begin(id, &slot, &task, &s))
 		return 0;
-	regs_args(s, ctx);
-	s->ret = 0;
-	if (slot->flags & TRACE_LATENCY)
+	s->ret = ret ? PT_REGS_RC(ctx) : 0;
+	latency = slot->flags & TRACE_LATENCY;
+	/* At a return the argument registers hold no arguments any more:
+	 * a joined exit reads the return value only. */
+	if (!(ret && latency))
+		regs_args(s, ctx);
+	if (latency && ret)
+		join_exit(s, slot, id);
+	else if (latency)
 		join_entry(s, slot, task, id);
 	else
 		emit(s, slot, task, id, NULL, false);
 	return 0;
 }
 
+SEC("uprobe")
+int trace_uprobe(struct pt_regs *ctx)
+{
+	return uprobe_body(ctx, false);
+}
+
 SEC("uretprobe")
 int trace_uretprobe(struct pt_regs *ctx)
 {
-	__u32 id = bpf_get_attach_cookie(ctx);
-	struct trace_slot *slot = slot_of(id);
-	struct task_struct *task;
-	struct kml_trace_scratch *s;
-
-	if (!slot || !(task = wanted()) || !(s = scratch()))
-		return 0;
-	s->ret = PT_REGS_RC(ctx);
-	if (slot->flags & TRACE_LATENCY) {
-		join_exit(s, slot, id);
-		return 0;
-	}
-	regs_args(s, ctx);
-	emit(s, slot, task, id, NULL, false);
-	return 0;
+	return uprobe_body(ctx, true);
 }
