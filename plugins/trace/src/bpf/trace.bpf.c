@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* trace: generic programs, attached once per traced event. What each
  * event records is data, not code: the slot's fetch plan (see trace.h),
- * every read checked (a failed read leaves zeros). Classic tracepoints and
+ * every read checked (a failed read leaves zeros): kernel reads of up to
+ * 16 bytes are guarded plain loads where the kernel has them (Linux
+ * 6.17+), others helper calls. Classic tracepoints and
  * user functions run one program per kind with the event's slot as its BPF
  * cookie and the plan in `trace_slots`, field by field with bpf_loop. Raw
  * and BTF tracepoints, the hot ones, run one program per slot with the
