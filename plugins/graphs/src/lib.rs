@@ -5,7 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-use kernmlops_plugin_sdk::{export_plugin, graph::GraphData, GraphImpl, Result, StartArgs};
+use kernmlops_plugin_sdk::{
+    export_plugin,
+    graph::{GraphData, TableView},
+    GraphImpl, Result, StartArgs,
+};
 
 #[macro_use]
 mod decl;
@@ -29,14 +33,12 @@ const GIB: f64 = (1u64 << 30) as f64;
 
 /// A scatter of one u64 column of `table` over time, on a log y axis.
 fn scatter(
-    data: GraphData<'_>,
+    c: &Collection,
+    t: &TableView,
     out: &Path,
-    table: &str,
-    column: &str,
+    (table, column): (&str, &str),
     what: &str,
 ) -> Result<Vec<PathBuf>> {
-    let c = Collection::new(data)?;
-    let t = c.table(table)?;
     let ts = t.u64s("ts_uptime_us")?;
     let ys = t.u64s(column)?;
     let points = ts
@@ -49,67 +51,63 @@ fn scatter(
     c.figure(table, what, y, series).render(out)
 }
 
-graph! {
-    /// Scatter of every quantum's run length (table `quanta_runtime`).
-    pub struct QuantaRuntime = "quanta_runtime",
-        "Scatter of quanta run length (us, log scale) over time";
-    tables &["quanta_runtime"];
-    {
-        fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-            let column = "quanta_run_length_us";
-            scatter(data, out, Self::NAME, column, "Quanta run length")
+/// Declares graphs that are each a [`scatter`] of one column of their one
+/// table, named as the graph: struct = table, description, column, title.
+macro_rules! scatter_graphs {
+    ($( $(#[$meta:meta])* $name:ident = $table:literal, $desc:literal, $column:literal, $what:literal; )+) => {$(
+        graph! {
+            $(#[$meta])*
+            pub struct $name = $table, $desc;
+            table $table;
+            render(c, t, out) {
+                scatter(&c, &t, out, ($table, $column), $what)
+            }
         }
-    }
+    )+};
 }
 
-graph! {
+scatter_graphs! {
+    /// Scatter of every quantum's run length (table `quanta_runtime`).
+    QuantaRuntime = "quanta_runtime",
+        "Scatter of quanta run length (us, log scale) over time",
+        "quanta_run_length_us", "Quanta run length";
     /// Scatter of every wake-up's time on the run queue (table
     /// `quanta_queued_time`).
-    pub struct QuantaQueued = "quanta_queued_time",
-        "Scatter of quanta queued time (us, log scale) over time";
-    tables &["quanta_queued_time"];
-    {
-        fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-            let column = "quanta_queued_time_us";
-            scatter(data, out, Self::NAME, column, "Quanta queued time")
-        }
-    }
+    QuantaQueued = "quanta_queued_time",
+        "Scatter of quanta queued time (us, log scale) over time",
+        "quanta_queued_time_us", "Quanta queued time";
 }
 
 graph! {
     /// Free, available, cached and anonymous memory in GiB over time.
     pub struct MemoryUsage = "memory_usage",
         "Free, available, cached and active anonymous memory (GiB) over time";
-    tables &["memory_usage"];
-    {
-        fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-            let c = Collection::new(data)?;
-            let t = c.table("memory_usage")?;
-            let ts = t.u64s("ts_uptime_us")?;
-            let mut series = Vec::new();
-            for column in [
-                "mem_free_bytes",
-                "mem_available_bytes",
-                "cached_bytes",
-                "active_anon_bytes",
-                "anon_pages_bytes",
-            ] {
-                if !t.has(column) {
-                    continue;
-                }
-                let ys = t.u64s(column)?;
-                let mut points: Vec<(f64, f64)> = ts
-                    .iter()
-                    .zip(&ys)
-                    .map(|(&ts, &y)| (c.secs(ts), y as f64 / GIB))
-                    .collect();
-                points.sort_by(|a, b| a.0.total_cmp(&b.0));
-                let name = column.trim_end_matches("_bytes");
-                series.push(Series::new(name, points, Kind::Line));
+    table "memory_usage";
+    render(c, t, out) {
+        let ts = t.u64s("ts_uptime_us")?;
+        let mut series = Vec::new();
+        for column in [
+            "mem_free_bytes",
+            "mem_available_bytes",
+            "cached_bytes",
+            "active_anon_bytes",
+            "anon_pages_bytes",
+        ] {
+            if !t.has(column) {
+                continue;
             }
-            c.figure("memory_usage", "Memory usage", Axis::linear("GiB"), series)
-                .render(out)
+            let ys = t.u64s(column)?;
+            let mut points: Vec<(f64, f64)> = ts
+                .iter()
+                .zip(&ys)
+                .map(|(&ts, &y)| (c.secs(ts), y as f64 / GIB))
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let name = column.trim_end_matches("_bytes");
+            series.push(Series::new(name, points, Kind::Line));
         }
+        c.figure("memory_usage", "Memory usage", Axis::linear("GiB"), series)
+            .render(out)
     }
 }
 
@@ -118,44 +116,40 @@ graph! {
     /// axis, log scale).
     pub struct BlockIo = "block_io",
         "Per-disk queue depth over time, with request latency (us, log scale) on a second axis";
-    tables &["block_io"];
-    {
-        fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-            let c = Collection::new(data)?;
-            let t = c.table("block_io")?;
-            let ts = t.u64s("ts_uptime_us")?;
-            let depth = t.u64s("queue_depth")?;
-            let latency = t.u64s("latency_us")?;
-            let disks: Vec<String> = if t.has("disk_name") {
-                t.strings("disk_name")?
-            } else {
-                t.u64s("device")?
-                    .iter()
-                    .map(|d| format!("{}:{}", d >> 20, d & 0xf_ffff))
-                    .collect()
-            };
-            let rows = disks
-                .into_iter()
-                .zip(ts.iter().zip(depth.iter().zip(&latency)))
-                .map(|(disk, (&ts, (&d, &l)))| (disk, (c.secs(ts), d as f64, l as f64)));
-            let mut series = Vec::new();
-            let mut latencies = Vec::new();
-            for (disk, mut rows) in group(rows) {
-                rows.sort_by(|a, b| a.0.total_cmp(&b.0));
-                let depths = rows.iter().map(|r| (r.0, r.1)).collect();
-                series.push(Series::new(format!("{disk} queue depth"), depths, Kind::Step));
-                let points = rows.iter().map(|r| (r.0, r.2)).collect();
-                latencies.push(Series {
-                    secondary: true,
-                    ..Series::new(format!("{disk} latency"), points, Kind::Points)
-                });
-            }
-            series.extend(latencies);
-            let y = Axis::linear("requests in flight");
-            let mut figure = c.figure("block_io", "Block I/O", y, series);
-            figure.y2 = Some(Axis::logarithmic("latency_us (log scale)"));
-            figure.render(out)
+    table "block_io";
+    render(c, t, out) {
+        let ts = t.u64s("ts_uptime_us")?;
+        let depth = t.u64s("queue_depth")?;
+        let latency = t.u64s("latency_us")?;
+        let disks: Vec<String> = if t.has("disk_name") {
+            t.strings("disk_name")?
+        } else {
+            t.u64s("device")?
+                .iter()
+                .map(|d| format!("{}:{}", d >> 20, d & 0xf_ffff))
+                .collect()
+        };
+        let rows = disks
+            .into_iter()
+            .zip(ts.iter().zip(depth.iter().zip(&latency)))
+            .map(|(disk, (&ts, (&d, &l)))| (disk, (c.secs(ts), d as f64, l as f64)));
+        let mut series = Vec::new();
+        let mut latencies = Vec::new();
+        for (disk, mut rows) in group(rows) {
+            rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let depths = rows.iter().map(|r| (r.0, r.1)).collect();
+            series.push(Series::new(format!("{disk} queue depth"), depths, Kind::Step));
+            let points = rows.iter().map(|r| (r.0, r.2)).collect();
+            latencies.push(Series {
+                secondary: true,
+                ..Series::new(format!("{disk} latency"), points, Kind::Points)
+            });
         }
+        series.extend(latencies);
+        let y = Axis::linear("requests in flight");
+        let mut figure = c.figure("block_io", "Block I/O", y, series);
+        figure.y2 = Some(Axis::logarithmic("latency_us (log scale)"));
+        figure.render(out)
     }
 }
 

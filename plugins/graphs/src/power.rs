@@ -63,47 +63,43 @@ graph! {
     /// Power per zone over time, with the benchmark's start and end marked.
     pub struct Power = "power",
         "Mean power per power-source zone and slot (W), modelled zones marked, benchmark start and end as vertical lines";
-    tables &["energy"];
-    {
-        fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-            let c = Collection::new(data)?;
-            let f = facts(&c);
-            let t = c.table("energy")?;
-            let start = t.u64s("slot_start_us")?;
-            let end = t.u64s("ts_uptime_us")?;
-            let energy = t.u64s("energy_uj")?;
-            let source = t.strings("source")?;
-            let zone = t.strings("zone")?;
-            let mut by_zone: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-            for i in 0..end.len() {
-                by_zone
-                    .entry(format!("{}/{}", source[i], zone[i]))
-                    .or_default()
-                    .push((c.secs(start[i]), watts(energy[i], start[i], end[i])));
-            }
-            let mut top: f64 = 0.0;
-            let mut series: Vec<Series> = by_zone
-                .into_iter()
-                .map(|(name, mut points)| {
-                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    // Hold the last slot's power to its end.
-                    if let Some(&(_, y)) = points.last() {
-                        let last_end = end.iter().max().copied().unwrap_or(0);
-                        points.push((c.secs(last_end), y));
-                    }
-                    top = points.iter().map(|p| p.1).fold(top, f64::max);
-                    let label = if f.modelled.get(&name).copied().unwrap_or(false) {
-                        format!("{name} (modelled)")
-                    } else {
-                        name
-                    };
-                    Series::new(label, points, Kind::Step)
-                })
-                .collect();
-            series.extend(bench_marks(&c, &f, top * 1.05));
-            let y = Axis::linear("W (mean over each slot)");
-            c.figure("power", "Power per zone", y, series).render(out)
+    table "energy";
+    render(c, t, out) {
+        let f = facts(&c);
+        let start = t.u64s("slot_start_us")?;
+        let end = t.u64s("ts_uptime_us")?;
+        let energy = t.u64s("energy_uj")?;
+        let source = t.strings("source")?;
+        let zone = t.strings("zone")?;
+        let mut by_zone: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        for i in 0..end.len() {
+            by_zone
+                .entry(format!("{}/{}", source[i], zone[i]))
+                .or_default()
+                .push((c.secs(start[i]), watts(energy[i], start[i], end[i])));
         }
+        let mut top: f64 = 0.0;
+        let mut series: Vec<Series> = by_zone
+            .into_iter()
+            .map(|(name, mut points)| {
+                points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                // Hold the last slot's power to its end.
+                if let Some(&(_, y)) = points.last() {
+                    let last_end = end.iter().max().copied().unwrap_or(0);
+                    points.push((c.secs(last_end), y));
+                }
+                top = points.iter().map(|p| p.1).fold(top, f64::max);
+                let label = if f.modelled.get(&name).copied().unwrap_or(false) {
+                    format!("{name} (modelled)")
+                } else {
+                    name
+                };
+                Series::new(label, points, Kind::Step)
+            })
+            .collect();
+        series.extend(bench_marks(&c, &f, top * 1.05));
+        let y = Axis::linear("W (mean over each slot)");
+        c.figure("power", "Power per zone", y, series).render(out)
     }
 }
 
@@ -170,63 +166,59 @@ graph! {
     /// The processes with the most attributed energy, stacked over time.
     pub struct EnergyByProcess = "energy_by_process",
         "Top 10 processes by attributed energy, stacked (W), with other processes and idle on top";
-    tables &["energy_attribution"];
-    {
-        fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-            let c = Collection::new(data)?;
-            let f = facts(&c);
-            let t = c.table("energy_attribution")?;
-            let scope = t.strings("scope")?;
-            let source = t.strings("source")?;
-            // One scope: the package when there is one.
-            let Some(chosen) = ["package", "platform", "core", "dram", "uncore"]
-                .into_iter()
-                .find(|s| scope.iter().any(|x| x == s))
-            else {
-                return Ok(Vec::new());
-            };
-            let start = t.u64s("slot_start_us")?;
-            let end = t.u64s("ts_uptime_us")?;
-            let tgid = t.u64s("tgid")?;
-            let comm = t.strings("comm")?;
-            let energy = t.u64s("energy_uj")?;
-            let rows: Vec<AttributedRow> = (0..end.len())
-                .filter(|&i| scope[i] == chosen)
-                .map(|i| (start[i], end[i], tgid[i], comm[i].clone(), energy[i]))
-                .collect();
-            let split: std::collections::HashSet<&str> = (0..end.len())
-                .filter(|&i| scope[i] == chosen)
-                .map(|i| source[i].as_str())
-                .collect();
-            let modelled = f
-                .modelled
-                .iter()
-                .any(|(k, m)| *m && k.split('/').next().is_some_and(|s| split.contains(s)));
-            let (names, stacked) = stack(&rows);
-            let mut series: Vec<Series> = names
-                .iter()
-                .enumerate()
-                .map(|(layer, name)| {
-                    let mut points: Vec<(f64, f64)> = stacked
-                        .iter()
-                        .map(|(s, _, v)| (c.secs(*s), v[layer]))
-                        .collect();
-                    if let (Some((_, e, v)), true) = (stacked.last(), !points.is_empty()) {
-                        points.push((c.secs(*e), v[layer]));
-                    }
-                    Series::new(name.clone(), points, Kind::Step)
-                })
-                .collect();
-            let top = stacked
-                .iter()
-                .filter_map(|(_, _, v)| v.last().copied())
-                .fold(0.0, f64::max);
-            series.extend(bench_marks(&c, &f, top * 1.05));
-            let modelled = if modelled { " (modelled)" } else { "" };
-            let what = format!("{chosen} power by process, stacked{modelled}");
-            let y = Axis::linear("W, stacked (each line adds the layer below it)");
-            c.figure("energy_by_process", &what, y, series).render(out)
-        }
+    table "energy_attribution";
+    render(c, t, out) {
+        let f = facts(&c);
+        let scope = t.strings("scope")?;
+        let source = t.strings("source")?;
+        // One scope: the package when there is one.
+        let Some(chosen) = ["package", "platform", "core", "dram", "uncore"]
+            .into_iter()
+            .find(|s| scope.iter().any(|x| x == s))
+        else {
+            return Ok(Vec::new());
+        };
+        let start = t.u64s("slot_start_us")?;
+        let end = t.u64s("ts_uptime_us")?;
+        let tgid = t.u64s("tgid")?;
+        let comm = t.strings("comm")?;
+        let energy = t.u64s("energy_uj")?;
+        let rows: Vec<AttributedRow> = (0..end.len())
+            .filter(|&i| scope[i] == chosen)
+            .map(|i| (start[i], end[i], tgid[i], comm[i].clone(), energy[i]))
+            .collect();
+        let split: std::collections::HashSet<&str> = (0..end.len())
+            .filter(|&i| scope[i] == chosen)
+            .map(|i| source[i].as_str())
+            .collect();
+        let modelled = f
+            .modelled
+            .iter()
+            .any(|(k, m)| *m && k.split('/').next().is_some_and(|s| split.contains(s)));
+        let (names, stacked) = stack(&rows);
+        let mut series: Vec<Series> = names
+            .iter()
+            .enumerate()
+            .map(|(layer, name)| {
+                let mut points: Vec<(f64, f64)> = stacked
+                    .iter()
+                    .map(|(s, _, v)| (c.secs(*s), v[layer]))
+                    .collect();
+                if let (Some((_, e, v)), true) = (stacked.last(), !points.is_empty()) {
+                    points.push((c.secs(*e), v[layer]));
+                }
+                Series::new(name.clone(), points, Kind::Step)
+            })
+            .collect();
+        let top = stacked
+            .iter()
+            .filter_map(|(_, _, v)| v.last().copied())
+            .fold(0.0, f64::max);
+        series.extend(bench_marks(&c, &f, top * 1.05));
+        let modelled = if modelled { " (modelled)" } else { "" };
+        let what = format!("{chosen} power by process, stacked{modelled}");
+        let y = Axis::linear("W, stacked (each line adds the layer below it)");
+        c.figure("energy_by_process", &what, y, series).render(out)
     }
 }
 
