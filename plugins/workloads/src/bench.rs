@@ -1,7 +1,10 @@
 //! What the workload benchmarks share: the [`benchmark!`] declaration of a
 //! benchmark's struct and the `BenchmarkImpl` parts every one writes the
-//! same way, and the result of a benchmark whose figures are in one
-//! tool's standard output.
+//! same way, the paths of a launch that writes a report, and the result
+//! of a benchmark whose figures are in a report file or in one tool's
+//! standard output.
+
+use std::path::PathBuf;
 
 use kernmlops_plugin_sdk::{benchmark::Run, indicator::Indicator, workload, Error, Result};
 use serde::Serialize;
@@ -12,9 +15,10 @@ use crate::{indicator, reports::Figures};
 /// further fields with their values at `create`) and its `BenchmarkImpl`
 /// with `NAME`, `DESCRIPTION`, `Settings`, `create` and `run` written
 /// out, `is_configured` from `requires` (the programs and what installs
-/// them) and `setup` from `setup` (`prepare`: the machine only;
-/// `private`: a private folder first) when given, and the items of the
-/// braces for the rest.
+/// them) when given, `setup` preparing the machine (after making a private
+/// folder with `setup private`; none with `setup custom`), and the items
+/// of the braces for the rest. Fields after the first line are declared
+/// with `field name: type = value at create;`.
 macro_rules! benchmark {
     (
         $(#[$meta:meta])*
@@ -50,7 +54,7 @@ macro_rules! benchmark {
                 }
             )?
 
-            $( benchmark!(@setup $setup); )?
+            benchmark!(@setup $($setup)?);
 
             fn run(&mut self) -> &mut Run {
                 &mut self.run
@@ -59,7 +63,8 @@ macro_rules! benchmark {
             $($items)*
         }
     };
-    (@setup prepare) => {
+    (@setup custom) => {};
+    (@setup) => {
         fn setup(&mut self) -> Result<()> {
             self.run.prepare(&self.settings.machine)
         }
@@ -102,6 +107,14 @@ impl StdoutReport {
         let report = run.finished(self.tool)?.read_stdout()?;
         Ok(indicator(name, component, settings, run)?.with_results((self.parse)(&report)?))
     }
+}
+
+/// The private folder, and the path of report `file` that `tool` writes
+/// into the output folder: what a launch writing a report needs.
+pub(crate) fn launch_paths(run: &mut Run, file: &str, tool: &str) -> Result<(PathBuf, PathBuf)> {
+    let dir = run.private_path_for_launch()?;
+    let report = run.output_dir()?.new_report(file, tool)?;
+    Ok((dir, report))
 }
 
 /// The report file `file` of the benchmark's finished `tool` from the

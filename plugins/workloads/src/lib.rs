@@ -29,7 +29,7 @@ mod servers;
 mod split;
 mod tools;
 
-use bench::read_report;
+use bench::{launch_paths, read_report};
 
 pub use script::{Script, ScriptSettings, TIMEOUT_EXIT_CODE};
 pub use servers::{Memcached, MemcachedSettings, Redis, RedisSettings};
@@ -148,7 +148,6 @@ benchmark! {
     pub struct Faux(FauxSettings) = "faux",
         "Runs no workload until Ctrl+C or --duration: collects an idle machine";
     requires "sleep" => "apt-get install coreutils";
-    setup prepare;
     {
         fn launch(&mut self) -> Result<()> {
             let mut cmd = Command::new("sleep");
@@ -210,9 +209,7 @@ benchmark! {
     setup private;
     {
         fn launch(&mut self) -> Result<()> {
-            let tmp = self.run.private_path_for_launch()?;
-            let out = self.run.output_dir()?;
-            let yaml = out.new_report(STRESS_NG_YAML, "stress-ng")?;
+            let (tmp, yaml) = launch_paths(&mut self.run, STRESS_NG_YAML, "stress-ng")?;
             let s = &self.settings;
             let mut cmd = Command::new("stress-ng");
             cmd.current_dir(&tmp)
@@ -316,6 +313,7 @@ benchmark! {
     /// that `kill` removes, its JSON report in the output folder.
     pub struct Fio(FioSettings) = "fio",
         "fio with one job from config (pattern, block size, size, runtime)";
+    setup custom;
     {
         fn is_configured(&self) -> Result<()> {
             workload::require_program("fio", "apt-get install fio")?;
@@ -335,9 +333,7 @@ benchmark! {
         }
 
         fn launch(&mut self) -> Result<()> {
-            let dir = self.run.private_path_for_launch()?;
-            let out = self.run.output_dir()?;
-            let json = out.new_report(FIO_JSON, "fio")?;
+            let (dir, json) = launch_paths(&mut self.run, FIO_JSON, "fio")?;
             let s = &self.settings;
             let mut cmd = Command::new("fio");
             cmd.arg("--name=kernmlops")
@@ -357,7 +353,8 @@ benchmark! {
 
         /// IOPS, bandwidth and completion latency from fio's JSON report.
         fn result(&self) -> Result<Option<serde_json::Value>> {
-            let text = read_report(&self.run, Self::NAME, "fio", (FIO_JSON, "fio's JSON report"))?;
+            let report = (FIO_JSON, "fio's JSON report");
+            let text = read_report(&self.run, Self::NAME, "fio", report)?;
             let mut settings = self.settings.clone();
             settings.directory = self.base_dir().to_owned();
             let ind = indicator(Self::NAME, "fio", &settings, &self.run)?

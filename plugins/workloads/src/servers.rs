@@ -121,7 +121,6 @@ benchmark! {
     field port: u16 = 0;
     requires "memcached" => "apt-get install memcached libmemcached-tools",
         "memcslap" => "apt-get install libmemcached-tools";
-    setup prepare;
     {
         fn launch(&mut self) -> Result<()> {
             self.port = free_port()?;

@@ -275,31 +275,6 @@ settings! {
     }
 }
 
-benchmark! {
-    /// redis-benchmark alone, against a server elsewhere.
-    pub struct RedisLoad(RedisLoadSettings) = "redis_load",
-        "redis-benchmark alone against a redis server's address (a role's, by default)";
-    /// The server's address, once launched.
-    field address: Option<(String, u16)> = None;
-    requires "redis-benchmark" => "apt-get install redis-tools";
-    setup prepare;
-    {
-        fn launch(&mut self) -> Result<()> {
-            let s = &self.settings;
-            let (host, port) = load_address(&s.host, s.port, &s.server_role, REDIS_PORT)?;
-            let cmd = redis_benchmark(&host, port, s.requests, s.clients, &s.tests);
-            self.address = Some((host, port));
-            self.run.start_captured(cmd, "redis-benchmark")
-        }
-
-        /// The figures of `redis`, from redis-benchmark's CSV.
-        fn result(&self) -> Result<Option<serde_json::Value>> {
-            let ind = REDIS_BENCHMARK.indicator(&self.run, (Self::NAME, "redis"), &self.settings)?;
-            Ok(Some(with_address(ind, self.address.as_ref()).to_value()?))
-        }
-    }
-}
-
 // ---------------------------------------------------------------- memcached
 
 /// Checks memcslap's settings (shared by `memcached` and `memcached_load`).
@@ -376,7 +351,6 @@ benchmark! {
     pub struct MemcachedServer(MemcachedServerSettings) = "memcached_server",
         "memcached alone on an address (a role's, by default), serving until stopped";
     requires "memcached" => "apt-get install memcached";
-    setup prepare;
     {
         fn launch(&mut self) -> Result<()> {
             let s = &self.settings;
@@ -414,29 +388,60 @@ settings! {
     }
 }
 
-benchmark! {
-    /// memcslap alone, against a server elsewhere.
-    pub struct MemcachedLoad(MemcachedLoadSettings) = "memcached_load",
-        "memcslap (libmemcached-tools) alone against a memcached's address (a role's, by default)";
-    /// The server's address, once launched.
-    field address: Option<(String, u16)> = None;
-    requires "memcslap" => "apt-get install libmemcached-tools";
-    setup prepare;
-    {
-        fn launch(&mut self) -> Result<()> {
-            let s = &self.settings;
-            let (host, port) = load_address(&s.host, s.port, &s.server_role, MEMCACHED_PORT)?;
-            let cmd = memcslap(&host, port, &s.test, s.concurrency, s.execute_number);
-            self.address = Some((host, port));
-            self.run.start_captured(cmd, "memcslap")
-        }
+/// Declares the load generators run alone against a server elsewhere,
+/// each from its settings (with `host`, `port` and `server_role`), name,
+/// description, program (and what installs it), the server's default
+/// port, its report and what that measures, and its command against
+/// `host:port`. The result is the report's figures with the address used.
+macro_rules! load_benchmarks {
+    ($(
+        $(#[$meta:meta])*
+        $name:ident($settings:ident) = $bench:literal, $desc:literal;
+        runs $program:literal => $hint:literal, default port $port:expr;
+        reports $report:expr, measuring $component:literal;
+        command |$s:ident, $host:ident, $p:ident| $cmd:expr;
+    )+) => {$(
+        benchmark! {
+            $(#[$meta])*
+            pub struct $name($settings) = $bench, $desc;
+            /// The server's address, once launched.
+            field address: Option<(String, u16)> = None;
+            requires $program => $hint;
+            {
+                fn launch(&mut self) -> Result<()> {
+                    let $s = &self.settings;
+                    let ($host, $p) = load_address(&$s.host, $s.port, &$s.server_role, $port)?;
+                    let cmd = $cmd;
+                    self.address = Some(($host, $p));
+                    self.run.start_captured(cmd, $report.tool)
+                }
 
-        /// The figures of `memcached`, from memcslap's report.
-        fn result(&self) -> Result<Option<serde_json::Value>> {
-            let ind = MEMCSLAP.indicator(&self.run, (Self::NAME, "memcached"), &self.settings)?;
-            Ok(Some(with_address(ind, self.address.as_ref()).to_value()?))
+                fn result(&self) -> Result<Option<serde_json::Value>> {
+                    let names = (Self::NAME, $component);
+                    let ind = $report.indicator(&self.run, names, &self.settings)?;
+                    Ok(Some(with_address(ind, self.address.as_ref()).to_value()?))
+                }
+            }
         }
-    }
+    )+};
+}
+
+load_benchmarks! {
+    /// redis-benchmark alone, against a server elsewhere; its result is the
+    /// figures of `redis`, from redis-benchmark's CSV.
+    RedisLoad(RedisLoadSettings) = "redis_load",
+        "redis-benchmark alone against a redis server's address (a role's, by default)";
+    runs "redis-benchmark" => "apt-get install redis-tools", default port REDIS_PORT;
+    reports REDIS_BENCHMARK, measuring "redis";
+    command |s, host, port| redis_benchmark(&host, port, s.requests, s.clients, &s.tests);
+
+    /// memcslap alone, against a server elsewhere; its result is the figures
+    /// of `memcached`, from memcslap's report.
+    MemcachedLoad(MemcachedLoadSettings) = "memcached_load",
+        "memcslap (libmemcached-tools) alone against a memcached's address (a role's, by default)";
+    runs "memcslap" => "apt-get install libmemcached-tools", default port MEMCACHED_PORT;
+    reports MEMCSLAP, measuring "memcached";
+    command |s, host, port| memcslap(&host, port, &s.test, s.concurrency, s.execute_number);
 }
 
 #[cfg(test)]

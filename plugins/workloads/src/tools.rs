@@ -61,6 +61,7 @@ benchmark! {
     /// `make -C <source_dir> -j<jobs> <target>` in a Linux tree.
     pub struct LinuxBuild(LinuxBuildSettings) = "linux_build",
         "Builds a Linux source tree the user points to (make -jN)";
+    setup custom;
     {
         fn is_configured(&self) -> Result<()> {
             let dir = &self.settings.source_dir;
@@ -153,7 +154,6 @@ benchmark! {
     /// `<suite_dir>/pr -g <scale> -n <trials>`: PageRank on a Kronecker graph.
     pub struct Gap(GapSettings) = "gap",
         "PageRank (pr) from a GAP benchmark suite directory on a generated Kronecker graph";
-    setup prepare;
     {
         fn is_configured(&self) -> Result<()> {
             let dir = &self.settings.suite_dir;
