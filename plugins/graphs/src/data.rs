@@ -9,6 +9,8 @@ use kernmlops_plugin_sdk::{
     Result,
 };
 
+use crate::plot::{Axis, Figure, Series};
+
 /// The columns of a perf counter table (besides `collection_id`): the
 /// perf graph is given every table with exactly these.
 pub const PERF_COLUMNS: &[&str] = &[
@@ -85,6 +87,25 @@ impl<'a> Collection<'a> {
 
     pub fn x_label(&self) -> String {
         format!("seconds since {}", self.origin_name)
+    }
+
+    /// A figure over this collection's time, titled `<what>: <title>`,
+    /// with one y axis.
+    pub fn figure(
+        &self,
+        stem: impl Into<String>,
+        what: &str,
+        y: Axis,
+        series: Vec<Series>,
+    ) -> Figure {
+        Figure {
+            stem: stem.into(),
+            title: format!("{what}: {}", self.title),
+            x_label: self.x_label(),
+            y,
+            y2: None,
+            series,
+        }
     }
 
     pub fn table(&self, name: &str) -> Result<TableView<'a>> {

@@ -13,34 +13,28 @@ use std::{
 
 use kernmlops_plugin_sdk::{
     graph::{GraphData, TableView},
-    serde_json, Error, GraphImpl, Result, StartArgs,
+    serde_json, GraphImpl, Result, StartArgs,
 };
 use plotters::{coord::Shift, prelude::*};
 
-use crate::plot::{number, Drawable};
+use crate::plot::{chart_on, draw_legend, drawing_error, number, Drawable};
 
-/// The graph `kernmlops experiment` calls with the experiment folder.
-pub struct ExperimentResults;
-
-impl GraphImpl for ExperimentResults {
-    const NAME: &'static str = "experiment_results";
-    const DESCRIPTION: &'static str =
+graph! {
+    /// The graph `kernmlops experiment` calls with the experiment folder.
+    pub struct ExperimentResults = "experiment_results",
         "An experiment's results: each result against each variable, mean with 95% CI per combination";
     // `results.arrow` exists only in experiment folders, so collections
     // never get this graph.
-    const TABLES: &'static [&'static str] = &["results"];
-
-    fn new(_args: &StartArgs) -> Result<Self> {
-        Ok(Self)
-    }
-
-    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-        let results = Results::from_table(data.table("results")?)?;
-        let mut files = Vec::new();
-        for fig in figures(&results) {
-            files.extend(fig.render(out)?);
+    tables &["results"];
+    {
+        fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
+            let results = Results::from_table(data.table("results")?)?;
+            let mut files = Vec::new();
+            for fig in figures(&results) {
+                files.extend(fig.render(out)?);
+            }
+            Ok(files)
         }
-        Ok(files)
     }
 }
 
@@ -313,12 +307,8 @@ impl Drawable for ResultFigure {
         &self.stem
     }
 
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
-    where
-        DB::ErrorType: 'static,
-    {
-        let err = |e: DrawingAreaErrorKind<DB::ErrorType>| Error::new(e.to_string());
-        root.fill(&WHITE).map_err(err)?;
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        let err = drawing_error::<DB::ErrorType>;
         let m = self.series.len();
         // Side by side within a category, so error bars do not overlap.
         let offset = |i: usize| -> f64 {
@@ -351,11 +341,7 @@ impl Drawable for ResultFigure {
             }
             None => (x_lo - 1.0)..(x_lo + 1.0),
         };
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.title, ("sans-serif", 22))
-            .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(80)
+        let mut chart = chart_on(root, &self.title)?
             .build_cartesian_2d(x_range, y_range)
             .map_err(err)?;
         let categories = self.categories.clone();
@@ -419,14 +405,7 @@ impl Drawable for ResultFigure {
             }
         }
         if self.series.iter().any(|(n, _)| !n.is_empty()) {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .label_font(("sans-serif", 14))
-                .draw()
-                .map_err(err)?;
+            draw_legend(&mut chart)?;
         }
         Ok(())
     }

@@ -5,8 +5,14 @@
 
 use std::path::{Path, PathBuf};
 
-use kernmlops_plugin_sdk::{export_plugin, graph::GraphData, GraphImpl, Result, StartArgs};
+use kernmlops_plugin_sdk::{
+    export_plugin,
+    graph::{GraphData, TableView},
+    GraphImpl, Result, StartArgs,
+};
 
+#[macro_use]
+mod decl;
 mod data;
 mod experiment;
 mod plot;
@@ -14,7 +20,7 @@ pub mod power;
 pub mod trace;
 
 use data::{group, Collection};
-use plot::{Axis, Drawable, Figure, Kind, Series};
+use plot::{Axis, Drawable, Kind, Series};
 pub use plot::{FONT_PATH, MAX_POINTS, SIZE};
 
 export_plugin! {
@@ -27,14 +33,12 @@ const GIB: f64 = (1u64 << 30) as f64;
 
 /// A scatter of one u64 column of `table` over time, on a log y axis.
 fn scatter(
-    data: GraphData<'_>,
+    c: &Collection,
+    t: &TableView,
     out: &Path,
-    table: &str,
-    column: &str,
+    (table, column): (&str, &str),
     what: &str,
 ) -> Result<Vec<PathBuf>> {
-    let c = Collection::new(data)?;
-    let t = c.table(table)?;
     let ts = t.u64s("ts_uptime_us")?;
     let ys = t.u64s(column)?;
     let points = ts
@@ -42,88 +46,44 @@ fn scatter(
         .zip(&ys)
         .map(|(&ts, &y)| (c.secs(ts), y as f64))
         .collect();
-    Figure {
-        stem: table.to_owned(),
-        title: format!("{what}: {}", c.title),
-        x_label: c.x_label(),
-        y: Axis {
-            label: format!("{column} (log scale)"),
-            log: true,
-        },
-        y2: None,
-        series: vec![Series {
-            name: String::new(),
-            points,
-            kind: Kind::Points,
-            secondary: false,
-        }],
-    }
-    .render(out)
+    let y = Axis::logarithmic(format!("{column} (log scale)"));
+    let series = vec![Series::new("", points, Kind::Points)];
+    c.figure(table, what, y, series).render(out)
 }
 
-/// Scatter of every quantum's run length (table `quanta_runtime`).
-pub struct QuantaRuntime;
-
-impl GraphImpl for QuantaRuntime {
-    const NAME: &'static str = "quanta_runtime";
-    const DESCRIPTION: &'static str = "Scatter of quanta run length (us, log scale) over time";
-    const TABLES: &'static [&'static str] = &["quanta_runtime"];
-
-    fn new(_args: &StartArgs) -> Result<Self> {
-        Ok(Self)
-    }
-
-    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-        scatter(
-            data,
-            out,
-            "quanta_runtime",
-            "quanta_run_length_us",
-            "Quanta run length",
-        )
-    }
+/// Declares graphs that are each a [`scatter`] of one column of their one
+/// table, named as the graph: struct = table, description, column, title.
+macro_rules! scatter_graphs {
+    ($( $(#[$meta:meta])* $name:ident = $table:literal, $desc:literal, $column:literal, $what:literal; )+) => {$(
+        graph! {
+            $(#[$meta])*
+            pub struct $name = $table, $desc;
+            table $table;
+            render(c, t, out) {
+                scatter(&c, &t, out, ($table, $column), $what)
+            }
+        }
+    )+};
 }
 
-/// Scatter of every wake-up's time on the run queue (table
-/// `quanta_queued_time`).
-pub struct QuantaQueued;
-
-impl GraphImpl for QuantaQueued {
-    const NAME: &'static str = "quanta_queued_time";
-    const DESCRIPTION: &'static str = "Scatter of quanta queued time (us, log scale) over time";
-    const TABLES: &'static [&'static str] = &["quanta_queued_time"];
-
-    fn new(_args: &StartArgs) -> Result<Self> {
-        Ok(Self)
-    }
-
-    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-        scatter(
-            data,
-            out,
-            "quanta_queued_time",
-            "quanta_queued_time_us",
-            "Quanta queued time",
-        )
-    }
+scatter_graphs! {
+    /// Scatter of every quantum's run length (table `quanta_runtime`).
+    QuantaRuntime = "quanta_runtime",
+        "Scatter of quanta run length (us, log scale) over time",
+        "quanta_run_length_us", "Quanta run length";
+    /// Scatter of every wake-up's time on the run queue (table
+    /// `quanta_queued_time`).
+    QuantaQueued = "quanta_queued_time",
+        "Scatter of quanta queued time (us, log scale) over time",
+        "quanta_queued_time_us", "Quanta queued time";
 }
 
-/// Free, available, cached and anonymous memory in GiB over time.
-pub struct MemoryUsage;
-
-impl GraphImpl for MemoryUsage {
-    const NAME: &'static str = "memory_usage";
-    const DESCRIPTION: &'static str =
+graph! {
+    /// Free, available, cached and anonymous memory in GiB over time.
+    pub struct MemoryUsage = "memory_usage",
         "Free, available, cached and active anonymous memory (GiB) over time";
-    const TABLES: &'static [&'static str] = &["memory_usage"];
-
-    fn new(_args: &StartArgs) -> Result<Self> {
-        Ok(Self)
-    }
-
-    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-        let c = Collection::new(data)?;
-        let t = c.table("memory_usage")?;
+    table "memory_usage";
+    render(c, t, out) {
         let ts = t.u64s("ts_uptime_us")?;
         let mut series = Vec::new();
         for column in [
@@ -143,45 +103,21 @@ impl GraphImpl for MemoryUsage {
                 .map(|(&ts, &y)| (c.secs(ts), y as f64 / GIB))
                 .collect();
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            series.push(Series {
-                name: column.trim_end_matches("_bytes").to_owned(),
-                points,
-                kind: Kind::Line,
-                secondary: false,
-            });
+            let name = column.trim_end_matches("_bytes");
+            series.push(Series::new(name, points, Kind::Line));
         }
-        Figure {
-            stem: "memory_usage".into(),
-            title: format!("Memory usage: {}", c.title),
-            x_label: c.x_label(),
-            y: Axis {
-                label: "GiB".into(),
-                log: false,
-            },
-            y2: None,
-            series,
-        }
-        .render(out)
+        c.figure("memory_usage", "Memory usage", Axis::linear("GiB"), series)
+            .render(out)
     }
 }
 
-/// Per-disk queue depth (left axis) with each request's latency (right
-/// axis, log scale).
-pub struct BlockIo;
-
-impl GraphImpl for BlockIo {
-    const NAME: &'static str = "block_io";
-    const DESCRIPTION: &'static str =
+graph! {
+    /// Per-disk queue depth (left axis) with each request's latency (right
+    /// axis, log scale).
+    pub struct BlockIo = "block_io",
         "Per-disk queue depth over time, with request latency (us, log scale) on a second axis";
-    const TABLES: &'static [&'static str] = &["block_io"];
-
-    fn new(_args: &StartArgs) -> Result<Self> {
-        Ok(Self)
-    }
-
-    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-        let c = Collection::new(data)?;
-        let t = c.table("block_io")?;
+    table "block_io";
+    render(c, t, out) {
         let ts = t.u64s("ts_uptime_us")?;
         let depth = t.u64s("queue_depth")?;
         let latency = t.u64s("latency_us")?;
@@ -201,105 +137,68 @@ impl GraphImpl for BlockIo {
         let mut latencies = Vec::new();
         for (disk, mut rows) in group(rows) {
             rows.sort_by(|a, b| a.0.total_cmp(&b.0));
-            series.push(Series {
-                name: format!("{disk} queue depth"),
-                points: rows.iter().map(|r| (r.0, r.1)).collect(),
-                kind: Kind::Step,
-                secondary: false,
-            });
+            let depths = rows.iter().map(|r| (r.0, r.1)).collect();
+            series.push(Series::new(format!("{disk} queue depth"), depths, Kind::Step));
+            let points = rows.iter().map(|r| (r.0, r.2)).collect();
             latencies.push(Series {
-                name: format!("{disk} latency"),
-                points: rows.iter().map(|r| (r.0, r.2)).collect(),
-                kind: Kind::Points,
                 secondary: true,
+                ..Series::new(format!("{disk} latency"), points, Kind::Points)
             });
         }
         series.extend(latencies);
-        Figure {
-            stem: "block_io".into(),
-            title: format!("Block I/O: {}", c.title),
-            x_label: c.x_label(),
-            y: Axis {
-                label: "requests in flight".into(),
-                log: false,
-            },
-            y2: Some(Axis {
-                label: "latency_us (log scale)".into(),
-                log: true,
-            }),
-            series,
-        }
-        .render(out)
+        let y = Axis::linear("requests in flight");
+        let mut figure = c.figure("block_io", "Block I/O", y, series);
+        figure.y2 = Some(Axis::logarithmic("latency_us (log scale)"));
+        figure.render(out)
     }
 }
 
-/// Two figures per perf counter table: per-CPU rate and cumulative count.
-pub struct PerfCounters;
-
-impl GraphImpl for PerfCounters {
-    const NAME: &'static str = "perf_counters";
-    const DESCRIPTION: &'static str =
+graph! {
+    /// Two figures per perf counter table: per-CPU rate and cumulative count.
+    pub struct PerfCounters = "perf_counters",
         "Per perf counter table: per-CPU rate (events/ms, corrected for multiplexing) and cumulative count";
     // Counter tables are named after the configured counters: the host
     // gives every table with exactly the perf columns.
-    const TABLES: &'static [&'static str] = &[];
-    const TABLES_WITH_COLUMNS: &'static [&'static str] = data::PERF_COLUMNS;
-
-    fn new(_args: &StartArgs) -> Result<Self> {
-        Ok(Self)
-    }
-
-    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-        let c = Collection::new(data)?;
-        let mut files = Vec::new();
-        for table in c.perf_tables() {
-            let t = c.table(&table)?;
-            let ts = t.u64s("ts_uptime_us")?;
-            let cpu = t.u64s("cpu")?;
-            let count = t.u64s("count")?;
-            let enabled = t.u64s("time_enabled_ns")?;
-            let running = t.u64s("time_running_ns")?;
-            let rows = cpu.iter().zip(
-                ts.iter()
-                    .zip(count.iter().zip(enabled.iter().zip(&running))),
-            );
-            let per_cpu =
-                group(rows.map(|(&cpu, (&ts, (&n, (&en, &run))))| (cpu, (ts, n, en, run))));
-            let mut rates = Vec::new();
-            let mut totals = Vec::new();
-            for (cpu, mut samples) in per_cpu {
-                samples.sort_by_key(|s| s.0);
-                rates.push(Series {
-                    name: format!("cpu {cpu}"),
-                    points: rate(&samples)
+    tables &[];
+    columns data::PERF_COLUMNS;
+    {
+        fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
+            let c = Collection::new(data)?;
+            let mut files = Vec::new();
+            for table in c.perf_tables() {
+                let t = c.table(&table)?;
+                let ts = t.u64s("ts_uptime_us")?;
+                let cpu = t.u64s("cpu")?;
+                let count = t.u64s("count")?;
+                let enabled = t.u64s("time_enabled_ns")?;
+                let running = t.u64s("time_running_ns")?;
+                let rows = cpu.iter().zip(
+                    ts.iter()
+                        .zip(count.iter().zip(enabled.iter().zip(&running))),
+                );
+                let per_cpu =
+                    group(rows.map(|(&cpu, (&ts, (&n, (&en, &run))))| (cpu, (ts, n, en, run))));
+                let mut rates = Vec::new();
+                let mut totals = Vec::new();
+                for (cpu, mut samples) in per_cpu {
+                    samples.sort_by_key(|s| s.0);
+                    let points = rate(&samples)
                         .into_iter()
                         .map(|(ts, r)| (c.secs(ts), r))
-                        .collect(),
-                    kind: Kind::Line,
-                    secondary: false,
-                });
-                totals.push(Series {
-                    name: format!("cpu {cpu}"),
-                    points: samples.iter().map(|s| (c.secs(s.0), s.1 as f64)).collect(),
-                    kind: Kind::Line,
-                    secondary: false,
-                });
+                        .collect();
+                    rates.push(Series::new(format!("cpu {cpu}"), points, Kind::Line));
+                    let points = samples.iter().map(|s| (c.secs(s.0), s.1 as f64)).collect();
+                    totals.push(Series::new(format!("cpu {cpu}"), points, Kind::Line));
+                }
+                let figure = |stem: &str, what: &str, y: &str, series| {
+                    let stem = format!("perf_{table}_{stem}");
+                    c.figure(stem, &format!("{table} {what}"), Axis::linear(y), series)
+                };
+                files.extend(figure("rate", "rate", "events per ms", rates).render(out)?);
+                files.extend(figure("cumulative", "cumulative count", "events", totals).render(out)?);
             }
-            let figure = |stem: &str, what: &str, y: &str, series| Figure {
-                stem: format!("perf_{table}_{stem}"),
-                title: format!("{table} {what}: {}", c.title),
-                x_label: c.x_label(),
-                y: Axis {
-                    label: y.into(),
-                    log: false,
-                },
-                y2: None,
-                series,
-            };
-            files.extend(figure("rate", "rate", "events per ms", rates).render(out)?);
-            files.extend(figure("cumulative", "cumulative count", "events", totals).render(out)?);
+            Ok(files)
         }
-        Ok(files)
     }
 }
 

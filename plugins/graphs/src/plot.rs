@@ -56,6 +56,73 @@ pub struct Figure {
     pub series: Vec<Series>,
 }
 
+impl Series {
+    /// A series of `points` drawn as `kind` against the first y axis.
+    pub fn new(name: impl Into<String>, points: Vec<(f64, f64)>, kind: Kind) -> Self {
+        Self {
+            name: name.into(),
+            points,
+            kind,
+            secondary: false,
+        }
+    }
+}
+
+impl Axis {
+    /// A linear axis.
+    pub fn linear(label: impl Into<String>) -> Self {
+        Self {
+            label: label.into(),
+            log: false,
+        }
+    }
+
+    /// A logarithmic axis.
+    pub fn logarithmic(label: impl Into<String>) -> Self {
+        Self {
+            label: label.into(),
+            log: true,
+        }
+    }
+}
+
+/// A drawing error as the plugin's error.
+pub(crate) fn drawing_error<E: std::error::Error + Send + Sync>(
+    e: DrawingAreaErrorKind<E>,
+) -> Error {
+    Error::new(e.to_string())
+}
+
+/// Fills `root` white and starts a chart on it with `title` and the
+/// margins and label areas every figure has.
+pub(crate) fn chart_on<'a, 'b, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: &str,
+) -> Result<ChartBuilder<'a, 'b, DB>> {
+    root.fill(&WHITE).map_err(drawing_error)?;
+    let mut chart = ChartBuilder::on(root);
+    chart
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(80);
+    Ok(chart)
+}
+
+/// Draws the legend of the named series in the upper right corner.
+pub(crate) fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(drawing_error)
+}
+
 /// Registers DejaVu Sans as "sans-serif" once per process.
 fn ensure_font() -> Result<()> {
     static FONT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
@@ -109,13 +176,8 @@ impl Drawable for Figure {
         &self.stem
     }
 
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
-    where
-        DB::ErrorType: 'static,
-    {
-        let err = |e: DrawingAreaErrorKind<DB::ErrorType>| Error::new(e.to_string());
-        root.fill(&WHITE).map_err(err)?;
-
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        let err = drawing_error::<DB::ErrorType>;
         let tf = |axis: &Axis, v: f64| if axis.log { v.max(1.0).log10() } else { v };
         let y2_axis = self.y2.as_ref();
         let prepared: Vec<Prepared> = self
@@ -161,11 +223,7 @@ impl Drawable for Figure {
             y2_axis.is_some_and(|a| a.log),
         );
 
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.title, ("sans-serif", 22))
-            .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(80)
+        let mut chart = chart_on(root, &self.title)?
             .right_y_label_area_size(if y2_axis.is_some() { 80 } else { 0 })
             .build_cartesian_2d(xs.0..xs.1, y1.0..y1.1)
             .map_err(err)?
@@ -245,14 +303,7 @@ impl Drawable for Figure {
             }
         }
         if self.series.iter().any(|s| !s.name.is_empty()) {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .label_font(("sans-serif", 14))
-                .draw()
-                .map_err(err)?;
+            draw_legend(&mut chart)?;
         }
         Ok(())
     }

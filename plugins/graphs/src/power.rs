@@ -13,7 +13,7 @@ use kernmlops_plugin_sdk::{graph::GraphData, serde_json, GraphImpl, Result, Star
 
 use crate::{
     data::Collection,
-    plot::{Axis, Drawable, Figure, Kind, Series},
+    plot::{Axis, Drawable, Kind, Series},
 };
 
 /// Processes drawn one by one; the rest are summed.
@@ -49,12 +49,7 @@ fn bench_marks(c: &Collection, f: &PowerFacts, top: f64) -> Vec<Series> {
         .into_iter()
         .filter_map(|(name, at)| {
             let x = c.secs(at?);
-            Some(Series {
-                name: name.into(),
-                points: vec![(x, 0.0), (x, top)],
-                kind: Kind::Line,
-                secondary: false,
-            })
+            Some(Series::new(name, vec![(x, 0.0), (x, top)], Kind::Line))
         })
         .collect()
 }
@@ -64,23 +59,13 @@ fn watts(energy_uj: u64, start: u64, end: u64) -> f64 {
     energy_uj as f64 / end.saturating_sub(start).max(1) as f64
 }
 
-/// Power per zone over time, with the benchmark's start and end marked.
-pub struct Power;
-
-impl GraphImpl for Power {
-    const NAME: &'static str = "power";
-    const DESCRIPTION: &'static str =
+graph! {
+    /// Power per zone over time, with the benchmark's start and end marked.
+    pub struct Power = "power",
         "Mean power per power-source zone and slot (W), modelled zones marked, benchmark start and end as vertical lines";
-    const TABLES: &'static [&'static str] = &["energy"];
-
-    fn new(_args: &StartArgs) -> Result<Self> {
-        Ok(Self)
-    }
-
-    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-        let c = Collection::new(data)?;
+    table "energy";
+    render(c, t, out) {
         let f = facts(&c);
-        let t = c.table("energy")?;
         let start = t.u64s("slot_start_us")?;
         let end = t.u64s("ts_uptime_us")?;
         let energy = t.u64s("energy_uj")?;
@@ -109,32 +94,14 @@ impl GraphImpl for Power {
                 } else {
                     name
                 };
-                Series {
-                    name: label,
-                    points,
-                    kind: Kind::Step,
-                    secondary: false,
-                }
+                Series::new(label, points, Kind::Step)
             })
             .collect();
         series.extend(bench_marks(&c, &f, top * 1.05));
-        Figure {
-            stem: "power".into(),
-            title: format!("Power per zone: {}", c.title),
-            x_label: c.x_label(),
-            y: Axis {
-                label: "W (mean over each slot)".into(),
-                log: false,
-            },
-            y2: None,
-            series,
-        }
-        .render(out)
+        let y = Axis::linear("W (mean over each slot)");
+        c.figure("power", "Power per zone", y, series).render(out)
     }
 }
-
-/// The processes with the most attributed energy, stacked over time.
-pub struct EnergyByProcess;
 
 /// `(slot_start_us, slot_end_us, tgid, comm, energy_uj)`.
 pub type AttributedRow = (u64, u64, u64, String, u64);
@@ -195,20 +162,13 @@ pub fn stack(rows: &[AttributedRow]) -> (Vec<String>, Vec<StackedSlot>) {
     (names, stacked)
 }
 
-impl GraphImpl for EnergyByProcess {
-    const NAME: &'static str = "energy_by_process";
-    const DESCRIPTION: &'static str =
+graph! {
+    /// The processes with the most attributed energy, stacked over time.
+    pub struct EnergyByProcess = "energy_by_process",
         "Top 10 processes by attributed energy, stacked (W), with other processes and idle on top";
-    const TABLES: &'static [&'static str] = &["energy_attribution"];
-
-    fn new(_args: &StartArgs) -> Result<Self> {
-        Ok(Self)
-    }
-
-    fn render(&mut self, data: GraphData<'_>, out: &Path) -> Result<Vec<PathBuf>> {
-        let c = Collection::new(data)?;
+    table "energy_attribution";
+    render(c, t, out) {
         let f = facts(&c);
-        let t = c.table("energy_attribution")?;
         let scope = t.strings("scope")?;
         let source = t.strings("source")?;
         // One scope: the package when there is one.
@@ -247,12 +207,7 @@ impl GraphImpl for EnergyByProcess {
                 if let (Some((_, e, v)), true) = (stacked.last(), !points.is_empty()) {
                     points.push((c.secs(*e), v[layer]));
                 }
-                Series {
-                    name: name.clone(),
-                    points,
-                    kind: Kind::Step,
-                    secondary: false,
-                }
+                Series::new(name.clone(), points, Kind::Step)
             })
             .collect();
         let top = stacked
@@ -260,22 +215,10 @@ impl GraphImpl for EnergyByProcess {
             .filter_map(|(_, _, v)| v.last().copied())
             .fold(0.0, f64::max);
         series.extend(bench_marks(&c, &f, top * 1.05));
-        Figure {
-            stem: "energy_by_process".into(),
-            title: format!(
-                "{chosen} power by process, stacked{}: {}",
-                if modelled { " (modelled)" } else { "" },
-                c.title
-            ),
-            x_label: c.x_label(),
-            y: Axis {
-                label: "W, stacked (each line adds the layer below it)".into(),
-                log: false,
-            },
-            y2: None,
-            series,
-        }
-        .render(out)
+        let modelled = if modelled { " (modelled)" } else { "" };
+        let what = format!("{chosen} power by process, stacked{modelled}");
+        let y = Axis::linear("W, stacked (each line adds the layer below it)");
+        c.figure("energy_by_process", &what, y, series).render(out)
     }
 }
 

@@ -9,7 +9,7 @@ use kernmlops_plugin_sdk::{graph::GraphData, Error, GraphImpl, Result, StartArgs
 
 use crate::{
     data::{group, Collection},
-    plot::{Axis, Drawable, Figure, Kind, Series},
+    plot::{Axis, Drawable, Kind, Series},
 };
 
 /// The column drawn when no `field` is set: the joined events' duration.
@@ -96,29 +96,19 @@ impl GraphImpl for TraceTables {
             };
             let rates = event_rate(&ts, &cpu, bin)
                 .into_iter()
-                .map(|(cpu, points)| Series {
-                    name: format!("cpu {cpu}"),
-                    points: points
+                .map(|(cpu, points)| {
+                    let points = points
                         .into_iter()
                         .map(|(t0, r)| (c.secs(t0 + bin / 2), r))
-                        .collect(),
-                    kind: Kind::Line,
-                    secondary: false,
+                        .collect();
+                    Series::new(format!("cpu {cpu}"), points, Kind::Line)
                 })
                 .collect();
+            let what = format!("{table} events per second ({bin_label} bins)");
+            let y = Axis::linear("events per second");
             files.extend(
-                Figure {
-                    stem: format!("trace_{table}_rate"),
-                    title: format!("{table} events per second ({bin_label} bins): {}", c.title),
-                    x_label: c.x_label(),
-                    y: Axis {
-                        label: "events per second".into(),
-                        log: false,
-                    },
-                    y2: None,
-                    series: rates,
-                }
-                .render(out)?,
+                c.figure(format!("trace_{table}_rate"), &what, y, rates)
+                    .render(out)?,
             );
             if !t.has(&self.field) {
                 continue;
@@ -128,25 +118,19 @@ impl GraphImpl for TraceTables {
             let mut series: Vec<Series> = PERCENTILES
                 .iter()
                 .enumerate()
-                .map(|(i, (name, _))| Series {
-                    name: (*name).to_owned(),
-                    points: bins
+                .map(|(i, (name, _))| {
+                    let points = bins
                         .iter()
                         .map(|(t0, q)| (c.secs(t0 + bin / 2), q[i]))
-                        .collect(),
-                    kind: Kind::Line,
-                    secondary: false,
+                        .collect();
+                    Series::new(*name, points, Kind::Line)
                 })
                 .collect();
-            series.push(Series {
-                name: "max".into(),
-                points: bins
-                    .iter()
-                    .map(|(t0, q)| (c.secs(t0 + bin / 2), q[PERCENTILES.len()]))
-                    .collect(),
-                kind: Kind::Points,
-                secondary: false,
-            });
+            let max = bins
+                .iter()
+                .map(|(t0, q)| (c.secs(t0 + bin / 2), q[PERCENTILES.len()]))
+                .collect();
+            series.push(Series::new("max", max, Kind::Points));
             let unit = t
                 .column_metadata(&self.field)
                 .get("unit")
@@ -154,23 +138,11 @@ impl GraphImpl for TraceTables {
                 .filter(|u| !u.is_empty())
                 .map(|u| format!(" ({u})"))
                 .unwrap_or_default();
-            files.extend(
-                Figure {
-                    stem: format!("trace_{table}_{}", self.field),
-                    title: format!(
-                        "{table} {} per {bin_label}: p50, p90, p99, max: {}",
-                        self.field, c.title
-                    ),
-                    x_label: c.x_label(),
-                    y: Axis {
-                        label: format!("{}{unit} (log scale)", self.field),
-                        log: true,
-                    },
-                    y2: None,
-                    series,
-                }
-                .render(out)?,
-            );
+            let field = &self.field;
+            let what = format!("{table} {field} per {bin_label}: p50, p90, p99, max");
+            let y = Axis::logarithmic(format!("{field}{unit} (log scale)"));
+            let stem = format!("trace_{table}_{field}");
+            files.extend(c.figure(stem, &what, y, series).render(out)?);
         }
         Ok(files)
     }

@@ -124,6 +124,26 @@ fn open_or_note(path: &Path, root: &Path, what: &str, notes: &mut Vec<String>) -
     }
 }
 
+/// Reads `source`, when open, into `buf`: the time of the read and the
+/// text read, or `None` when it is not open, unreadable, or not text (then
+/// counted in `malformed`).
+fn read_sample<'b>(
+    source: Option<&mut Source>,
+    buf: &'b mut Vec<u8>,
+    malformed: &mut u64,
+) -> Option<(u64, &'b str)> {
+    let source = source?;
+    let ts = sys::clock::uptime_us();
+    if !source.read(buf) {
+        return None;
+    }
+    let text = files::text(buf, source.truncated > 0);
+    if text.is_none() {
+        *malformed += 1;
+    }
+    Some((ts, text?))
+}
+
 /// Whether a first read of `source` works and `check` accepts its text;
 /// a note says why not.
 fn first_read_ok(
@@ -307,15 +327,8 @@ impl Procfs {
     }
 
     fn sample_vmstat(&mut self, batch: &mut Batch) {
-        let Some(source) = &mut self.vmstat else {
-            return;
-        };
-        let ts = sys::clock::uptime_us();
-        if !source.read(&mut self.buf) {
-            return;
-        }
-        let Some(text) = files::text(&self.buf, source.truncated > 0) else {
-            self.malformed[T_VMSTAT] += 1;
+        let bad = &mut self.malformed[T_VMSTAT];
+        let Some((ts, text)) = read_sample(self.vmstat.as_mut(), &mut self.buf, bad) else {
             return;
         };
         let t = &mut self.vmstat_tracker;
@@ -365,15 +378,8 @@ impl Procfs {
         } else {
             (&mut self.softirqs, &mut self.softirqs_tracker, T_SOFTIRQS)
         };
-        let Some(source) = source else {
-            return;
-        };
-        let ts = sys::clock::uptime_us();
-        if !source.read(&mut self.buf) {
-            return;
-        }
-        let Some(text) = files::text(&self.buf, source.truncated > 0) else {
-            self.malformed[table] += 1;
+        let bad = &mut self.malformed[table];
+        let Some((ts, text)) = read_sample(source.as_mut(), &mut self.buf, bad) else {
             return;
         };
         let mut row = CpuCounterRow {
@@ -403,15 +409,8 @@ impl Procfs {
     }
 
     fn sample_diskstats(&mut self, batch: &mut Batch) {
-        let Some(source) = &mut self.diskstats else {
-            return;
-        };
-        let ts = sys::clock::uptime_us();
-        if !source.read(&mut self.buf) {
-            return;
-        }
-        let Some(text) = files::text(&self.buf, source.truncated > 0) else {
-            self.malformed[T_DISKSTATS] += 1;
+        let bad = &mut self.malformed[T_DISKSTATS];
+        let Some((ts, text)) = read_sample(self.diskstats.as_mut(), &mut self.buf, bad) else {
             return;
         };
         let t = &mut self.disk_tracker;
@@ -439,15 +438,8 @@ impl Procfs {
     }
 
     fn sample_net_dev(&mut self, batch: &mut Batch) {
-        let Some(source) = &mut self.net_dev else {
-            return;
-        };
-        let ts = sys::clock::uptime_us();
-        if !source.read(&mut self.buf) {
-            return;
-        }
-        let Some(text) = files::text(&self.buf, source.truncated > 0) else {
-            self.malformed[T_NET_DEV] += 1;
+        let bad = &mut self.malformed[T_NET_DEV];
+        let Some((ts, text)) = read_sample(self.net_dev.as_mut(), &mut self.buf, bad) else {
             return;
         };
         let t = &mut self.net_tracker;

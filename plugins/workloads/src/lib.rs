@@ -21,11 +21,15 @@ use kernmlops_plugin_sdk::{
 };
 use serde::Serialize;
 
+#[macro_use]
+mod bench;
 pub mod reports;
 mod script;
 mod servers;
 mod split;
 mod tools;
+
+use bench::{launch_paths, read_report};
 
 pub use script::{Script, ScriptSettings, TIMEOUT_EXIT_CODE};
 pub use servers::{Memcached, MemcachedSettings, Redis, RedisSettings};
@@ -138,55 +142,27 @@ settings! {
     }
 }
 
-/// Runs nothing useful (`sleep infinity`) until the host stops it.
-pub struct Faux {
-    settings: FauxSettings,
-    run: Run,
+benchmark! {
+    /// Runs nothing useful (`sleep infinity`) until the host stops it; an
+    /// idle machine measures nothing of its own, so there is no result.
+    pub struct Faux(FauxSettings) = "faux",
+        "Runs no workload until Ctrl+C or --duration: collects an idle machine";
+    requires "sleep" => "apt-get install coreutils";
+    {
+        fn launch(&mut self) -> Result<()> {
+            let mut cmd = Command::new("sleep");
+            cmd.arg("infinity");
+            self.run
+                .start(Workload::spawn(cmd, "faux (sleep infinity)")?);
+            Ok(())
+        }
+    }
 }
 
 impl Faux {
     /// The process id of the idle workload, once launched.
     pub fn pid(&self) -> Option<u32> {
         self.run.workload().map(Workload::pid)
-    }
-}
-
-impl BenchmarkImpl for Faux {
-    const NAME: &'static str = "faux";
-    const DESCRIPTION: &'static str =
-        "Runs no workload until Ctrl+C or --duration: collects an idle machine";
-    type Settings = FauxSettings;
-
-    fn create(args: &StartArgs, settings: FauxSettings) -> Result<Self> {
-        Ok(Self {
-            settings,
-            run: Run::new(Self::NAME, args),
-        })
-    }
-
-    fn is_configured(&self) -> Result<()> {
-        workload::require_program("sleep", "apt-get install coreutils").map(|_| ())
-    }
-
-    fn setup(&mut self) -> Result<()> {
-        self.run.prepare(&self.settings.machine)
-    }
-
-    fn launch(&mut self) -> Result<()> {
-        let mut cmd = Command::new("sleep");
-        cmd.arg("infinity");
-        self.run
-            .start(Workload::spawn(cmd, "faux (sleep infinity)")?);
-        Ok(())
-    }
-
-    fn run(&mut self) -> &mut Run {
-        &mut self.run
-    }
-
-    /// An idle machine measures nothing of its own.
-    fn result(&self) -> Result<Option<serde_json::Value>> {
-        Ok(None)
     }
 }
 
@@ -220,90 +196,57 @@ settings! {
     }
 }
 
-/// `stress-ng --<stressor> <workers> --timeout <timeout> --metrics --yaml
-/// <output>/benchmark.stress-ng.yaml <extra_args...>`, in a private
-/// folder (its `--temp-path` and working folder).
-pub struct StressNg {
-    settings: StressNgSettings,
-    run: Run,
+/// stress-ng's metrics file in the output folder.
+const STRESS_NG_YAML: &str = "benchmark.stress-ng.yaml";
+
+benchmark! {
+    /// `stress-ng --<stressor> <workers> --timeout <timeout> --metrics --yaml
+    /// <output>/benchmark.stress-ng.yaml <extra_args...>`, in a private
+    /// folder (its `--temp-path` and working folder).
+    pub struct StressNg(StressNgSettings) = "stress_ng",
+        "stress-ng with a stressor, worker count and timeout from config";
+    requires "stress-ng" => "apt-get install stress-ng";
+    setup private;
+    {
+        fn launch(&mut self) -> Result<()> {
+            let (tmp, yaml) = launch_paths(&mut self.run, STRESS_NG_YAML, "stress-ng")?;
+            let s = &self.settings;
+            let mut cmd = Command::new("stress-ng");
+            cmd.current_dir(&tmp)
+                .arg("--temp-path")
+                .arg(&tmp)
+                .arg(format!("--{}", s.stressor))
+                .arg(s.workers.to_string())
+                .arg("--timeout")
+                .arg(&s.timeout)
+                .arg("--metrics")
+                .arg("--yaml")
+                .arg(&yaml)
+                .args(&s.extra_args);
+            self.run.start_captured(cmd, "stress-ng")
+        }
+
+        /// Bogo-ops per stressor from stress-ng's YAML metrics.
+        fn result(&self) -> Result<Option<serde_json::Value>> {
+            let report = (STRESS_NG_YAML, "stress-ng's metrics");
+            let text = read_report(&self.run, Self::NAME, "stress-ng", report)?;
+            let mut settings = self.settings.clone();
+            if settings.workers == 0 {
+                // stress-ng's 0: one worker per online CPU.
+                settings.workers =
+                    std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+            }
+            let ind = indicator(Self::NAME, "stress-ng", &settings, &self.run)?
+                .with_results(reports::stress_ng_yaml(&text)?);
+            Ok(Some(ind.to_value()?))
+        }
+    }
 }
 
 impl StressNg {
     /// stress-ng's YAML report, once launched.
     pub fn yaml_path(&self) -> Option<PathBuf> {
         self.run.output().map(|o| o.join(STRESS_NG_YAML))
-    }
-}
-
-/// stress-ng's metrics file in the output folder.
-const STRESS_NG_YAML: &str = "benchmark.stress-ng.yaml";
-
-impl BenchmarkImpl for StressNg {
-    const NAME: &'static str = "stress_ng";
-    const DESCRIPTION: &'static str =
-        "stress-ng with a stressor, worker count and timeout from config";
-    type Settings = StressNgSettings;
-
-    fn create(args: &StartArgs, settings: StressNgSettings) -> Result<Self> {
-        Ok(Self {
-            settings,
-            run: Run::new(Self::NAME, args),
-        })
-    }
-
-    fn is_configured(&self) -> Result<()> {
-        workload::require_program("stress-ng", "apt-get install stress-ng").map(|_| ())
-    }
-
-    fn setup(&mut self) -> Result<()> {
-        self.run.private_dir(None)?;
-        self.run.prepare(&self.settings.machine)
-    }
-
-    fn launch(&mut self) -> Result<()> {
-        let tmp = self.run.private_path_for_launch()?;
-        let out = self.run.output_dir()?;
-        let yaml = out.new_report(STRESS_NG_YAML, "stress-ng")?;
-        let s = &self.settings;
-        let mut cmd = Command::new("stress-ng");
-        cmd.current_dir(&tmp)
-            .arg("--temp-path")
-            .arg(&tmp)
-            .arg(format!("--{}", s.stressor))
-            .arg(s.workers.to_string())
-            .arg("--timeout")
-            .arg(&s.timeout)
-            .arg("--metrics")
-            .arg("--yaml")
-            .arg(&yaml)
-            .args(&s.extra_args);
-        self.run.start_captured(cmd, "stress-ng")
-    }
-
-    fn run(&mut self) -> &mut Run {
-        &mut self.run
-    }
-
-    /// Bogo-ops per stressor from stress-ng's YAML metrics.
-    fn result(&self) -> Result<Option<serde_json::Value>> {
-        self.run.finished("stress-ng")?;
-        let path = self
-            .yaml_path()
-            .ok_or_else(|| Error::new("stress_ng: no output folder"))?;
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            Error::new(format!(
-                "stress_ng: reading stress-ng's metrics {}: {e}",
-                path.display()
-            ))
-        })?;
-        let mut settings = self.settings.clone();
-        if settings.workers == 0 {
-            // stress-ng's 0: one worker per online CPU.
-            settings.workers = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-        }
-        let ind = indicator(Self::NAME, "stress-ng", &settings, &self.run)?
-            .with_results(reports::stress_ng_yaml(&text)?);
-        Ok(Some(ind.to_value()?))
     }
 }
 
@@ -362,15 +305,64 @@ settings! {
     }
 }
 
-/// One fio job from config, its files in a private directory (the run's)
-/// that `kill` removes, its JSON report in the output folder.
-pub struct Fio {
-    settings: FioSettings,
-    run: Run,
-}
-
 /// fio's JSON report in the output folder.
 const FIO_JSON: &str = "benchmark.fio.json";
+
+benchmark! {
+    /// One fio job from config, its files in a private directory (the run's)
+    /// that `kill` removes, its JSON report in the output folder.
+    pub struct Fio(FioSettings) = "fio",
+        "fio with one job from config (pattern, block size, size, runtime)";
+    setup custom;
+    {
+        fn is_configured(&self) -> Result<()> {
+            workload::require_program("fio", "apt-get install fio")?;
+            let d = &self.settings.directory;
+            if !d.is_empty() && !Path::new(d).is_dir() {
+                return Err(Error::new(format!(
+                    "[benchmarks.fio] directory = {d:?} is not a directory"
+                )));
+            }
+            Ok(())
+        }
+
+        fn setup(&mut self) -> Result<()> {
+            let base = PathBuf::from(self.base_dir());
+            self.run.private_dir(Some(&base))?;
+            self.run.prepare(&self.settings.machine)
+        }
+
+        fn launch(&mut self) -> Result<()> {
+            let (dir, json) = launch_paths(&mut self.run, FIO_JSON, "fio")?;
+            let s = &self.settings;
+            let mut cmd = Command::new("fio");
+            cmd.arg("--name=kernmlops")
+                .arg(format!("--directory={}", dir.display()))
+                .arg(format!("--rw={}", s.rw))
+                .arg(format!("--bs={}", s.bs))
+                .arg(format!("--size={}", s.size))
+                .arg(format!("--runtime={}", s.runtime))
+                .arg(format!("--direct={}", u8::from(s.direct)))
+                .arg(format!("--ioengine={}", s.ioengine))
+                .arg(format!("--numjobs={}", s.numjobs))
+                .arg("--group_reporting")
+                .arg("--output-format=json")
+                .arg(format!("--output={}", json.display()));
+            self.run.start_captured(cmd, "fio")
+        }
+
+        /// IOPS, bandwidth and completion latency from fio's JSON report.
+        fn result(&self) -> Result<Option<serde_json::Value>> {
+            let report = (FIO_JSON, "fio's JSON report");
+            let text = read_report(&self.run, Self::NAME, "fio", report)?;
+            let mut settings = self.settings.clone();
+            settings.directory = self.base_dir().to_owned();
+            let ind = indicator(Self::NAME, "fio", &settings, &self.run)?
+                .with_results(reports::fio_json(&text)?);
+            Ok(Some(ind.to_value()?))
+        }
+    }
+}
 
 impl Fio {
     /// The directory the job's files are in (after `setup`).
@@ -392,81 +384,6 @@ impl Fio {
         } else {
             d.as_str()
         }
-    }
-}
-
-impl BenchmarkImpl for Fio {
-    const NAME: &'static str = "fio";
-    const DESCRIPTION: &'static str =
-        "fio with one job from config (pattern, block size, size, runtime)";
-    type Settings = FioSettings;
-
-    fn create(args: &StartArgs, settings: FioSettings) -> Result<Self> {
-        Ok(Self {
-            settings,
-            run: Run::new(Self::NAME, args),
-        })
-    }
-
-    fn is_configured(&self) -> Result<()> {
-        workload::require_program("fio", "apt-get install fio")?;
-        let d = &self.settings.directory;
-        if !d.is_empty() && !Path::new(d).is_dir() {
-            return Err(Error::new(format!(
-                "[benchmarks.fio] directory = {d:?} is not a directory"
-            )));
-        }
-        Ok(())
-    }
-
-    fn setup(&mut self) -> Result<()> {
-        let base = PathBuf::from(self.base_dir());
-        self.run.private_dir(Some(&base))?;
-        self.run.prepare(&self.settings.machine)
-    }
-
-    fn launch(&mut self) -> Result<()> {
-        let dir = self.run.private_path_for_launch()?;
-        let out = self.run.output_dir()?;
-        let json = out.new_report(FIO_JSON, "fio")?;
-        let s = &self.settings;
-        let mut cmd = Command::new("fio");
-        cmd.arg("--name=kernmlops")
-            .arg(format!("--directory={}", dir.display()))
-            .arg(format!("--rw={}", s.rw))
-            .arg(format!("--bs={}", s.bs))
-            .arg(format!("--size={}", s.size))
-            .arg(format!("--runtime={}", s.runtime))
-            .arg(format!("--direct={}", u8::from(s.direct)))
-            .arg(format!("--ioengine={}", s.ioengine))
-            .arg(format!("--numjobs={}", s.numjobs))
-            .arg("--group_reporting")
-            .arg("--output-format=json")
-            .arg(format!("--output={}", json.display()));
-        self.run.start_captured(cmd, "fio")
-    }
-
-    fn run(&mut self) -> &mut Run {
-        &mut self.run
-    }
-
-    /// IOPS, bandwidth and completion latency from fio's JSON report.
-    fn result(&self) -> Result<Option<serde_json::Value>> {
-        self.run.finished("fio")?;
-        let path = self
-            .json_path()
-            .ok_or_else(|| Error::new("fio: no output folder"))?;
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            Error::new(format!(
-                "fio: reading fio's JSON report {}: {e}",
-                path.display()
-            ))
-        })?;
-        let mut settings = self.settings.clone();
-        settings.directory = self.base_dir().to_owned();
-        let ind = indicator(Self::NAME, "fio", &settings, &self.run)?
-            .with_results(reports::fio_json(&text)?);
-        Ok(Some(ind.to_value()?))
     }
 }
 

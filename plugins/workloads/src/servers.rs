@@ -7,14 +7,15 @@ use std::process::{Command, Stdio};
 use kernmlops_plugin_sdk::{
     benchmark::{MachineSettings, Run},
     serde_json, settings,
-    workload::{self, Workload},
+    workload::Workload,
     BenchmarkImpl, Result, StartArgs,
 };
 
 use crate::{
-    accepts, at_least_one, free_port, indicator, reports,
+    accepts, at_least_one, free_port,
     split::{
         check_memcached_load, check_redis_load, memcached, memcslap, redis_benchmark, spawn_server,
+        MEMCSLAP, REDIS_BENCHMARK,
     },
 };
 
@@ -37,100 +38,58 @@ settings! {
     }
 }
 
-/// A private redis-server (its `--dir` and log in the run's private
-/// folder) loaded by redis-benchmark.
-pub struct Redis {
-    settings: RedisSettings,
-    run: Run,
-    port: u16,
-}
-
-impl Redis {
-    /// The loopback port of the server (0 before `launch`).
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The server's process id, once launched.
-    pub fn server_pid(&self) -> Option<u32> {
-        self.run.server().map(Workload::pid)
-    }
-
-    fn answers_ping(port: u16) -> bool {
-        Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "ping"])
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"PONG"))
-    }
-}
-
-impl BenchmarkImpl for Redis {
-    const NAME: &'static str = "redis";
-    const DESCRIPTION: &'static str =
+benchmark! {
+    /// A private redis-server (its `--dir` and log in the run's private
+    /// folder) loaded by redis-benchmark.
+    pub struct Redis(RedisSettings) = "redis",
         "A private redis-server on a free loopback port, loaded by redis-benchmark";
+    field port: u16 = 0;
+    requires "redis-server" => "apt-get install redis-server redis-tools",
+        "redis-cli" => "apt-get install redis-tools",
+        "redis-benchmark" => "apt-get install redis-tools";
+    setup private;
+    {
+        fn launch(&mut self) -> Result<()> {
+            let dir = self.run.private_path_for_launch()?;
+            self.port = free_port()?;
+            let port = self.port.to_string();
+            let mut cmd = Command::new("redis-server");
+            cmd.args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+                .args(["--appendonly", "no", "--daemonize", "no"])
+                .arg("--dir")
+                .arg(&dir)
+                .arg("--logfile")
+                .arg(dir.join("redis-server.log"))
+                .stdout(Stdio::null());
+            let what = format!(
+                "redis-server on port {port} (log: {})",
+                dir.join("redis-server.log").display()
+            );
+            let p = self.port;
+            let server = spawn_server(cmd, "redis-server", None, &what, || answers_ping(p))?;
+            self.run.start_server(server);
+            let s = &self.settings;
+            let cmd = redis_benchmark("127.0.0.1", p, s.requests, s.clients, &s.tests);
+            self.run.start_captured(cmd, "redis-benchmark")
+        }
 
-    type Settings = RedisSettings;
-
-    fn create(args: &StartArgs, settings: RedisSettings) -> Result<Self> {
-        Ok(Self {
-            settings,
-            run: Run::new(Self::NAME, args),
-            port: 0,
-        })
+        /// Requests per second and latencies per test from redis-benchmark's
+        /// CSV (its standard output).
+        fn result(&self) -> Result<Option<serde_json::Value>> {
+            let ind = REDIS_BENCHMARK.indicator(&self.run, (Self::NAME, "redis"), &self.settings)?;
+            Ok(Some(ind.to_value()?))
+        }
     }
+}
 
-    fn is_configured(&self) -> Result<()> {
-        workload::require_program("redis-server", "apt-get install redis-server redis-tools")?;
-        workload::require_program("redis-cli", "apt-get install redis-tools")?;
-        workload::require_program("redis-benchmark", "apt-get install redis-tools")?;
-        Ok(())
-    }
-
-    fn setup(&mut self) -> Result<()> {
-        self.run.private_dir(None)?;
-        self.run.prepare(&self.settings.machine)
-    }
-
-    fn launch(&mut self) -> Result<()> {
-        let dir = self.run.private_path_for_launch()?;
-        self.port = free_port()?;
-        let port = self.port.to_string();
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
-            .args(["--appendonly", "no", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--logfile")
-            .arg(dir.join("redis-server.log"))
-            .stdout(Stdio::null());
-        let what = format!(
-            "redis-server on port {port} (log: {})",
-            dir.join("redis-server.log").display()
-        );
-        let p = self.port;
-        let server = spawn_server(cmd, "redis-server", None, &what, || Self::answers_ping(p))?;
-        self.run.start_server(server);
-
-        let s = &self.settings;
-        let cmd = redis_benchmark("127.0.0.1", p, s.requests, s.clients, &s.tests);
-        self.run.start_captured(cmd, "redis-benchmark")
-    }
-
-    fn run(&mut self) -> &mut Run {
-        &mut self.run
-    }
-
-    /// Requests per second and latencies per test from redis-benchmark's
-    /// CSV (its standard output).
-    fn result(&self) -> Result<Option<serde_json::Value>> {
-        let client = self.run.finished("redis-benchmark")?;
-        let csv = client.read_stdout()?;
-        let ind = indicator(Self::NAME, "redis", &self.settings, &self.run)?
-            .with_results(reports::redis_csv(&csv)?);
-        Ok(Some(ind.to_value()?))
-    }
+/// Whether the redis-server on loopback `port` answers `PING`.
+fn answers_ping(port: u16) -> bool {
+    Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "ping"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"PONG"))
 }
 
 // ---------------------------------------------------------------- memcached
@@ -155,75 +114,52 @@ settings! {
     }
 }
 
-/// A private memcached loaded by libmemcached's memcslap.
-pub struct Memcached {
-    settings: MemcachedSettings,
-    run: Run,
-    port: u16,
-}
-
-impl Memcached {
-    /// The loopback port of the server (0 before `launch`).
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The server's process id, once launched.
-    pub fn server_pid(&self) -> Option<u32> {
-        self.run.server().map(Workload::pid)
-    }
-}
-
-impl BenchmarkImpl for Memcached {
-    const NAME: &'static str = "memcached";
-    const DESCRIPTION: &'static str =
+benchmark! {
+    /// A private memcached loaded by libmemcached's memcslap.
+    pub struct Memcached(MemcachedSettings) = "memcached",
         "A private memcached on a free loopback port, loaded by memcslap (libmemcached-tools)";
+    field port: u16 = 0;
+    requires "memcached" => "apt-get install memcached libmemcached-tools",
+        "memcslap" => "apt-get install libmemcached-tools";
+    {
+        fn launch(&mut self) -> Result<()> {
+            self.port = free_port()?;
+            let port = self.port.to_string();
+            let s = &self.settings;
+            let cmd = memcached("127.0.0.1", self.port, s.memory_mb);
+            let p = self.port;
+            let what = format!("memcached on port {port}");
+            let server = spawn_server(cmd, "memcached", None, &what, || accepts(p))?;
+            self.run.start_server(server);
+            let cmd = memcslap("127.0.0.1", p, &s.test, s.concurrency, s.execute_number);
+            self.run.start_captured(cmd, "memcslap")
+        }
 
-    type Settings = MemcachedSettings;
-
-    fn create(args: &StartArgs, settings: MemcachedSettings) -> Result<Self> {
-        Ok(Self {
-            settings,
-            run: Run::new(Self::NAME, args),
-            port: 0,
-        })
-    }
-
-    fn is_configured(&self) -> Result<()> {
-        workload::require_program("memcached", "apt-get install memcached libmemcached-tools")?;
-        workload::require_program("memcslap", "apt-get install libmemcached-tools")?;
-        Ok(())
-    }
-
-    fn setup(&mut self) -> Result<()> {
-        self.run.prepare(&self.settings.machine)
-    }
-
-    fn launch(&mut self) -> Result<()> {
-        self.port = free_port()?;
-        let port = self.port.to_string();
-        let s = &self.settings;
-        let cmd = memcached("127.0.0.1", self.port, s.memory_mb);
-        let p = self.port;
-        let what = format!("memcached on port {port}");
-        let server = spawn_server(cmd, "memcached", None, &what, || accepts(p))?;
-        self.run.start_server(server);
-
-        let cmd = memcslap("127.0.0.1", p, &s.test, s.concurrency, s.execute_number);
-        self.run.start_captured(cmd, "memcslap")
-    }
-
-    fn run(&mut self) -> &mut Run {
-        &mut self.run
-    }
-
-    /// Operations per second and mean latency from memcslap's report (its
-    /// standard output).
-    fn result(&self) -> Result<Option<serde_json::Value>> {
-        let client = self.run.finished("memcslap")?;
-        let report = client.read_stdout()?;
-        let ind = indicator(Self::NAME, "memcached", &self.settings, &self.run)?
-            .with_results(reports::memcslap(&report)?);
-        Ok(Some(ind.to_value()?))
+        /// Operations per second and mean latency from memcslap's report (its
+        /// standard output).
+        fn result(&self) -> Result<Option<serde_json::Value>> {
+            let ind = MEMCSLAP.indicator(&self.run, (Self::NAME, "memcached"), &self.settings)?;
+            Ok(Some(ind.to_value()?))
+        }
     }
 }
+
+/// The accessors of the benchmarks that load a private server of their
+/// own on a free loopback port.
+macro_rules! server_accessors {
+    ($($bench:ident),+) => {$(
+        impl $bench {
+            /// The loopback port of the server (0 before `launch`).
+            pub fn port(&self) -> u16 {
+                self.port
+            }
+
+            /// The server's process id, once launched.
+            pub fn server_pid(&self) -> Option<u32> {
+                self.run.server().map(Workload::pid)
+            }
+        }
+    )+};
+}
+
+server_accessors!(Redis, Memcached);

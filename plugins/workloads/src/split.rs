@@ -17,11 +17,11 @@ use kernmlops_plugin_sdk::{
     benchmark::{MachineSettings, Run, GRACE},
     indicator::Indicator,
     serde_json, settings,
-    workload::{self, Capture, Workload},
+    workload::{Capture, Workload},
     BenchmarkImpl, Error, Result, StartArgs,
 };
 
-use crate::{at_least_one, indicator, reports, wait_ready};
+use crate::{at_least_one, bench::StdoutReport, reports, wait_ready};
 
 /// How long a server gets to answer after it starts.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -187,6 +187,12 @@ pub(crate) fn check_redis_load(
     Ok(())
 }
 
+/// redis-benchmark's CSV on standard output (`redis` and `redis_load`).
+pub(crate) const REDIS_BENCHMARK: StdoutReport = StdoutReport {
+    tool: "redis-benchmark",
+    parse: reports::redis_csv,
+};
+
 /// redis-benchmark against `host:port`, its CSV on standard output.
 pub(crate) fn redis_benchmark(
     host: &str,
@@ -219,57 +225,27 @@ settings! {
     }
 }
 
-/// redis-server alone (no persistence, its `--dir` private), serving until
-/// the run stops it.
-pub struct RedisServer {
-    settings: RedisServerSettings,
-    run: Run,
-}
-
-impl BenchmarkImpl for RedisServer {
-    const NAME: &'static str = "redis_server";
-    const DESCRIPTION: &'static str =
+benchmark! {
+    /// redis-server alone (no persistence, its `--dir` private), serving until
+    /// the run stops it; no result (a server has no figures of its own, its
+    /// load generator does).
+    pub struct RedisServer(RedisServerSettings) = "redis_server",
         "redis-server alone on an address (a role's, by default), serving until stopped";
-
-    type Settings = RedisServerSettings;
-
-    fn create(args: &StartArgs, settings: RedisServerSettings) -> Result<Self> {
-        Ok(Self {
-            settings,
-            run: Run::new(Self::NAME, args),
-        })
-    }
-
-    fn is_configured(&self) -> Result<()> {
-        workload::require_program("redis-server", "apt-get install redis-server")?;
-        Ok(())
-    }
-
-    fn setup(&mut self) -> Result<()> {
-        self.run.private_dir(None)?;
-        self.run.prepare(&self.settings.machine)
-    }
-
-    fn launch(&mut self) -> Result<()> {
-        let dir = self.run.private_path_for_launch()?;
-        let (host, port) = server_address(&self.settings.bind, self.settings.port, REDIS_PORT)?;
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &port.to_string(), "--bind", &host, "--save", ""])
-            .args(["--appendonly", "no", "--daemonize", "no"])
-            .args(["--protected-mode", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdin(Stdio::null());
-        start_server(&mut self.run, cmd, "redis-server", &host, port)
-    }
-
-    fn run(&mut self) -> &mut Run {
-        &mut self.run
-    }
-
-    /// None: a server has no figures of its own (its load generator does).
-    fn result(&self) -> Result<Option<serde_json::Value>> {
-        Ok(None)
+    requires "redis-server" => "apt-get install redis-server";
+    setup private;
+    {
+        fn launch(&mut self) -> Result<()> {
+            let dir = self.run.private_path_for_launch()?;
+            let (host, port) = server_address(&self.settings.bind, self.settings.port, REDIS_PORT)?;
+            let mut cmd = Command::new("redis-server");
+            cmd.args(["--port", &port.to_string(), "--bind", &host, "--save", ""])
+                .args(["--appendonly", "no", "--daemonize", "no"])
+                .args(["--protected-mode", "no"])
+                .arg("--dir")
+                .arg(&dir)
+                .stdin(Stdio::null());
+            start_server(&mut self.run, cmd, "redis-server", &host, port)
+        }
     }
 }
 
@@ -299,63 +275,6 @@ settings! {
     }
 }
 
-/// redis-benchmark alone, against a server elsewhere.
-pub struct RedisLoad {
-    settings: RedisLoadSettings,
-    run: Run,
-    /// The server's address, once launched.
-    address: Option<(String, u16)>,
-}
-
-impl BenchmarkImpl for RedisLoad {
-    const NAME: &'static str = "redis_load";
-    const DESCRIPTION: &'static str =
-        "redis-benchmark alone against a redis server's address (a role's, by default)";
-
-    type Settings = RedisLoadSettings;
-
-    fn create(args: &StartArgs, settings: RedisLoadSettings) -> Result<Self> {
-        Ok(Self {
-            settings,
-            run: Run::new(Self::NAME, args),
-            address: None,
-        })
-    }
-
-    fn is_configured(&self) -> Result<()> {
-        workload::require_program("redis-benchmark", "apt-get install redis-tools")?;
-        Ok(())
-    }
-
-    fn setup(&mut self) -> Result<()> {
-        self.run.prepare(&self.settings.machine)
-    }
-
-    fn launch(&mut self) -> Result<()> {
-        let s = &self.settings;
-        let (host, port) = load_address(&s.host, s.port, &s.server_role, REDIS_PORT)?;
-        let cmd = redis_benchmark(&host, port, s.requests, s.clients, &s.tests);
-        self.address = Some((host, port));
-        self.run.start_captured(cmd, "redis-benchmark")
-    }
-
-    fn run(&mut self) -> &mut Run {
-        &mut self.run
-    }
-
-    /// The figures of `redis`, from redis-benchmark's CSV.
-    fn result(&self) -> Result<Option<serde_json::Value>> {
-        let client = self.run.finished("redis-benchmark")?;
-        let csv = client.read_stdout()?;
-        let ind = with_address(
-            indicator(Self::NAME, "redis", &self.settings, &self.run)?,
-            self.address.as_ref(),
-        )
-        .with_results(reports::redis_csv(&csv)?);
-        Ok(Some(ind.to_value()?))
-    }
-}
-
 // ---------------------------------------------------------------- memcached
 
 /// Checks memcslap's settings (shared by `memcached` and `memcached_load`).
@@ -370,6 +289,13 @@ pub(crate) fn check_memcached_load(
     at_least_one("concurrency", u64::from(concurrency))?;
     at_least_one("execute_number", execute_number)
 }
+
+/// memcslap's report on standard output (`memcached` and
+/// `memcached_load`).
+pub(crate) const MEMCSLAP: StdoutReport = StdoutReport {
+    tool: "memcslap",
+    parse: reports::memcslap,
+};
 
 /// memcslap against `host:port`, its report on standard output.
 pub(crate) fn memcslap(
@@ -419,50 +345,20 @@ settings! {
     }
 }
 
-/// memcached alone, serving until the run stops it.
-pub struct MemcachedServer {
-    settings: MemcachedServerSettings,
-    run: Run,
-}
-
-impl BenchmarkImpl for MemcachedServer {
-    const NAME: &'static str = "memcached_server";
-    const DESCRIPTION: &'static str =
+benchmark! {
+    /// memcached alone, serving until the run stops it; no result, as
+    /// `redis_server`.
+    pub struct MemcachedServer(MemcachedServerSettings) = "memcached_server",
         "memcached alone on an address (a role's, by default), serving until stopped";
-
-    type Settings = MemcachedServerSettings;
-
-    fn create(args: &StartArgs, settings: MemcachedServerSettings) -> Result<Self> {
-        Ok(Self {
-            settings,
-            run: Run::new(Self::NAME, args),
-        })
-    }
-
-    fn is_configured(&self) -> Result<()> {
-        workload::require_program("memcached", "apt-get install memcached")?;
-        Ok(())
-    }
-
-    fn setup(&mut self) -> Result<()> {
-        self.run.prepare(&self.settings.machine)
-    }
-
-    fn launch(&mut self) -> Result<()> {
-        let s = &self.settings;
-        let (host, port) = server_address(&s.bind, s.port, MEMCACHED_PORT)?;
-        let mut cmd = memcached(&host, port, s.memory_mb);
-        cmd.stdin(Stdio::null());
-        start_server(&mut self.run, cmd, "memcached", &host, port)
-    }
-
-    fn run(&mut self) -> &mut Run {
-        &mut self.run
-    }
-
-    /// None: a server has no figures of its own (its load generator does).
-    fn result(&self) -> Result<Option<serde_json::Value>> {
-        Ok(None)
+    requires "memcached" => "apt-get install memcached";
+    {
+        fn launch(&mut self) -> Result<()> {
+            let s = &self.settings;
+            let (host, port) = server_address(&s.bind, s.port, MEMCACHED_PORT)?;
+            let mut cmd = memcached(&host, port, s.memory_mb);
+            cmd.stdin(Stdio::null());
+            start_server(&mut self.run, cmd, "memcached", &host, port)
+        }
     }
 }
 
@@ -492,61 +388,60 @@ settings! {
     }
 }
 
-/// memcslap alone, against a server elsewhere.
-pub struct MemcachedLoad {
-    settings: MemcachedLoadSettings,
-    run: Run,
-    /// The server's address, once launched.
-    address: Option<(String, u16)>,
+/// Declares the load generators run alone against a server elsewhere,
+/// each from its settings (with `host`, `port` and `server_role`), name,
+/// description, program (and what installs it), the server's default
+/// port, its report and what that measures, and its command against
+/// `host:port`. The result is the report's figures with the address used.
+macro_rules! load_benchmarks {
+    ($(
+        $(#[$meta:meta])*
+        $name:ident($settings:ident) = $bench:literal, $desc:literal;
+        runs $program:literal => $hint:literal, default port $port:expr;
+        reports $report:expr, measuring $component:literal;
+        command |$s:ident, $host:ident, $p:ident| $cmd:expr;
+    )+) => {$(
+        benchmark! {
+            $(#[$meta])*
+            pub struct $name($settings) = $bench, $desc;
+            /// The server's address, once launched.
+            field address: Option<(String, u16)> = None;
+            requires $program => $hint;
+            {
+                fn launch(&mut self) -> Result<()> {
+                    let $s = &self.settings;
+                    let ($host, $p) = load_address(&$s.host, $s.port, &$s.server_role, $port)?;
+                    let cmd = $cmd;
+                    self.address = Some(($host, $p));
+                    self.run.start_captured(cmd, $report.tool)
+                }
+
+                fn result(&self) -> Result<Option<serde_json::Value>> {
+                    let names = (Self::NAME, $component);
+                    let ind = $report.indicator(&self.run, names, &self.settings)?;
+                    Ok(Some(with_address(ind, self.address.as_ref()).to_value()?))
+                }
+            }
+        }
+    )+};
 }
 
-impl BenchmarkImpl for MemcachedLoad {
-    const NAME: &'static str = "memcached_load";
-    const DESCRIPTION: &'static str =
+load_benchmarks! {
+    /// redis-benchmark alone, against a server elsewhere; its result is the
+    /// figures of `redis`, from redis-benchmark's CSV.
+    RedisLoad(RedisLoadSettings) = "redis_load",
+        "redis-benchmark alone against a redis server's address (a role's, by default)";
+    runs "redis-benchmark" => "apt-get install redis-tools", default port REDIS_PORT;
+    reports REDIS_BENCHMARK, measuring "redis";
+    command |s, host, port| redis_benchmark(&host, port, s.requests, s.clients, &s.tests);
+
+    /// memcslap alone, against a server elsewhere; its result is the figures
+    /// of `memcached`, from memcslap's report.
+    MemcachedLoad(MemcachedLoadSettings) = "memcached_load",
         "memcslap (libmemcached-tools) alone against a memcached's address (a role's, by default)";
-
-    type Settings = MemcachedLoadSettings;
-
-    fn create(args: &StartArgs, settings: MemcachedLoadSettings) -> Result<Self> {
-        Ok(Self {
-            settings,
-            run: Run::new(Self::NAME, args),
-            address: None,
-        })
-    }
-
-    fn is_configured(&self) -> Result<()> {
-        workload::require_program("memcslap", "apt-get install libmemcached-tools")?;
-        Ok(())
-    }
-
-    fn setup(&mut self) -> Result<()> {
-        self.run.prepare(&self.settings.machine)
-    }
-
-    fn launch(&mut self) -> Result<()> {
-        let s = &self.settings;
-        let (host, port) = load_address(&s.host, s.port, &s.server_role, MEMCACHED_PORT)?;
-        let cmd = memcslap(&host, port, &s.test, s.concurrency, s.execute_number);
-        self.address = Some((host, port));
-        self.run.start_captured(cmd, "memcslap")
-    }
-
-    fn run(&mut self) -> &mut Run {
-        &mut self.run
-    }
-
-    /// The figures of `memcached`, from memcslap's report.
-    fn result(&self) -> Result<Option<serde_json::Value>> {
-        let client = self.run.finished("memcslap")?;
-        let report = client.read_stdout()?;
-        let ind = with_address(
-            indicator(Self::NAME, "memcached", &self.settings, &self.run)?,
-            self.address.as_ref(),
-        )
-        .with_results(reports::memcslap(&report)?);
-        Ok(Some(ind.to_value()?))
-    }
+    runs "memcslap" => "apt-get install libmemcached-tools", default port MEMCACHED_PORT;
+    reports MEMCSLAP, measuring "memcached";
+    command |s, host, port| memcslap(&host, port, &s.test, s.concurrency, s.execute_number);
 }
 
 #[cfg(test)]

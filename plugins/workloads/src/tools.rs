@@ -14,7 +14,7 @@ use kernmlops_plugin_sdk::{
     serde_json, settings, workload, BenchmarkImpl, Error, Result, StartArgs,
 };
 
-use crate::{at_least_one, indicator, reports, run_to_end};
+use crate::{at_least_one, bench::StdoutReport, indicator, reports, run_to_end};
 
 // ---------------------------------------------------------------- linux_build
 
@@ -40,12 +40,6 @@ settings! {
     }
 }
 
-/// `make -C <source_dir> -j<jobs> <target>` in a Linux tree.
-pub struct LinuxBuild {
-    settings: LinuxBuildSettings,
-    run: Run,
-}
-
 impl LinuxBuild {
     fn jobs(&self) -> u32 {
         match self.settings.jobs {
@@ -63,77 +57,67 @@ fn is_kernel_tree(dir: &Path) -> bool {
         && dir.join("arch").is_dir()
 }
 
-impl BenchmarkImpl for LinuxBuild {
-    const NAME: &'static str = "linux_build";
-    const DESCRIPTION: &'static str = "Builds a Linux source tree the user points to (make -jN)";
-
-    type Settings = LinuxBuildSettings;
-
-    fn create(args: &StartArgs, settings: LinuxBuildSettings) -> Result<Self> {
-        Ok(Self {
-            settings,
-            run: Run::new(Self::NAME, args),
-        })
-    }
-
-    fn is_configured(&self) -> Result<()> {
-        let dir = &self.settings.source_dir;
-        if dir.is_empty() {
-            return Err(Error::new(
-                "set [benchmarks.linux_build] source_dir to a Linux source tree",
-            ));
+benchmark! {
+    /// `make -C <source_dir> -j<jobs> <target>` in a Linux tree.
+    pub struct LinuxBuild(LinuxBuildSettings) = "linux_build",
+        "Builds a Linux source tree the user points to (make -jN)";
+    setup custom;
+    {
+        fn is_configured(&self) -> Result<()> {
+            let dir = &self.settings.source_dir;
+            if dir.is_empty() {
+                return Err(Error::new(
+                    "set [benchmarks.linux_build] source_dir to a Linux source tree",
+                ));
+            }
+            if !is_kernel_tree(Path::new(dir)) {
+                return Err(Error::new(format!(
+                    "set [benchmarks.linux_build] source_dir to a Linux source tree: {dir:?} is not one (no Makefile, Kconfig, kernel/ and arch/)"
+                )));
+            }
+            if !Path::new(dir).join(".config").is_file() {
+                return Err(Error::new(format!(
+                    "{dir:?} has no .config: run `make -C {dir} defconfig` (or olddefconfig) first"
+                )));
+            }
+            let hint = "apt-get install build-essential bc bison flex libelf-dev libssl-dev";
+            workload::require_program("make", hint)?;
+            workload::require_program("gcc", hint)?;
+            Ok(())
         }
-        if !is_kernel_tree(Path::new(dir)) {
-            return Err(Error::new(format!(
-                "set [benchmarks.linux_build] source_dir to a Linux source tree: {dir:?} is not one (no Makefile, Kconfig, kernel/ and arch/)"
-            )));
-        }
-        if !Path::new(dir).join(".config").is_file() {
-            return Err(Error::new(format!(
-                "{dir:?} has no .config: run `make -C {dir} defconfig` (or olddefconfig) first"
-            )));
-        }
-        let hint = "apt-get install build-essential bc bison flex libelf-dev libssl-dev";
-        workload::require_program("make", hint)?;
-        workload::require_program("gcc", hint)?;
-        Ok(())
-    }
 
-    fn setup(&mut self) -> Result<()> {
-        if self.settings.clean_first {
+        fn setup(&mut self) -> Result<()> {
+            if self.settings.clean_first {
+                let mut cmd = Command::new("make");
+                cmd.arg("-C").arg(&self.settings.source_dir).arg("clean");
+                run_to_end(cmd, "make clean")?;
+            }
+            self.run.prepare(&self.settings.machine)
+        }
+
+        fn launch(&mut self) -> Result<()> {
             let mut cmd = Command::new("make");
-            cmd.arg("-C").arg(&self.settings.source_dir).arg("clean");
-            run_to_end(cmd, "make clean")?;
+            cmd.arg("-C")
+                .arg(&self.settings.source_dir)
+                .arg(format!("-j{}", self.jobs()))
+                .arg(&self.settings.target);
+            self.run.start_captured(cmd, "make (linux_build)")
         }
-        self.run.prepare(&self.settings.machine)
-    }
 
-    fn launch(&mut self) -> Result<()> {
-        let mut cmd = Command::new("make");
-        cmd.arg("-C")
-            .arg(&self.settings.source_dir)
-            .arg(format!("-j{}", self.jobs()))
-            .arg(&self.settings.target);
-        self.run.start_captured(cmd, "make (linux_build)")
-    }
-
-    fn run(&mut self) -> &mut Run {
-        &mut self.run
-    }
-
-    /// The build's wall time: make prints none of its own, so it is the
-    /// time from launch until `poll` saw make end (within one polling
-    /// interval, 100 ms under the host).
-    fn result(&self) -> Result<Option<serde_json::Value>> {
-        let make = self.run.finished("make")?;
-        let took = make
-            .elapsed()
-            .ok_or_else(|| Error::new("linux_build: make has not ended"))?;
-        let mut settings = self.settings.clone();
-        settings.jobs = self.jobs();
-        let ind = indicator(Self::NAME, "linux", &settings, &self.run)?
-            .with_result("build_s", took.as_secs_f64());
-        Ok(Some(ind.to_value()?))
+        /// The build's wall time: make prints none of its own, so it is the
+        /// time from launch until `poll` saw make end (within one polling
+        /// interval, 100 ms under the host).
+        fn result(&self) -> Result<Option<serde_json::Value>> {
+            let make = self.run.finished("make")?;
+            let took = make
+                .elapsed()
+                .ok_or_else(|| Error::new("linux_build: make has not ended"))?;
+            let mut settings = self.settings.clone();
+            settings.jobs = self.jobs();
+            let ind = indicator(Self::NAME, "linux", &settings, &self.run)?
+                .with_result("build_s", took.as_secs_f64());
+            Ok(Some(ind.to_value()?))
+        }
     }
 }
 
@@ -160,74 +144,53 @@ settings! {
     }
 }
 
-/// `<suite_dir>/pr -g <scale> -n <trials>`: PageRank on a Kronecker graph.
-pub struct Gap {
-    settings: GapSettings,
-    run: Run,
-}
-
 impl Gap {
     fn pr(&self) -> PathBuf {
         Path::new(&self.settings.suite_dir).join("pr")
     }
 }
 
-impl BenchmarkImpl for Gap {
-    const NAME: &'static str = "gap";
-    const DESCRIPTION: &'static str =
+benchmark! {
+    /// `<suite_dir>/pr -g <scale> -n <trials>`: PageRank on a Kronecker graph.
+    pub struct Gap(GapSettings) = "gap",
         "PageRank (pr) from a GAP benchmark suite directory on a generated Kronecker graph";
-
-    type Settings = GapSettings;
-
-    fn create(args: &StartArgs, settings: GapSettings) -> Result<Self> {
-        Ok(Self {
-            settings,
-            run: Run::new(Self::NAME, args),
-        })
-    }
-
-    fn is_configured(&self) -> Result<()> {
-        let dir = &self.settings.suite_dir;
-        if dir.is_empty() {
-            return Err(Error::new("set [benchmarks.gap] suite_dir to a built GAP benchmark suite (git clone https://github.com/sbeamer/gapbs && make -C gapbs)",
-            ));
+    {
+        fn is_configured(&self) -> Result<()> {
+            let dir = &self.settings.suite_dir;
+            if dir.is_empty() {
+                return Err(Error::new("set [benchmarks.gap] suite_dir to a built GAP benchmark suite (git clone https://github.com/sbeamer/gapbs && make -C gapbs)",
+                ));
+            }
+            let pr = self.pr();
+            let executable = std::fs::metadata(&pr)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+            if !executable {
+                return Err(Error::new(format!(
+                    "[benchmarks.gap] suite_dir = {dir:?} has no executable pr: build the suite there (make -C {dir})"
+                )));
+            }
+            Ok(())
         }
-        let pr = self.pr();
-        let executable = std::fs::metadata(&pr)
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-        if !executable {
-            return Err(Error::new(format!(
-                "[benchmarks.gap] suite_dir = {dir:?} has no executable pr: build the suite there (make -C {dir})"
-            )));
+
+        fn launch(&mut self) -> Result<()> {
+            let mut cmd = Command::new(self.pr());
+            cmd.arg("-g")
+                .arg(self.settings.scale.to_string())
+                .arg("-n")
+                .arg(self.settings.trials.to_string());
+            self.run.start_captured(cmd, "gap pr")
         }
-        Ok(())
-    }
 
-    fn setup(&mut self) -> Result<()> {
-        self.run.prepare(&self.settings.machine)
-    }
-
-    fn launch(&mut self) -> Result<()> {
-        let mut cmd = Command::new(self.pr());
-        cmd.arg("-g")
-            .arg(self.settings.scale.to_string())
-            .arg("-n")
-            .arg(self.settings.trials.to_string());
-        self.run.start_captured(cmd, "gap pr")
-    }
-
-    fn run(&mut self) -> &mut Run {
-        &mut self.run
-    }
-
-    /// Each PageRank trial's time and their mean, from pr's report (its
-    /// standard output).
-    fn result(&self) -> Result<Option<serde_json::Value>> {
-        let pr = self.run.finished("pr")?;
-        let report = pr.read_stdout()?;
-        let ind = indicator(Self::NAME, "gapbs", &self.settings, &self.run)?
-            .with_results(reports::gap_pr(&report)?);
-        Ok(Some(ind.to_value()?))
+        /// Each PageRank trial's time and their mean, from pr's report (its
+        /// standard output).
+        fn result(&self) -> Result<Option<serde_json::Value>> {
+            let pr = StdoutReport {
+                tool: "pr",
+                parse: reports::gap_pr,
+            };
+            let ind = pr.indicator(&self.run, (Self::NAME, "gapbs"), &self.settings)?;
+            Ok(Some(ind.to_value()?))
+        }
     }
 }
 

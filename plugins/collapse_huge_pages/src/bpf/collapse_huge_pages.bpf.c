@@ -16,6 +16,18 @@
 #include "kml.bpf.h"
 #include "collapse_huge_pages.h"
 
+/* Fills the fields both records start with: the time, the current task,
+ * the mm's owner, and the outcome `status` (the kernel's scan_result). */
+#define FILL_HEAD(e, task, owner, status)                                     \
+	do {                                                                  \
+		(e)->ts_uptime_us = kml_now_us();                             \
+		(e)->pid = (task)->pid;                                       \
+		(e)->tgid = (task)->tgid;                                     \
+		(e)->mm_tgid = (owner) ? BPF_CORE_READ((owner), tgid) : 0;    \
+		(e)->status = status_index(status);                           \
+		(e)->status_code = (status);                                  \
+	} while (0)
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define TABLE_COLLAPSE 0
@@ -81,12 +93,7 @@ int BPF_PROG(handle_collapse_huge_page, struct mm_struct *mm, int isolated, int 
 	if (!e)
 		return 0;
 	__builtin_memset(e, 0, sizeof(*e));
-	e->ts_uptime_us = kml_now_us();
-	e->pid = task->pid;
-	e->tgid = task->tgid;
-	e->mm_tgid = owner ? BPF_CORE_READ(owner, tgid) : 0;
-	e->status = status_index(status);
-	e->status_code = status;
+	FILL_HEAD(e, task, owner, status);
 	e->isolated = isolated != 0;
 	kml_submit(&collapse_ring, e, TABLE_COLLAPSE);
 	return 0;
@@ -122,12 +129,7 @@ int BPF_PROG(handle_khugepaged_scan_pmd, struct mm_struct *mm)
 	e = kml_reserve(&scan_ring, sizeof(*e), TABLE_SCAN);
 	if (!e)
 		return 0;
-	e->ts_uptime_us = kml_now_us();
-	e->pid = task->pid;
-	e->tgid = task->tgid;
-	e->mm_tgid = owner ? BPF_CORE_READ(owner, tgid) : 0;
-	e->status = status_index(status);
-	e->status_code = status;
+	FILL_HEAD(e, task, owner, status);
 	e->referenced = referenced;
 	e->none_or_zero = none_or_zero;
 	e->unmapped = unmapped;

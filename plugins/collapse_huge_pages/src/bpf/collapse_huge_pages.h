@@ -55,15 +55,19 @@ enum collapse_status {
 };
 #undef X
 
+/* The fields both records start with (the program's FILL_HEAD fills them). */
+#define COLLAPSE_RECORD_HEAD                                                  \
+	__u64 ts_uptime_us; /* when it ended (CLOCK_BOOTTIME, us) */            \
+	__u32 pid;          /* thread id of the current task */                 \
+	__u32 tgid;         /* process id of the current task */                \
+	__u32 mm_tgid;      /* process owning the mm (0: unknown) */            \
+	__u32 status;       /* enum collapse_status */                          \
+	__s32 status_code;  /* the kernel's scan_result value */
+
 /* Table 0, collapse_huge_page: one row per attempt to collapse a PMD range
  * of small pages into a huge page (khugepaged or MADV_COLLAPSE). */
 struct collapse_huge_page_event {
-	__u64 ts_uptime_us; /* when the attempt ended (CLOCK_BOOTTIME, us) */
-	__u32 pid;          /* thread id of the current task */
-	__u32 tgid;         /* process id of the current task */
-	__u32 mm_tgid;      /* process owning the mm (0: unknown) */
-	__u32 status;       /* enum collapse_status */
-	__s32 status_code;  /* the kernel's scan_result value */
+	COLLAPSE_RECORD_HEAD
 	__u8 isolated;      /* 1: the small pages were isolated */
 	__u8 _pad[3];
 };
@@ -71,12 +75,7 @@ struct collapse_huge_page_event {
 /* Table 1, khugepaged_scan_pmd: one row per PMD range scanned for
  * collapse. */
 struct khugepaged_scan_pmd_event {
-	__u64 ts_uptime_us; /* when the scan ended (CLOCK_BOOTTIME, us) */
-	__u32 pid;          /* thread id of the current task */
-	__u32 tgid;         /* process id of the current task */
-	__u32 mm_tgid;      /* process owning the mm (0: unknown) */
-	__u32 status;       /* enum collapse_status */
-	__s32 status_code;  /* the kernel's scan_result value */
+	COLLAPSE_RECORD_HEAD
 	__u32 referenced;   /* young (recently referenced) PTEs in the range */
 	__u32 none_or_zero; /* empty or zero-page PTEs */
 	__u32 unmapped;     /* swapped-out PTEs */

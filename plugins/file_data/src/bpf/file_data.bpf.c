@@ -146,35 +146,32 @@ out:
 	bpf_map_delete_elem(&pending, &id);
 }
 
-/* open(const char *filename, int flags, umode_t mode) */
-SEC("tp/syscalls/sys_enter_open")
-int tp_enter_open(struct trace_event_raw_sys_enter *ctx)
-{
-	enter((const char *)ctx->args[0], ctx->args[1]);
-	return KML_TP_PASS;
-}
+/* The entry program of syscall `sys` (tp_enter_<sys>): its file name and
+ * flags are the expressions `name` and `flags` of the tracepoint's `ctx`. */
+#define ENTER_PROGRAM(sys, name, flags)                                  \
+	SEC("tp/syscalls/sys_enter_" #sys)                               \
+	int tp_enter_##sys(struct trace_event_raw_sys_enter *ctx)        \
+	{                                                                \
+		enter((const char *)(name), (flags));                    \
+		return KML_TP_PASS;                                      \
+	}
 
-SEC("tp/syscalls/sys_exit_open")
-int tp_exit_open(struct trace_event_raw_sys_exit *ctx)
-{
-	leave(ctx->ret);
-	return KML_TP_PASS;
-}
+/* The exit program of syscall `sys` (tp_exit_<sys>): its return value. */
+#define EXIT_PROGRAM(sys)                                                \
+	SEC("tp/syscalls/sys_exit_" #sys)                                \
+	int tp_exit_##sys(struct trace_event_raw_sys_exit *ctx)          \
+	{                                                                \
+		leave(ctx->ret);                                         \
+		return KML_TP_PASS;                                      \
+	}
+
+/* open(const char *filename, int flags, umode_t mode) */
+ENTER_PROGRAM(open, ctx->args[0], ctx->args[1])
+EXIT_PROGRAM(open)
 
 /* openat(int dfd, const char *filename, int flags, umode_t mode) */
-SEC("tp/syscalls/sys_enter_openat")
-int tp_enter_openat(struct trace_event_raw_sys_enter *ctx)
-{
-	enter((const char *)ctx->args[1], ctx->args[2]);
-	return KML_TP_PASS;
-}
-
-SEC("tp/syscalls/sys_exit_openat")
-int tp_exit_openat(struct trace_event_raw_sys_exit *ctx)
-{
-	leave(ctx->ret);
-	return KML_TP_PASS;
-}
+ENTER_PROGRAM(openat, ctx->args[1], ctx->args[2])
+EXIT_PROGRAM(openat)
 
 /* openat2(int dfd, const char *filename, struct open_how *how, size_t) */
 SEC("tp/syscalls/sys_enter_openat2")
@@ -187,24 +184,8 @@ int tp_enter_openat2(struct trace_event_raw_sys_enter *ctx)
 	return KML_TP_PASS;
 }
 
-SEC("tp/syscalls/sys_exit_openat2")
-int tp_exit_openat2(struct trace_event_raw_sys_exit *ctx)
-{
-	leave(ctx->ret);
-	return KML_TP_PASS;
-}
+EXIT_PROGRAM(openat2)
 
 /* creat(const char *pathname, umode_t mode): open(O_CREAT|O_WRONLY|O_TRUNC) */
-SEC("tp/syscalls/sys_enter_creat")
-int tp_enter_creat(struct trace_event_raw_sys_enter *ctx)
-{
-	enter((const char *)ctx->args[0], O_CREAT | 01 | 01000);
-	return KML_TP_PASS;
-}
-
-SEC("tp/syscalls/sys_exit_creat")
-int tp_exit_creat(struct trace_event_raw_sys_exit *ctx)
-{
-	leave(ctx->ret);
-	return KML_TP_PASS;
-}
+ENTER_PROGRAM(creat, ctx->args[0], O_CREAT | 01 | 01000)
+EXIT_PROGRAM(creat)
