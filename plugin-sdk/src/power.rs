@@ -318,6 +318,19 @@ impl SysfsRoot {
     pub fn path(&self) -> &Path {
         &self.0
     }
+
+    /// The end of an error saying a meter is missing: on this machine's own
+    /// sysfs, when it is a virtual machine, `; this is a KVM virtual
+    /// machine, and hypervisors rarely expose {what}`; else empty (a test's
+    /// tree says nothing of the machine).
+    pub fn vm_hint(&self, what: &str) -> String {
+        if !self.is_real() {
+            return String::new();
+        }
+        virtual_machine()
+            .map(|vm| format!("; this is {vm}, and hypervisors rarely expose {what}"))
+            .unwrap_or_default()
+    }
 }
 
 /// The first line of a sysfs file, trimmed, with an error naming the file

@@ -22,8 +22,8 @@ use kernmlops_plugin_sdk::{
     api::MAX_ZONE_NAME,
     export_plugin,
     power::{
-        read_text, read_u64, virtual_machine, PowerIntegrator, PowerScope, PowerSourceImpl,
-        SysfsRoot, WrapCounter, Zone, ZoneReading,
+        read_text, read_u64, PowerIntegrator, PowerScope, PowerSourceImpl, SysfsRoot, WrapCounter,
+        Zone, ZoneReading,
     },
     settings, Error, HumanDuration, Result, StartArgs,
 };
@@ -153,13 +153,7 @@ fn interval_ms(path: &Path) -> Option<Duration> {
 pub fn discover(root: &SysfsRoot, default_interval: Duration) -> Result<Vec<Sensor>> {
     let class = root.join("class/hwmon");
     let entries = std::fs::read_dir(&class).map_err(|e| {
-        let hint = if root.is_real() {
-            virtual_machine()
-                .map(|vm| format!("; this is {vm}, and hypervisors rarely expose power sensors"))
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
+        let hint = root.vm_hint("power sensors");
         Error::unsupported(format!(
             "no hwmon power or energy sensor here: {} {}{hint}",
             class.display(),

@@ -16,10 +16,7 @@ use kernmlops_perf_events::{open_counter, pmu_at, pmu_spec, read_counter, EventS
 use kernmlops_plugin_sdk::{
     api::ErrorKind,
     export_plugin,
-    power::{
-        read_text, virtual_machine, PowerScope, PowerSourceImpl, SysfsRoot, WrapCounter, Zone,
-        ZoneReading,
-    },
+    power::{read_text, PowerScope, PowerSourceImpl, SysfsRoot, WrapCounter, Zone, ZoneReading},
     settings, Error, Result, StartArgs,
 };
 
@@ -71,13 +68,7 @@ fn cpu_list(text: &str) -> Option<Vec<u32>> {
 pub fn plan(root: &SysfsRoot) -> Result<(Vec<Planned>, Vec<String>)> {
     let devices = root.join("bus/event_source/devices");
     let Some(pmu) = pmu_at(&devices, "power") else {
-        let hint = if root.is_real() {
-            virtual_machine()
-                .map(|vm| format!("; this is {vm}, and hypervisors rarely expose RAPL"))
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
+        let hint = root.vm_hint("RAPL");
         return Err(Error::unsupported(format!(
             "no power PMU here: {} has no readable type (the rapl perf driver is not loaded or the CPU has no RAPL){hint}",
             devices.join("power").display()

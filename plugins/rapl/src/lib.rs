@@ -22,8 +22,7 @@ use std::{
 use kernmlops_plugin_sdk::{
     export_plugin,
     power::{
-        read_text, read_u64, virtual_machine, PowerScope, PowerSourceImpl, SysfsRoot, WrapCounter,
-        Zone, ZoneReading,
+        read_text, read_u64, PowerScope, PowerSourceImpl, SysfsRoot, WrapCounter, Zone, ZoneReading,
     },
     settings, Error, Result, StartArgs,
 };
@@ -67,13 +66,7 @@ pub fn discover(root: &SysfsRoot) -> Result<(Vec<Found>, Vec<String>)> {
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) => {
-            let hint = if root.is_real() {
-                virtual_machine()
-                    .map(|vm| format!("; this is {vm}, and hypervisors rarely expose RAPL"))
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            };
+            let hint = root.vm_hint("RAPL");
             return Err(Error::unsupported(format!(
                 "no RAPL here: {} {} (no powercap driver: intel_rapl_msr is not loaded or the CPU has no RAPL){hint}",
                 dir.display(),
