@@ -450,7 +450,7 @@ pub(crate) mod tests {
     };
     use arrow_ipc::writer::FileWriter;
     use arrow_schema::{DataType, Field, Schema};
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
     use super::*;
 
@@ -474,6 +474,13 @@ pub(crate) mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
         }
+    }
+
+    fn parquet_reader(path: &Path) -> ParquetRecordBatchReader {
+        ParquetRecordBatchReaderBuilder::try_new(File::open(path).expect("open"))
+            .expect("parquet")
+            .build()
+            .expect("reader")
     }
 
     pub(crate) fn tempdir(name: &str) -> Scratch {
@@ -556,10 +563,7 @@ pub(crate) mod tests {
                 rows: 3
             }]
         );
-        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).expect("open"))
-            .expect("parquet")
-            .build()
-            .expect("reader");
+        let reader = parquet_reader(&path);
         let schema = reader.schema();
         assert_eq!(
             schema
@@ -572,10 +576,8 @@ pub(crate) mod tests {
             schema
                 .field_with_name("ts_uptime_us")
                 .expect("ts")
-                .metadata()
-                .get("unit")
-                .map(String::as_str),
-            Some("us")
+                .metadata()["unit"],
+            "us"
         );
         assert!(matches!(
             schema
@@ -628,10 +630,7 @@ pub(crate) mod tests {
             export_collection_as(dir, &to, Layout::Hive).expect("export");
         }
         let path = to.join("ticks/run_class=curated/benchmark=fio/a1.parquet");
-        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).expect("open"))
-            .expect("parquet")
-            .build()
-            .expect("reader");
+        let reader = parquet_reader(&path);
         let schema = reader.schema();
         // A plain string, so files of many collections union and join.
         assert_eq!(
@@ -645,10 +644,8 @@ pub(crate) mod tests {
             schema
                 .field_with_name("ts_uptime_us")
                 .expect("ts")
-                .metadata()
-                .get("unit")
-                .map(String::as_str),
-            Some("us")
+                .metadata()["unit"],
+            "us"
         );
         let batches: Vec<RecordBatch> = reader.map(|b| b.expect("batch")).collect();
         let ids: Vec<String> = batches
