@@ -966,6 +966,7 @@ pub fn restore(applied: &[Applied]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_tree::Tree;
 
     fn table(text: &str) -> toml::Table {
         text.parse().unwrap()
@@ -1049,36 +1050,24 @@ mod tests {
         assert_eq!(choices("4096\t8192"), None);
     }
 
-    /// A crafted kernel tree under a fresh temporary folder, removed on drop.
-    struct Tree(PathBuf);
-    impl Tree {
-        fn new(name: &str) -> Self {
-            let dir = std::env::temp_dir().join(format!(
-                "kml-machine-{name}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(dir.join("proc/sys")).unwrap();
-            std::fs::create_dir_all(dir.join("sys/devices/system/cpu/cpufreq")).unwrap();
-            Self(dir)
-        }
-        fn file(&self, rel: &str, content: &str) -> &Self {
-            let p = self.0.join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, content).unwrap();
-            self
-        }
-        fn read(&self, rel: &str) -> String {
-            std::fs::read_to_string(self.0.join(rel))
-                .unwrap()
-                .trim()
-                .to_owned()
-        }
+    /// A crafted kernel tree (with `proc/sys` and the cpufreq folder).
+    fn tree(name: &str) -> Tree {
+        let t = Tree::new(&format!("machine-{name}"));
+        std::fs::create_dir_all(t.0.join("proc/sys")).unwrap();
+        std::fs::create_dir_all(t.0.join("sys/devices/system/cpu/cpufreq")).unwrap();
+        t
+    }
+
+    /// What the machine tests need of a [`Tree`] beyond its files.
+    trait KernelTree {
+        fn roots(&self) -> Roots;
+        /// Two cpufreq policies of 800-3000 MHz, under powersave.
+        fn cpufreq(&self) -> &Self;
+    }
+    impl KernelTree for Tree {
         fn roots(&self) -> Roots {
             Roots::under(&self.0)
         }
-        /// Two cpufreq policies of 800-3000 MHz, under powersave.
         fn cpufreq(&self) -> &Self {
             for n in 0..2 {
                 let p = format!("sys/devices/system/cpu/cpufreq/policy{n}");
@@ -1095,15 +1084,10 @@ mod tests {
             self
         }
     }
-    impl Drop for Tree {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 
     #[test]
     fn cpufreq_knobs_resolve_per_policy_against_what_it_offers() {
-        let t = Tree::new("cpufreq");
+        let t = tree("cpufreq");
         t.cpufreq()
             .file("sys/devices/system/cpu/cpufreq/boost", "1\n");
         let roots = t.roots();
@@ -1187,7 +1171,7 @@ mod tests {
 
     #[test]
     fn without_cpufreq_or_a_boost_switch_each_is_one_line_naming_what_is_missing() {
-        let t = Tree::new("nocpufreq");
+        let t = tree("nocpufreq");
         let roots = t.roots();
         let dir = t.0.join("sys/devices/system/cpu/cpufreq");
         let e = knobs_in(&table("[cpufreq]\ngovernor = \"performance\"\n"), &roots).unwrap_err();
@@ -1215,7 +1199,7 @@ mod tests {
 
     #[test]
     fn smt_is_switched_only_where_the_kernel_allows_it() {
-        let t = Tree::new("smt");
+        let t = tree("smt");
         let roots = t.roots();
         let control = t.0.join("sys/devices/system/cpu/smt/control");
         let e = knobs_in(&table("smt = false\n"), &roots).unwrap_err();
@@ -1245,7 +1229,7 @@ mod tests {
 
     #[test]
     fn cpus_are_checked_against_the_online_cpus() {
-        let t = Tree::new("cpus");
+        let t = tree("cpus");
         t.file("sys/devices/system/cpu/online", "0-3\n");
         let roots = t.roots();
         let k = knobs_in(&table("cpus = \"3,2\"\n"), &roots).unwrap();
@@ -1289,7 +1273,7 @@ mod tests {
 
     #[test]
     fn thp_mode_is_the_enabled_file_with_its_choices() {
-        let t = Tree::new("thp");
+        let t = tree("thp");
         t.file(
             "sys/kernel/mm/transparent_hugepage/enabled",
             "always [madvise] never\n",
