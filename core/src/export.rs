@@ -476,6 +476,11 @@ pub(crate) mod tests {
         }
     }
 
+    /// The type of a column the schema must have.
+    fn data_type<'a>(schema: &'a Schema, column: &str) -> &'a DataType {
+        schema.field_with_name(column).expect(column).data_type()
+    }
+
     fn parquet_reader(path: &Path) -> ParquetRecordBatchReader {
         ParquetRecordBatchReaderBuilder::try_new(File::open(path).expect("open"))
             .expect("parquet")
@@ -565,13 +570,7 @@ pub(crate) mod tests {
         );
         let reader = parquet_reader(&path);
         let schema = reader.schema();
-        assert_eq!(
-            schema
-                .field_with_name("ts_uptime_us")
-                .expect("ts")
-                .data_type(),
-            &DataType::UInt64
-        );
+        assert_eq!(data_type(&schema, "ts_uptime_us"), &DataType::UInt64);
         assert_eq!(
             schema
                 .field_with_name("ts_uptime_us")
@@ -580,10 +579,7 @@ pub(crate) mod tests {
             "us"
         );
         assert!(matches!(
-            schema
-                .field_with_name("collection_id")
-                .expect("id")
-                .data_type(),
+            data_type(&schema, "collection_id"),
             DataType::Dictionary(_, _)
         ));
         let rows: usize = reader.map(|b| b.expect("batch").num_rows()).sum();
@@ -633,13 +629,7 @@ pub(crate) mod tests {
         let reader = parquet_reader(&path);
         let schema = reader.schema();
         // A plain string, so files of many collections union and join.
-        assert_eq!(
-            schema
-                .field_with_name("collection_id")
-                .expect("id")
-                .data_type(),
-            &DataType::Utf8
-        );
+        assert_eq!(data_type(&schema, "collection_id"), &DataType::Utf8);
         assert_eq!(
             schema
                 .field_with_name("ts_uptime_us")

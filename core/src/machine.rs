@@ -1323,15 +1323,24 @@ mod tests {
         }
     }
 
+    /// Holds the root sysctl tests one at a time; None (skip) when not root.
+    fn sysctl_test() -> Option<std::sync::MutexGuard<'static, ()>> {
+        root().then(|| SYSCTL.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The setting's value now, written back when the [`Keep`] drops.
+    fn kept(path: &Path) -> (String, Keep) {
+        let before = std::fs::read_to_string(path).unwrap().trim().to_owned();
+        (before.clone(), Keep(path.to_owned(), before))
+    }
+
     #[test]
     fn root_a_sysctl_is_journalled_set_read_back_and_restored() {
-        if !root() {
+        let Some(_one) = sysctl_test() else {
             return;
-        }
-        let _one = SYSCTL.lock().unwrap_or_else(|e| e.into_inner());
+        };
         let path = PathBuf::from("/proc/sys/vm/swappiness");
-        let before = std::fs::read_to_string(&path).unwrap().trim().to_owned();
-        let _keep = Keep(path.clone(), before.clone());
+        let (before, _keep) = kept(&path);
         let want = if before == "17" { "18" } else { "17" };
         let knobs = resolve(&table(&format!("[sysctl]\n\"vm.swappiness\" = {want}\n"))).unwrap();
         check(&knobs).unwrap();
@@ -1351,14 +1360,12 @@ mod tests {
 
     #[test]
     fn root_the_value_read_back_is_what_the_kernel_kept() {
-        if !root() {
+        let Some(_one) = sysctl_test() else {
             return;
-        }
-        let _one = SYSCTL.lock().unwrap_or_else(|e| e.into_inner());
+        };
         // The kernel rounds fs.pipe-max-size up to a power of two pages.
         let path = PathBuf::from("/proc/sys/fs/pipe-max-size");
-        let before = std::fs::read_to_string(&path).unwrap().trim().to_owned();
-        let _keep = Keep(path.clone(), before.clone());
+        let (before, _keep) = kept(&path);
         let asked = before.parse::<u64>().unwrap() + 1;
         let knobs = resolve(&table(&format!(
             "[sysctl]\n\"fs.pipe-max-size\" = {asked}\n"
@@ -1381,14 +1388,12 @@ mod tests {
 
     #[test]
     fn root_a_refused_value_undoes_the_knobs_already_set() {
-        if !root() {
+        let Some(_one) = sysctl_test() else {
             return;
-        }
-        let _one = SYSCTL.lock().unwrap_or_else(|e| e.into_inner());
+        };
         let swap = PathBuf::from("/proc/sys/vm/swappiness");
         let ratio = PathBuf::from("/proc/sys/vm/dirty_ratio");
-        let before = std::fs::read_to_string(&swap).unwrap().trim().to_owned();
-        let _keep = Keep(swap.clone(), before.clone());
+        let (before, _keep) = kept(&swap);
         let want = if before == "17" { "18" } else { "17" };
         // swappiness is set first (sorted), then dirty_ratio refuses 1000 (at most 100).
         let knobs = resolve(&table(&format!(

@@ -892,26 +892,20 @@ mod tests {
         std::fs::write(scratch.join("deep/file"), "x").expect("file");
         let state = dir.join("state");
         std::fs::create_dir_all(&state).expect("state");
-        record(
-            &state,
-            &Action::Remove {
+        let record_removal = || {
+            let remove = Action::Remove {
                 path: scratch.clone(),
-            },
-        )
-        .expect("record");
+            };
+            record(&state, &remove).expect("record");
+        };
+        record_removal();
         std::fs::write(state.join(UNDO_LOG).with_extension("x"), "").expect("other");
         let done = undo_state(&state);
         assert_eq!(done, vec![format!("removed {}", scratch.display())]);
         assert!(!scratch.exists() && !state.exists());
         // Nothing left: nothing said.
         std::fs::create_dir_all(&state).expect("state");
-        record(
-            &state,
-            &Action::Remove {
-                path: scratch.clone(),
-            },
-        )
-        .expect("record");
+        record_removal();
         assert!(undo_state(&state).is_empty());
         std::fs::remove_dir_all(&dir).expect("clean up");
     }

@@ -325,24 +325,21 @@ const ATTR_FLAG_DISABLED: u64 = 1;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 
 /// `_IOW('$', 8, __u32)`: the ioctl direction bits differ by architecture.
-#[cfg(any(
+const PERF_EVENT_IOC_SET_BPF: u64 = IOC_WRITE | (4 << 16) | ((b'$' as u64) << 8) | 8;
+/// `_IOC_WRITE` in its place: 4 << 29 where the direction takes three
+/// bits, 1 << 30 elsewhere.
+const IOC_WRITE: u64 = if cfg!(any(
     target_arch = "powerpc",
     target_arch = "powerpc64",
     target_arch = "mips",
     target_arch = "mips64",
     target_arch = "sparc",
     target_arch = "sparc64"
-))]
-const PERF_EVENT_IOC_SET_BPF: u64 = (4 << 29) | (4 << 16) | ((b'$' as u64) << 8) | 8;
-#[cfg(not(any(
-    target_arch = "powerpc",
-    target_arch = "powerpc64",
-    target_arch = "mips",
-    target_arch = "mips64",
-    target_arch = "sparc",
-    target_arch = "sparc64"
-)))]
-const PERF_EVENT_IOC_SET_BPF: u64 = (1 << 30) | (4 << 16) | ((b'$' as u64) << 8) | 8;
+)) {
+    4 << 29
+} else {
+    1 << 30
+};
 
 // bpf(2) commands and union bpf_attr offsets (include/uapi/linux/bpf.h).
 const BPF_PROG_LOAD: i32 = 5;
