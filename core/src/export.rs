@@ -481,6 +481,12 @@ pub(crate) mod tests {
         schema.field_with_name(column).expect(column).data_type()
     }
 
+    /// The timestamp column keeps its unit in its metadata.
+    fn assert_ts_in_us(schema: &Schema) {
+        let ts = schema.field_with_name("ts_uptime_us").expect("ts");
+        assert_eq!(ts.metadata()["unit"], "us");
+    }
+
     fn parquet_reader(path: &Path) -> ParquetRecordBatchReader {
         ParquetRecordBatchReaderBuilder::try_new(File::open(path).expect("open"))
             .expect("parquet")
@@ -571,13 +577,7 @@ pub(crate) mod tests {
         let reader = parquet_reader(&path);
         let schema = reader.schema();
         assert_eq!(data_type(&schema, "ts_uptime_us"), &DataType::UInt64);
-        assert_eq!(
-            schema
-                .field_with_name("ts_uptime_us")
-                .expect("ts")
-                .metadata()["unit"],
-            "us"
-        );
+        assert_ts_in_us(&schema);
         assert!(matches!(
             data_type(&schema, "collection_id"),
             DataType::Dictionary(_, _)
@@ -630,13 +630,7 @@ pub(crate) mod tests {
         let schema = reader.schema();
         // A plain string, so files of many collections union and join.
         assert_eq!(data_type(&schema, "collection_id"), &DataType::Utf8);
-        assert_eq!(
-            schema
-                .field_with_name("ts_uptime_us")
-                .expect("ts")
-                .metadata()["unit"],
-            "us"
-        );
+        assert_ts_in_us(&schema);
         let batches: Vec<RecordBatch> = reader.map(|b| b.expect("batch")).collect();
         let ids: Vec<String> = batches
             .iter()

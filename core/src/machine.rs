@@ -1323,24 +1323,25 @@ mod tests {
         }
     }
 
-    /// Holds the root sysctl tests one at a time; None (skip) when not root.
-    fn sysctl_test() -> Option<std::sync::MutexGuard<'static, ()>> {
-        root().then(|| SYSCTL.lock().unwrap_or_else(|e| e.into_inner()))
+    /// Holds the root sysctl tests one at a time and keeps `path`'s value,
+    /// written back when the [`Keep`] drops; None (skip) when not root.
+    fn sysctl_test(path: &Path) -> Option<(std::sync::MutexGuard<'static, ()>, String, Keep)> {
+        let one = root().then(|| SYSCTL.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let before = value(path);
+        Some((one, before.clone(), Keep(path.to_owned(), before)))
     }
 
-    /// The setting's value now, written back when the [`Keep`] drops.
-    fn kept(path: &Path) -> (String, Keep) {
-        let before = std::fs::read_to_string(path).unwrap().trim().to_owned();
-        (before.clone(), Keep(path.to_owned(), before))
+    /// A setting's value, trimmed.
+    fn value(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap().trim().to_owned()
     }
 
     #[test]
     fn root_a_sysctl_is_journalled_set_read_back_and_restored() {
-        let Some(_one) = sysctl_test() else {
+        let path = PathBuf::from("/proc/sys/vm/swappiness");
+        let Some((_one, before, _keep)) = sysctl_test(&path) else {
             return;
         };
-        let path = PathBuf::from("/proc/sys/vm/swappiness");
-        let (before, _keep) = kept(&path);
         let want = if before == "17" { "18" } else { "17" };
         let knobs = resolve(&table(&format!("[sysctl]\n\"vm.swappiness\" = {want}\n"))).unwrap();
         check(&knobs).unwrap();
@@ -1353,19 +1354,18 @@ mod tests {
         assert_eq!(journal, vec![(path.clone(), before.clone())]);
         assert_eq!(applied[0].value, want);
         assert_eq!(applied[0].previous, before);
-        assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), want);
+        assert_eq!(value(&path), want);
         assert!(restore(&applied).is_empty());
-        assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), before);
+        assert_eq!(value(&path), before);
     }
 
     #[test]
     fn root_the_value_read_back_is_what_the_kernel_kept() {
-        let Some(_one) = sysctl_test() else {
-            return;
-        };
         // The kernel rounds fs.pipe-max-size up to a power of two pages.
         let path = PathBuf::from("/proc/sys/fs/pipe-max-size");
-        let (before, _keep) = kept(&path);
+        let Some((_one, before, _keep)) = sysctl_test(&path) else {
+            return;
+        };
         let asked = before.parse::<u64>().unwrap() + 1;
         let knobs = resolve(&table(&format!(
             "[sysctl]\n\"fs.pipe-max-size\" = {asked}\n"
@@ -1378,22 +1378,18 @@ mod tests {
             kept > asked && (kept / 4096).is_power_of_two() && kept % 4096 == 0,
             "asked {asked}, recorded {kept}"
         );
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap().trim(),
-            applied[0].value
-        );
+        assert_eq!(value(&path), applied[0].value);
         assert!(restore(&applied).is_empty());
-        assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), before);
+        assert_eq!(value(&path), before);
     }
 
     #[test]
     fn root_a_refused_value_undoes_the_knobs_already_set() {
-        let Some(_one) = sysctl_test() else {
-            return;
-        };
         let swap = PathBuf::from("/proc/sys/vm/swappiness");
         let ratio = PathBuf::from("/proc/sys/vm/dirty_ratio");
-        let (before, _keep) = kept(&swap);
+        let Some((_one, before, _keep)) = sysctl_test(&swap) else {
+            return;
+        };
         let want = if before == "17" { "18" } else { "17" };
         // swappiness is set first (sorted), then dirty_ratio refuses 1000 (at most 100).
         let knobs = resolve(&table(&format!(
@@ -1408,6 +1404,6 @@ mod tests {
                 .starts_with("machine.sysctl.vm.dirty_ratio: the kernel refused \"1000\" for /proc/sys/vm/dirty_ratio: "),
             "{e}"
         );
-        assert_eq!(std::fs::read_to_string(&swap).unwrap().trim(), before);
+        assert_eq!(value(&swap), before);
     }
 }
