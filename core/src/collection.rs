@@ -53,6 +53,26 @@ pub enum CollectionError {
 
 type Result<T, E = CollectionError> = std::result::Result<T, E>;
 
+/// Appends the values of array `$a` to `$out` through `$conv` (each value
+/// an `Option` of the array's native type) when its type is one of the
+/// primitive `$dt => $t` pairs, or through the matching `$other` arm;
+/// evaluates to whether the type was listed.
+macro_rules! widen {
+    ($a:ident, $out:ident, $conv:expr; $($dt:pat => $t:ty),+; $($other:pat => $e:expr)?) => {
+        match $a.data_type() {
+            $($dt => {
+                $out.extend($a.as_primitive::<$t>().iter().map($conv));
+                true
+            })+
+            $($other => {
+                $e;
+                true
+            })?
+            _ => false,
+        }
+    };
+}
+
 /// A collection folder: `manifest.json` and one `<table>.arrow` per table.
 #[derive(Debug, Clone)]
 pub struct Collection {
@@ -211,89 +231,71 @@ impl Table {
 
     /// An unsigned integer or boolean column, widened to u64 (nulls as 0).
     pub fn u64s(&self, column: &str) -> Result<Vec<u64>> {
-        let mut out = Vec::with_capacity(self.rows());
-        for a in self.arrays(column)? {
-            macro_rules! widen {
-                ($t:ty) => {
-                    out.extend(
-                        a.as_primitive::<$t>()
-                            .iter()
-                            .map(|v| v.map_or(0, u64::from)),
-                    )
-                };
-            }
-            match a.data_type() {
-                DataType::UInt8 => widen!(UInt8Type),
-                DataType::UInt16 => widen!(UInt16Type),
-                DataType::UInt32 => widen!(UInt32Type),
-                DataType::UInt64 => widen!(UInt64Type),
+        self.gather(column, "an unsigned integer", |a, out| {
+            widen!(a, out, |v| v.map_or(0, u64::from);
+                DataType::UInt8 => UInt8Type,
+                DataType::UInt16 => UInt16Type,
+                DataType::UInt32 => UInt32Type,
+                DataType::UInt64 => UInt64Type;
                 DataType::Boolean => {
                     out.extend(a.as_boolean().iter().map(|v| u64::from(v.unwrap_or(false))))
                 }
-                t => return Err(self.wrong_type(column, t, "an unsigned integer")),
-            }
-        }
-        Ok(out)
+            )
+        })
     }
 
     /// A signed integer or timestamp column, widened to i64 (nulls as 0).
     pub fn i64s(&self, column: &str) -> Result<Vec<i64>> {
-        let mut out = Vec::with_capacity(self.rows());
-        for a in self.arrays(column)? {
-            macro_rules! widen {
-                ($t:ty) => {
-                    out.extend(
-                        a.as_primitive::<$t>()
-                            .iter()
-                            .map(|v| v.map_or(0, i64::from)),
-                    )
-                };
-            }
-            match a.data_type() {
-                DataType::Int8 => widen!(Int8Type),
-                DataType::Int16 => widen!(Int16Type),
-                DataType::Int32 => widen!(Int32Type),
-                DataType::Int64 => widen!(Int64Type),
-                DataType::Timestamp(TimeUnit::Microsecond, _) => {
-                    widen!(TimestampMicrosecondType)
-                }
-                t => return Err(self.wrong_type(column, t, "a signed integer")),
-            }
-        }
-        Ok(out)
+        self.gather(column, "a signed integer", |a, out| {
+            widen!(a, out, |v| v.map_or(0, i64::from);
+                DataType::Int8 => Int8Type,
+                DataType::Int16 => Int16Type,
+                DataType::Int32 => Int32Type,
+                DataType::Int64 => Int64Type,
+                DataType::Timestamp(TimeUnit::Microsecond, _) => TimestampMicrosecondType;
+            )
+        })
     }
 
     /// Any numeric or boolean column as f64 (integers above 2^53 lose
     /// precision; nulls are NaN).
+    // One `as f64` converts every listed type; for Float64 it is a no-op.
+    #[allow(clippy::unnecessary_cast)]
     pub fn f64s(&self, column: &str) -> Result<Vec<f64>> {
-        let mut out = Vec::with_capacity(self.rows());
-        for a in self.arrays(column)? {
-            macro_rules! widen {
-                ($t:ty) => {
-                    out.extend(
-                        a.as_primitive::<$t>()
-                            .iter()
-                            .map(|v| v.map_or(f64::NAN, |v| v as f64)),
-                    )
-                };
-            }
-            match a.data_type() {
-                DataType::UInt8 => widen!(UInt8Type),
-                DataType::UInt16 => widen!(UInt16Type),
-                DataType::UInt32 => widen!(UInt32Type),
-                DataType::UInt64 => widen!(UInt64Type),
-                DataType::Int8 => widen!(Int8Type),
-                DataType::Int16 => widen!(Int16Type),
-                DataType::Int32 => widen!(Int32Type),
-                DataType::Int64 => widen!(Int64Type),
-                DataType::Float32 => widen!(Float32Type),
-                DataType::Float64 => widen!(Float64Type),
+        self.gather(column, "a number", |a, out| {
+            widen!(a, out, |v| v.map_or(f64::NAN, |v| v as f64);
+                DataType::UInt8 => UInt8Type,
+                DataType::UInt16 => UInt16Type,
+                DataType::UInt32 => UInt32Type,
+                DataType::UInt64 => UInt64Type,
+                DataType::Int8 => Int8Type,
+                DataType::Int16 => Int16Type,
+                DataType::Int32 => Int32Type,
+                DataType::Int64 => Int64Type,
+                DataType::Float32 => Float32Type,
+                DataType::Float64 => Float64Type;
                 DataType::Boolean => out.extend(
                     a.as_boolean()
                         .iter()
                         .map(|v| v.map_or(f64::NAN, |b| f64::from(u8::from(b)))),
-                ),
-                t => return Err(self.wrong_type(column, t, "a number")),
+                )
+            )
+        })
+    }
+
+    /// A column's values, batch by batch: `extend` appends one array's
+    /// values and answers false for a type it does not take (`wanted`
+    /// names the ones it does, for the error).
+    fn gather<T>(
+        &self,
+        column: &str,
+        wanted: &'static str,
+        mut extend: impl FnMut(&ArrayRef, &mut Vec<T>) -> bool,
+    ) -> Result<Vec<T>> {
+        let mut out = Vec::with_capacity(self.rows());
+        for a in self.arrays(column)? {
+            if !extend(a, &mut out) {
+                return Err(self.wrong_type(column, a.data_type(), wanted));
             }
         }
         Ok(out)

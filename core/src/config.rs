@@ -352,13 +352,13 @@ pub enum CommandError {
 /// parsed when the configuration is loaded and written back as text.
 macro_rules! text_setting {
     ($ty:ty $(, const $c:ident)?) => {
-        impl<$(const $c: u64)?> Serialize for $ty {
+        impl<$(const $c: u64)?> serde::Serialize for $ty {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.collect_str(self)
             }
         }
 
-        impl<'de $(, const $c: u64)?> Deserialize<'de> for $ty {
+        impl<'de $(, const $c: u64)?> serde::Deserialize<'de> for $ty {
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
                 text.parse().map_err(serde::de::Error::custom)
@@ -366,6 +366,38 @@ macro_rules! text_setting {
         }
     };
 }
+
+/// A duration setting, a newtype of [`HumanDuration`]: `get`, parsing
+/// with `$parse` (text to a `Duration` or an `$err`), shown as the
+/// duration's text, and a [`text_setting!`].
+macro_rules! duration_setting {
+    ($ty:ty, $err:ty, $parse:expr $(, const $c:ident)?) => {
+        impl<$(const $c: u64)?> $ty {
+            /// The duration.
+            pub const fn get(self) -> std::time::Duration {
+                self.0.get()
+            }
+        }
+
+        impl<$(const $c: u64)?> std::str::FromStr for $ty {
+            type Err = $err;
+
+            fn from_str(s: &str) -> Result<Self, $err> {
+                ($parse)(s).map(|d| Self($crate::config::HumanDuration(d)))
+            }
+        }
+
+        impl<$(const $c: u64)?> std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Display::fmt(&self.0, f)
+            }
+        }
+
+        $crate::config::text_setting!($ty $(, const $c)?);
+    };
+}
+
+pub(crate) use {duration_setting, text_setting};
 
 /// `collect.ring_size`: `auto`, or one size for every ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -428,27 +460,9 @@ impl<const MIN_MS: u64> Interval<MIN_MS> {
     const fn from_millis(ms: u64) -> Self {
         Self(HumanDuration::from_millis(ms))
     }
-
-    pub const fn get(self) -> Duration {
-        self.0.get()
-    }
 }
 
-impl<const MIN_MS: u64> FromStr for Interval<MIN_MS> {
-    type Err = ValueError;
-
-    fn from_str(s: &str) -> Result<Self, ValueError> {
-        interval(s, Self::MIN).map(|d| Self(HumanDuration(d)))
-    }
-}
-
-impl<const MIN_MS: u64> std::fmt::Display for Interval<MIN_MS> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(&self.0, f)
-    }
-}
-
-text_setting!(Interval<MIN_MS>, const MIN_MS);
+duration_setting!(Interval<MIN_MS>, ValueError, |s| interval(s, Self::MIN), const MIN_MS);
 
 /// `collect.drain_interval`: at least [`MIN_DRAIN_INTERVAL`].
 pub type DrainInterval = Interval<1>;
@@ -464,27 +478,9 @@ impl PluginTimeout {
     const fn from_secs(s: u64) -> Self {
         Self(HumanDuration::from_secs(s))
     }
-
-    pub const fn get(self) -> Duration {
-        self.0.get()
-    }
 }
 
-impl FromStr for PluginTimeout {
-    type Err = ValueError;
-
-    fn from_str(s: &str) -> Result<Self, ValueError> {
-        plugin_timeout(s).map(|d| Self(HumanDuration(d)))
-    }
-}
-
-impl std::fmt::Display for PluginTimeout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(&self.0, f)
-    }
-}
-
-text_setting!(PluginTimeout);
+duration_setting!(PluginTimeout, ValueError, plugin_timeout);
 
 /// Name of a TOML value's type, for messages.
 fn type_name(v: &toml::Value) -> &'static str {

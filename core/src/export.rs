@@ -450,7 +450,7 @@ pub(crate) mod tests {
     };
     use arrow_ipc::writer::FileWriter;
     use arrow_schema::{DataType, Field, Schema};
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
     use super::*;
 
@@ -474,6 +474,24 @@ pub(crate) mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
         }
+    }
+
+    /// The type of a column the schema must have.
+    fn data_type<'a>(schema: &'a Schema, column: &str) -> &'a DataType {
+        schema.field_with_name(column).expect(column).data_type()
+    }
+
+    /// The timestamp column keeps its unit in its metadata.
+    fn assert_ts_in_us(schema: &Schema) {
+        let ts = schema.field_with_name("ts_uptime_us").expect("ts");
+        assert_eq!(ts.metadata()["unit"], "us");
+    }
+
+    fn parquet_reader(path: &Path) -> ParquetRecordBatchReader {
+        ParquetRecordBatchReaderBuilder::try_new(File::open(path).expect("open"))
+            .expect("parquet")
+            .build()
+            .expect("reader")
     }
 
     pub(crate) fn tempdir(name: &str) -> Scratch {
@@ -556,32 +574,12 @@ pub(crate) mod tests {
                 rows: 3
             }]
         );
-        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).expect("open"))
-            .expect("parquet")
-            .build()
-            .expect("reader");
+        let reader = parquet_reader(&path);
         let schema = reader.schema();
-        assert_eq!(
-            schema
-                .field_with_name("ts_uptime_us")
-                .expect("ts")
-                .data_type(),
-            &DataType::UInt64
-        );
-        assert_eq!(
-            schema
-                .field_with_name("ts_uptime_us")
-                .expect("ts")
-                .metadata()
-                .get("unit")
-                .map(String::as_str),
-            Some("us")
-        );
+        assert_eq!(data_type(&schema, "ts_uptime_us"), &DataType::UInt64);
+        assert_ts_in_us(&schema);
         assert!(matches!(
-            schema
-                .field_with_name("collection_id")
-                .expect("id")
-                .data_type(),
+            data_type(&schema, "collection_id"),
             DataType::Dictionary(_, _)
         ));
         let rows: usize = reader.map(|b| b.expect("batch").num_rows()).sum();
@@ -628,28 +626,11 @@ pub(crate) mod tests {
             export_collection_as(dir, &to, Layout::Hive).expect("export");
         }
         let path = to.join("ticks/run_class=curated/benchmark=fio/a1.parquet");
-        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).expect("open"))
-            .expect("parquet")
-            .build()
-            .expect("reader");
+        let reader = parquet_reader(&path);
         let schema = reader.schema();
         // A plain string, so files of many collections union and join.
-        assert_eq!(
-            schema
-                .field_with_name("collection_id")
-                .expect("id")
-                .data_type(),
-            &DataType::Utf8
-        );
-        assert_eq!(
-            schema
-                .field_with_name("ts_uptime_us")
-                .expect("ts")
-                .metadata()
-                .get("unit")
-                .map(String::as_str),
-            Some("us")
-        );
+        assert_eq!(data_type(&schema, "collection_id"), &DataType::Utf8);
+        assert_ts_in_us(&schema);
         let batches: Vec<RecordBatch> = reader.map(|b| b.expect("batch")).collect();
         let ids: Vec<String> = batches
             .iter()

@@ -159,17 +159,26 @@ impl RusageFigures {
     }
 }
 
-impl Serialize for RusageFigures {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        serialize_named(s, self.entries())
-    }
+/// `Serialize` and `Deserialize` of a figures type as one key per figure
+/// (to be flattened into a file's object): its `$pairs` method gives the
+/// `(name, value)` pairs, `$fields` the table whose first items are names.
+macro_rules! named_serde {
+    ($ty:ident, $pairs:ident, $fields:ident) => {
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                serialize_named(s, self.$pairs())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                deserialize_named(d, $fields.map(|f| f.0)).map(Self)
+            }
+        }
+    };
 }
 
-impl<'de> Deserialize<'de> for RusageFigures {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        deserialize_named(d, RUSAGE_FIELDS.map(|f| f.0)).map(Self)
-    }
-}
+named_serde!(RusageFigures, entries, RUSAGE_FIELDS);
 
 /// Named figures as one key each, to be flattened into a file's object.
 fn serialize_named<S: Serializer, T: Serialize>(
@@ -331,17 +340,7 @@ impl CgroupTotals {
     }
 }
 
-impl Serialize for CgroupTotals {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        serialize_named(s, self.fields())
-    }
-}
-
-impl<'de> Deserialize<'de> for CgroupTotals {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        deserialize_named(d, CGROUP_FIELDS.map(|f| f.0)).map(Self)
-    }
-}
+named_serde!(CgroupTotals, fields, CGROUP_FIELDS);
 
 /// `indicator.json`: the benchmark's indicator (the SDK's type) with the
 /// runner's figures, written by the host and read back by the experiment

@@ -44,6 +44,8 @@ pub mod power;
 pub mod preflight;
 pub mod sink;
 pub mod system_info;
+#[cfg(test)]
+mod test_tree;
 pub mod trace_list;
 pub mod trust;
 pub mod undo;

@@ -966,6 +966,7 @@ pub fn restore(applied: &[Applied]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_tree::Tree;
 
     fn table(text: &str) -> toml::Table {
         text.parse().unwrap()
@@ -1049,36 +1050,24 @@ mod tests {
         assert_eq!(choices("4096\t8192"), None);
     }
 
-    /// A crafted kernel tree under a fresh temporary folder, removed on drop.
-    struct Tree(PathBuf);
-    impl Tree {
-        fn new(name: &str) -> Self {
-            let dir = std::env::temp_dir().join(format!(
-                "kml-machine-{name}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(dir.join("proc/sys")).unwrap();
-            std::fs::create_dir_all(dir.join("sys/devices/system/cpu/cpufreq")).unwrap();
-            Self(dir)
-        }
-        fn file(&self, rel: &str, content: &str) -> &Self {
-            let p = self.0.join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, content).unwrap();
-            self
-        }
-        fn read(&self, rel: &str) -> String {
-            std::fs::read_to_string(self.0.join(rel))
-                .unwrap()
-                .trim()
-                .to_owned()
-        }
+    /// A crafted kernel tree (with `proc/sys` and the cpufreq folder).
+    fn tree(name: &str) -> Tree {
+        let t = Tree::new(&format!("machine-{name}"));
+        std::fs::create_dir_all(t.0.join("proc/sys")).unwrap();
+        std::fs::create_dir_all(t.0.join("sys/devices/system/cpu/cpufreq")).unwrap();
+        t
+    }
+
+    /// What the machine tests need of a [`Tree`] beyond its files.
+    trait KernelTree {
+        fn roots(&self) -> Roots;
+        /// Two cpufreq policies of 800-3000 MHz, under powersave.
+        fn cpufreq(&self) -> &Self;
+    }
+    impl KernelTree for Tree {
         fn roots(&self) -> Roots {
             Roots::under(&self.0)
         }
-        /// Two cpufreq policies of 800-3000 MHz, under powersave.
         fn cpufreq(&self) -> &Self {
             for n in 0..2 {
                 let p = format!("sys/devices/system/cpu/cpufreq/policy{n}");
@@ -1095,15 +1084,10 @@ mod tests {
             self
         }
     }
-    impl Drop for Tree {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 
     #[test]
     fn cpufreq_knobs_resolve_per_policy_against_what_it_offers() {
-        let t = Tree::new("cpufreq");
+        let t = tree("cpufreq");
         t.cpufreq()
             .file("sys/devices/system/cpu/cpufreq/boost", "1\n");
         let roots = t.roots();
@@ -1187,7 +1171,7 @@ mod tests {
 
     #[test]
     fn without_cpufreq_or_a_boost_switch_each_is_one_line_naming_what_is_missing() {
-        let t = Tree::new("nocpufreq");
+        let t = tree("nocpufreq");
         let roots = t.roots();
         let dir = t.0.join("sys/devices/system/cpu/cpufreq");
         let e = knobs_in(&table("[cpufreq]\ngovernor = \"performance\"\n"), &roots).unwrap_err();
@@ -1215,7 +1199,7 @@ mod tests {
 
     #[test]
     fn smt_is_switched_only_where_the_kernel_allows_it() {
-        let t = Tree::new("smt");
+        let t = tree("smt");
         let roots = t.roots();
         let control = t.0.join("sys/devices/system/cpu/smt/control");
         let e = knobs_in(&table("smt = false\n"), &roots).unwrap_err();
@@ -1245,7 +1229,7 @@ mod tests {
 
     #[test]
     fn cpus_are_checked_against_the_online_cpus() {
-        let t = Tree::new("cpus");
+        let t = tree("cpus");
         t.file("sys/devices/system/cpu/online", "0-3\n");
         let roots = t.roots();
         let k = knobs_in(&table("cpus = \"3,2\"\n"), &roots).unwrap();
@@ -1289,7 +1273,7 @@ mod tests {
 
     #[test]
     fn thp_mode_is_the_enabled_file_with_its_choices() {
-        let t = Tree::new("thp");
+        let t = tree("thp");
         t.file(
             "sys/kernel/mm/transparent_hugepage/enabled",
             "always [madvise] never\n",
@@ -1339,15 +1323,25 @@ mod tests {
         }
     }
 
+    /// Holds the root sysctl tests one at a time and keeps `path`'s value,
+    /// written back when the [`Keep`] drops; None (skip) when not root.
+    fn sysctl_test(path: &Path) -> Option<(std::sync::MutexGuard<'static, ()>, String, Keep)> {
+        let one = root().then(|| SYSCTL.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let before = value(path);
+        Some((one, before.clone(), Keep(path.to_owned(), before)))
+    }
+
+    /// A setting's value, trimmed.
+    fn value(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap().trim().to_owned()
+    }
+
     #[test]
     fn root_a_sysctl_is_journalled_set_read_back_and_restored() {
-        if !root() {
-            return;
-        }
-        let _one = SYSCTL.lock().unwrap_or_else(|e| e.into_inner());
         let path = PathBuf::from("/proc/sys/vm/swappiness");
-        let before = std::fs::read_to_string(&path).unwrap().trim().to_owned();
-        let _keep = Keep(path.clone(), before.clone());
+        let Some((_one, before, _keep)) = sysctl_test(&path) else {
+            return;
+        };
         let want = if before == "17" { "18" } else { "17" };
         let knobs = resolve(&table(&format!("[sysctl]\n\"vm.swappiness\" = {want}\n"))).unwrap();
         check(&knobs).unwrap();
@@ -1360,21 +1354,18 @@ mod tests {
         assert_eq!(journal, vec![(path.clone(), before.clone())]);
         assert_eq!(applied[0].value, want);
         assert_eq!(applied[0].previous, before);
-        assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), want);
+        assert_eq!(value(&path), want);
         assert!(restore(&applied).is_empty());
-        assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), before);
+        assert_eq!(value(&path), before);
     }
 
     #[test]
     fn root_the_value_read_back_is_what_the_kernel_kept() {
-        if !root() {
-            return;
-        }
-        let _one = SYSCTL.lock().unwrap_or_else(|e| e.into_inner());
         // The kernel rounds fs.pipe-max-size up to a power of two pages.
         let path = PathBuf::from("/proc/sys/fs/pipe-max-size");
-        let before = std::fs::read_to_string(&path).unwrap().trim().to_owned();
-        let _keep = Keep(path.clone(), before.clone());
+        let Some((_one, before, _keep)) = sysctl_test(&path) else {
+            return;
+        };
         let asked = before.parse::<u64>().unwrap() + 1;
         let knobs = resolve(&table(&format!(
             "[sysctl]\n\"fs.pipe-max-size\" = {asked}\n"
@@ -1387,24 +1378,18 @@ mod tests {
             kept > asked && (kept / 4096).is_power_of_two() && kept % 4096 == 0,
             "asked {asked}, recorded {kept}"
         );
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap().trim(),
-            applied[0].value
-        );
+        assert_eq!(value(&path), applied[0].value);
         assert!(restore(&applied).is_empty());
-        assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), before);
+        assert_eq!(value(&path), before);
     }
 
     #[test]
     fn root_a_refused_value_undoes_the_knobs_already_set() {
-        if !root() {
-            return;
-        }
-        let _one = SYSCTL.lock().unwrap_or_else(|e| e.into_inner());
         let swap = PathBuf::from("/proc/sys/vm/swappiness");
         let ratio = PathBuf::from("/proc/sys/vm/dirty_ratio");
-        let before = std::fs::read_to_string(&swap).unwrap().trim().to_owned();
-        let _keep = Keep(swap.clone(), before.clone());
+        let Some((_one, before, _keep)) = sysctl_test(&swap) else {
+            return;
+        };
         let want = if before == "17" { "18" } else { "17" };
         // swappiness is set first (sorted), then dirty_ratio refuses 1000 (at most 100).
         let knobs = resolve(&table(&format!(
@@ -1419,6 +1404,6 @@ mod tests {
                 .starts_with("machine.sysctl.vm.dirty_ratio: the kernel refused \"1000\" for /proc/sys/vm/dirty_ratio: "),
             "{e}"
         );
-        assert_eq!(std::fs::read_to_string(&swap).unwrap().trim(), before);
+        assert_eq!(value(&swap), before);
     }
 }

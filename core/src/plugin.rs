@@ -1442,47 +1442,34 @@ mod tests {
         assert_eq!(seals & libc::F_SEAL_WRITE, libc::F_SEAL_WRITE);
     }
 
-    /// Two builds of one interface: `Column.size` changed from u32 to u64.
-    mod old {
-        use super::*;
-        #[repr(C)]
-        #[derive(StableAbi)]
-        pub struct Column {
-            pub name: RString,
-            pub size: u32,
-        }
-        #[repr(C)]
-        #[derive(StableAbi)]
-        pub struct Table {
-            pub name: RString,
-            pub columns: RVec<Column>,
-        }
-        #[repr(C)]
-        #[derive(StableAbi)]
-        pub struct Root {
-            pub tables: extern "C" fn(RStr<'_>) -> RResult<RVec<Table>, RString>,
-        }
+    /// One build of a small interface, `Column.size` of type `$size`.
+    macro_rules! interface {
+        ($module:ident, $size:ty) => {
+            mod $module {
+                use super::*;
+                #[repr(C)]
+                #[derive(StableAbi)]
+                pub struct Column {
+                    pub name: RString,
+                    pub size: $size,
+                }
+                #[repr(C)]
+                #[derive(StableAbi)]
+                pub struct Table {
+                    pub name: RString,
+                    pub columns: RVec<Column>,
+                }
+                #[repr(C)]
+                #[derive(StableAbi)]
+                pub struct Root {
+                    pub tables: extern "C" fn(RStr<'_>) -> RResult<RVec<Table>, RString>,
+                }
+            }
+        };
     }
-    mod new {
-        use super::*;
-        #[repr(C)]
-        #[derive(StableAbi)]
-        pub struct Column {
-            pub name: RString,
-            pub size: u64,
-        }
-        #[repr(C)]
-        #[derive(StableAbi)]
-        pub struct Table {
-            pub name: RString,
-            pub columns: RVec<Column>,
-        }
-        #[repr(C)]
-        #[derive(StableAbi)]
-        pub struct Root {
-            pub tables: extern "C" fn(RStr<'_>) -> RResult<RVec<Table>, RString>,
-        }
-    }
+    // Two builds of one interface: `Column.size` changed from u32 to u64.
+    interface!(old, u32);
+    interface!(new, u64);
 
     #[test]
     fn an_abi_difference_is_one_line_naming_type_and_field() {

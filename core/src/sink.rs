@@ -745,13 +745,18 @@ fn footer(schema: &Schema, dictionaries: &[Block], batches: &[Block]) -> Vec<u8>
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use kernmlops_plugin_api::{ColumnDecl, ColumnKind, TableDecl};
 
     fn decoder() -> TableDecoder {
+        tick_decoder("ticks")
+    }
+
+    /// The decoder of a table `name` of one `ts_uptime_us` column.
+    pub(crate) fn tick_decoder(name: &str) -> TableDecoder {
         let decl = TableDecl {
-            name: "ticks".into(),
+            name: name.into(),
             description: "".into(),
             record_size: 8,
             columns: vec![ColumnDecl {

@@ -673,6 +673,7 @@ impl SystemInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_tree::Tree;
 
     #[test]
     fn parses_sysfs_and_meminfo_formats() {
@@ -690,33 +691,10 @@ mod tests {
         assert_eq!(meminfo(mem, "SwapTotal"), None);
     }
 
-    /// A crafted `/sys` and `/proc` under a fresh folder, removed on drop.
-    struct Tree(std::path::PathBuf);
-    impl Tree {
-        fn new(name: &str) -> Self {
-            let dir =
-                std::env::temp_dir().join(format!("kml-sysinfo-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            Self(dir)
-        }
-        fn file(&self, rel: &str, content: &str) -> &Self {
-            let p = self.0.join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, content).unwrap();
-            self
-        }
-    }
-    impl Drop for Tree {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     #[test]
     fn the_state_against_reproducibility_is_read_and_warned_of() {
         let cpu = "sys/devices/system/cpu";
-        let t = Tree::new("spoiled");
+        let t = Tree::new("sysinfo-spoiled");
         t.file(
             &format!("{cpu}/cpufreq/policy0/scaling_governor"),
             "powersave\n",
@@ -779,7 +757,7 @@ mod tests {
         }
 
         // A tuned machine: nothing said.
-        let t = Tree::new("tuned");
+        let t = Tree::new("sysinfo-tuned");
         t.file(
             &format!("{cpu}/cpufreq/policy0/scaling_governor"),
             "performance\n",
@@ -801,7 +779,7 @@ mod tests {
 
         // Nothing exposed (a VM without cpufreq, a container): all null,
         // nothing said.
-        let t = Tree::new("bare");
+        let t = Tree::new("sysinfo-bare");
         let st = MachineState::read_in(&t.0);
         assert_eq!(st, MachineState::default());
         assert!(st.warnings().is_empty());

@@ -561,33 +561,8 @@ fn remove_cpuset(path: &Path) -> Result<Option<String>, String> {
     if !path.is_dir() {
         return Ok(None);
     }
-    let me = std::process::id() as i32;
-    let mut procs = cgroup_procs(path);
-    if procs.contains(&me) {
-        std::fs::write(mount.join("cgroup.procs"), me.to_string())
-            .map_err(|e| format!("leaving {}: {e}", path.display()))?;
-        procs.retain(|&p| p != me);
-    }
-    let count = procs.len();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = cgroup_procs(path);
-        if left.is_empty() {
-            break;
-        }
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "{}: {} processes survived SIGKILL",
-                path.display(),
-                left.len()
-            ));
-        }
-        for pid in &left {
-            // SAFETY: SIGKILL to the processes of the run's own cpuset group.
-            unsafe { libc::kill(*pid, libc::SIGKILL) };
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let count = leave_group(path, &mount)?.len();
+    kill_until_empty(path)?;
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         match std::fs::remove_dir(path) {
@@ -598,10 +573,7 @@ fn remove_cpuset(path: &Path) -> Result<Option<String>, String> {
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
-    Ok((count > 0).then(|| {
-        let s = if count == 1 { "" } else { "es" };
-        format!("stopped {count} process{s} of the benchmark")
-    }))
+    Ok(stopped(count))
 }
 
 fn restore(path: &Path, value: &str) -> Result<Option<String>, String> {
@@ -666,6 +638,56 @@ fn cgroup_procs(path: &Path) -> Vec<i32> {
         .collect()
 }
 
+/// The processes of the group at `path` but this one, which moves out
+/// into the group at `to` first when it is in.
+fn leave_group(path: &Path, to: &Path) -> Result<Vec<i32>, String> {
+    let me = std::process::id() as i32;
+    let mut procs = cgroup_procs(path);
+    if procs.contains(&me) {
+        std::fs::write(to.join("cgroup.procs"), me.to_string())
+            .map_err(|e| format!("leaving {}: {e}", path.display()))?;
+        procs.retain(|&p| p != me);
+    }
+    Ok(procs)
+}
+
+/// SIGKILLs the group's processes until none is left, for at most 10 s.
+fn kill_until_empty(path: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = cgroup_procs(path);
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{}: {} processes survived SIGKILL",
+                path.display(),
+                left.len()
+            ));
+        }
+        sigkill(&left);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGKILLs processes of a group of the run's own (never this process:
+/// [`leave_group`] took it out).
+fn sigkill(pids: &[i32]) {
+    for pid in pids {
+        // SAFETY: kill(2) with a pid and a signal; no memory is passed.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+}
+
+/// What stopping `count` processes of the benchmark reports.
+fn stopped(count: usize) -> Option<String> {
+    (count > 0).then(|| {
+        let s = if count == 1 { "" } else { "es" };
+        format!("stopped {count} process{s} of the benchmark")
+    })
+}
+
 fn kill_cgroup(path: &Path) -> Result<Option<String>, String> {
     let mount = kernmlops_sys::cgroup::cgroup2_mount()
         .ok_or_else(|| "no cgroup v2 mount to find the workload cgroup in".to_owned())?;
@@ -682,51 +704,20 @@ fn kill_cgroup(path: &Path) -> Result<Option<String>, String> {
     if !path.is_dir() {
         return Ok(None);
     }
-    let me = std::process::id() as i32;
-    let mut procs = cgroup_procs(path);
-    if procs.contains(&me) {
-        // Never kill ourselves: leave the cgroup first.
-        let parent = path.parent().unwrap_or(&mount);
-        std::fs::write(parent.join("cgroup.procs"), me.to_string())
-            .map_err(|e| format!("leaving {}: {e}", path.display()))?;
-        procs.retain(|&p| p != me);
-    }
+    // Never kill ourselves: leave the cgroup first.
+    let procs = leave_group(path, path.parent().unwrap_or(&mount))?;
     let count = procs.len();
     if count > 0 && std::fs::write(path.join("cgroup.kill"), "1").is_err() {
         // Kernels before 5.14 have no cgroup.kill.
-        for pid in &procs {
-            // SAFETY: sending SIGKILL to the processes of our own cgroup.
-            unsafe { libc::kill(*pid, libc::SIGKILL) };
-        }
+        sigkill(&procs);
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = cgroup_procs(path);
-        if left.is_empty() {
-            break;
-        }
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "{}: {} processes survived SIGKILL",
-                path.display(),
-                left.len()
-            ));
-        }
-        for pid in &left {
-            // SAFETY: as above.
-            unsafe { libc::kill(*pid, libc::SIGKILL) };
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    kill_until_empty(path)?;
     // The last processes may take a moment to leave after they died.
     let deadline = Instant::now() + Duration::from_secs(5);
     while std::fs::remove_dir(path).is_err() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok((count > 0).then(|| {
-        let s = if count == 1 { "" } else { "es" };
-        format!("stopped {count} process{s} of the benchmark")
-    }))
+    Ok(stopped(count))
 }
 
 /// Undoes every run whose host and guardian are gone (their state folder
@@ -901,26 +892,20 @@ mod tests {
         std::fs::write(scratch.join("deep/file"), "x").expect("file");
         let state = dir.join("state");
         std::fs::create_dir_all(&state).expect("state");
-        record(
-            &state,
-            &Action::Remove {
+        let record_removal = || {
+            let remove = Action::Remove {
                 path: scratch.clone(),
-            },
-        )
-        .expect("record");
+            };
+            record(&state, &remove).expect("record");
+        };
+        record_removal();
         std::fs::write(state.join(UNDO_LOG).with_extension("x"), "").expect("other");
         let done = undo_state(&state);
         assert_eq!(done, vec![format!("removed {}", scratch.display())]);
         assert!(!scratch.exists() && !state.exists());
         // Nothing left: nothing said.
         std::fs::create_dir_all(&state).expect("state");
-        record(
-            &state,
-            &Action::Remove {
-                path: scratch.clone(),
-            },
-        )
-        .expect("record");
+        record_removal();
         assert!(undo_state(&state).is_empty());
         std::fs::remove_dir_all(&dir).expect("clean up");
     }

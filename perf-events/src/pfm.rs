@@ -128,58 +128,28 @@ const _: () = {
     assert!(std::mem::size_of::<PerfEncodeArg>() == 40);
 };
 
-impl PmuInfo {
-    fn new() -> Self {
-        Self {
-            name: std::ptr::null(),
-            desc: std::ptr::null(),
-            size: std::mem::size_of::<Self>(),
-            pmu: 0,
-            type_: 0,
-            nevents: 0,
-            first_event: -1,
-            max_encoding: 0,
-            num_cntrs: 0,
-            num_fixed_cntrs: 0,
-            flags: 0,
+/// `new()` for libpfm's info structs as the library wants them passed:
+/// the string pointers (`$ptr`) null, `size` the struct's own size (the
+/// library checks it), the integers (`$int`) zero and the `$field`s as
+/// given.
+macro_rules! blank_info {
+    ($ty:ident { $($ptr:ident),+; $($int:ident),+ } $(, $field:ident: $v:expr)*) => {
+        impl $ty {
+            fn new() -> Self {
+                Self {
+                    $($ptr: std::ptr::null(),)+
+                    size: std::mem::size_of::<Self>(),
+                    $($int: 0,)+
+                    $($field: $v,)*
+                }
+            }
         }
-    }
+    };
 }
 
-impl EventInfo {
-    fn new() -> Self {
-        Self {
-            name: std::ptr::null(),
-            desc: std::ptr::null(),
-            equiv: std::ptr::null(),
-            size: std::mem::size_of::<Self>(),
-            code: 0,
-            pmu: 0,
-            dtype: 0,
-            idx: 0,
-            nattrs: 0,
-            reserved: 0,
-            flags: 0,
-        }
-    }
-}
-
-impl AttrInfo {
-    fn new() -> Self {
-        Self {
-            name: std::ptr::null(),
-            desc: std::ptr::null(),
-            equiv: std::ptr::null(),
-            size: std::mem::size_of::<Self>(),
-            code: 0,
-            type_: 0,
-            idx: 0,
-            ctrl: 0,
-            flags: 0,
-            defaults: 0,
-        }
-    }
-}
+blank_info!(PmuInfo { name, desc; pmu, type_, nevents, max_encoding, num_cntrs, num_fixed_cntrs, flags }, first_event: -1);
+blank_info!(EventInfo { name, desc, equiv; code, pmu, dtype, idx, nattrs, reserved, flags });
+blank_info!(AttrInfo { name, desc, equiv; code, type_, idx, ctrl, flags, defaults });
 
 type InitializeFn = unsafe extern "C" fn() -> c_int;
 type StrerrorFn = unsafe extern "C" fn(c_int) -> *const c_char;

@@ -893,6 +893,15 @@ mod tests {
             [self.name(name), ty, 0]
         }
 
+        /// An 8-byte struct of two members (their names added first).
+        fn struct_of_two(&mut self, name: &str, members: [(&str, u32); 2]) {
+            let words: Vec<u32> = members
+                .iter()
+                .flat_map(|&(n, ty)| self.member(n, ty))
+                .collect();
+            self.add(name, 4, 2, 8, &words);
+        }
+
         fn build(&self) -> Vec<u8> {
             let hdr_len: u32 = if self.layout.is_some() { 32 } else { 24 };
             let mut out = Vec::new();
@@ -928,15 +937,7 @@ mod tests {
     fn sample(big_endian: bool) -> Builder {
         let mut b = Builder::new(big_endian);
         b.add("int", 1, 0, 4, &[32]);
-        let a = b.member("a", 1);
-        let anon = b.member("", 3);
-        b.add(
-            "outer",
-            4,
-            2,
-            8,
-            &[a[0], a[1], a[2], anon[0], anon[1], anon[2]],
-        );
+        b.struct_of_two("outer", [("a", 1), ("", 3)]);
         let inner = b.member("inner", 1);
         b.add("", 5, 1, 4, &inner);
         b.add("outer_t", 8, 0, 2, &[]);
@@ -944,15 +945,7 @@ mod tests {
         b.add("", 13, 1, 1, &param);
         b.add("my_func", 12, 1, 5, &[]);
         b.add("", 10, 0, 4, &[]);
-        let o = b.member("o", 7);
-        let anon2 = b.member("", 9);
-        b.add(
-            "wrapper",
-            4,
-            2,
-            8,
-            &[o[0], o[1], o[2], anon2[0], anon2[1], anon2[2]],
-        );
+        b.struct_of_two("wrapper", [("o", 7), ("", 9)]);
         let deep = b.member("deep", 1);
         b.add("", 4, 1, 4, &deep);
         b

@@ -280,22 +280,8 @@ pub fn tracepoint_attachable(system: &str, event: &str) -> Result<(), FeatureErr
             event: event.clone(),
             why: f.to_string(),
         })?;
-    let mut attr = [0u8; PERF_ATTR_SIZE];
-    put_u32(&mut attr, 0, PERF_TYPE_TRACEPOINT);
-    put_u32(&mut attr, 4, PERF_ATTR_SIZE as u32);
-    put_u64(&mut attr, 8, id);
-    // SAFETY: perf_event_open reads `attr`, valid for its declared size.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            attr.as_ptr(),
-            -1i32,
-            0i32,
-            -1i32,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    let event_fd = owned(fd).map_err(|e| FeatureError::TracepointOpen {
+    let attr = perf_attr(PERF_TYPE_TRACEPOINT, id);
+    let event_fd = perf_open_cpu0(&attr).map_err(|e| FeatureError::TracepointOpen {
         system: system.clone(),
         event: event.clone(),
         why: errno_text(&e),
@@ -321,23 +307,9 @@ pub fn tracepoint_attachable(system: &str, event: &str) -> Result<(), FeatureErr
 
 /// Opens the hardware instructions counter on CPU 0 for all tasks.
 pub fn hardware_pmu() -> Feature {
-    let mut attr = [0u8; PERF_ATTR_SIZE];
-    put_u32(&mut attr, 0, PERF_TYPE_HARDWARE);
-    put_u32(&mut attr, 4, PERF_ATTR_SIZE as u32);
-    put_u64(&mut attr, 8, PERF_COUNT_HW_INSTRUCTIONS);
+    let mut attr = perf_attr(PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS);
     put_u64(&mut attr, 40, ATTR_FLAG_DISABLED);
-    // SAFETY: perf_event_open reads `attr`, valid for its declared size.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            attr.as_ptr(),
-            -1i32,
-            0i32,
-            -1i32,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    match owned(fd) {
+    match perf_open_cpu0(&attr) {
         Ok(_counter) => Feature::yes(""),
         Err(e) => Feature::no(format!("hardware counter instructions: {}", errno_text(&e))),
     }
@@ -353,24 +325,21 @@ const ATTR_FLAG_DISABLED: u64 = 1;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 
 /// `_IOW('$', 8, __u32)`: the ioctl direction bits differ by architecture.
-#[cfg(any(
+const PERF_EVENT_IOC_SET_BPF: u64 = IOC_WRITE | (4 << 16) | ((b'$' as u64) << 8) | 8;
+/// `_IOC_WRITE` in its place: 4 << 29 where the direction takes three
+/// bits, 1 << 30 elsewhere.
+const IOC_WRITE: u64 = if cfg!(any(
     target_arch = "powerpc",
     target_arch = "powerpc64",
     target_arch = "mips",
     target_arch = "mips64",
     target_arch = "sparc",
     target_arch = "sparc64"
-))]
-const PERF_EVENT_IOC_SET_BPF: u64 = (4 << 29) | (4 << 16) | ((b'$' as u64) << 8) | 8;
-#[cfg(not(any(
-    target_arch = "powerpc",
-    target_arch = "powerpc64",
-    target_arch = "mips",
-    target_arch = "mips64",
-    target_arch = "sparc",
-    target_arch = "sparc64"
-)))]
-const PERF_EVENT_IOC_SET_BPF: u64 = (1 << 30) | (4 << 16) | ((b'$' as u64) << 8) | 8;
+)) {
+    4 << 29
+} else {
+    1 << 30
+};
 
 // bpf(2) commands and union bpf_attr offsets (include/uapi/linux/bpf.h).
 const BPF_PROG_LOAD: i32 = 5;
@@ -400,6 +369,31 @@ fn owned(fd: libc::c_long) -> io::Result<OwnedFd> {
     // SAFETY: the kernel just returned this descriptor to us; nothing else
     // owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A `perf_event_attr` of an event's type and config, the rest zero.
+fn perf_attr(type_: u32, config: u64) -> [u8; PERF_ATTR_SIZE] {
+    let mut attr = [0u8; PERF_ATTR_SIZE];
+    put_u32(&mut attr, 0, type_);
+    put_u32(&mut attr, 4, PERF_ATTR_SIZE as u32);
+    put_u64(&mut attr, 8, config);
+    attr
+}
+
+/// `perf_event_open` of `attr` on CPU 0 for all tasks, close-on-exec.
+fn perf_open_cpu0(attr: &[u8; PERF_ATTR_SIZE]) -> io::Result<OwnedFd> {
+    // SAFETY: perf_event_open reads `attr`, valid for its declared size.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr.as_ptr(),
+            -1i32,
+            0i32,
+            -1i32,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    owned(fd)
 }
 
 fn bpf(cmd: i32, attr: &[u8; BPF_ATTR_SIZE]) -> io::Result<OwnedFd> {

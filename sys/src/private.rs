@@ -105,35 +105,31 @@ pub fn strip_os_error(e: &io::Error) -> String {
 /// when anything has that name, a symlink included.
 pub fn create_new_at(dir: &File, name: &OsStr, mode: u32) -> io::Result<File> {
     check_name(name)?;
-    let c = cstring(name)?;
-    // SAFETY: `dir` is an open descriptor and `c` a NUL-terminated name,
-    // both alive for the call.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            mode as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a descriptor we just opened and own.
-    Ok(unsafe { File::from_raw_fd(fd) })
+    open_at(
+        dir,
+        &cstring(name)?,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+        mode,
+    )
 }
 
 /// Opens an existing regular file `name` inside `dir` for reading, never
 /// through a symlink.
 pub fn open_read_at(dir: &File, name: &OsStr) -> io::Result<File> {
     check_name(name)?;
-    let c = cstring(name)?;
-    // SAFETY: as in `create_new_at`.
+    open_at(dir, &cstring(name)?, libc::O_RDONLY | libc::O_NOFOLLOW, 0)
+}
+
+/// `openat(dir, name, flags | O_CLOEXEC, mode)` as an owned file.
+fn open_at(dir: &File, name: &CStr, flags: libc::c_int, mode: u32) -> io::Result<File> {
+    // SAFETY: `dir` is an open descriptor and `name` NUL-terminated, both
+    // alive for the call; `mode` is read only with O_CREAT.
     let fd = unsafe {
         libc::openat(
             dir.as_raw_fd(),
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            name.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            mode as libc::c_uint,
         )
     };
     if fd < 0 {
@@ -307,19 +303,14 @@ impl TempDir {
                 return Err(with_path(e, &base.join(&name)));
             }
             let path = base.join(&name);
-            // SAFETY: as above; O_NOFOLLOW refuses a symlink swapped in.
-            let fd = unsafe {
-                libc::openat(
-                    parent.as_raw_fd(),
-                    c.as_ptr(),
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                return Err(with_path(io::Error::last_os_error(), &path));
-            }
-            // SAFETY: `fd` is a descriptor we just opened and own.
-            let dir = unsafe { File::from_raw_fd(fd) };
+            // O_NOFOLLOW refuses a symlink swapped in.
+            let dir = open_at(
+                &parent,
+                &c,
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                0,
+            )
+            .map_err(|e| with_path(e, &path))?;
             let meta = dir.metadata()?;
             // SAFETY: geteuid has no failure mode.
             let me = unsafe { libc::geteuid() };

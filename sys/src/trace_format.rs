@@ -326,6 +326,15 @@ pub fn is_char_type(ty: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// An integer field's type.
+    fn int(size: u8, signed: bool, pointer: bool) -> FieldType {
+        FieldType::Int {
+            size,
+            signed,
+            pointer,
+        }
+    }
+
     /// Format files saved from a kernel, kept beside the trace plugin's tests.
     fn data(name: &str) -> Format {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -349,21 +358,10 @@ mod tests {
         );
         let pid = f.field("prev_pid").expect("prev_pid");
         assert_eq!(pid.decl, "pid_t");
-        assert_eq!(
-            pid.ty,
-            FieldType::Int {
-                size: 4,
-                signed: true,
-                pointer: false
-            }
-        );
+        assert_eq!(pid.ty, int(4, true, false));
         assert_eq!(
             f.field("prev_state").expect("state").ty,
-            FieldType::Int {
-                size: 8,
-                signed: true,
-                pointer: false
-            }
+            int(8, true, false)
         );
         assert_eq!(f.fixed_size(), 64);
         assert_eq!(f.own_fields().count(), 7);
@@ -379,23 +377,9 @@ mod tests {
         let open = data("sys_enter_openat");
         let filename = open.field("filename").expect("filename");
         assert_eq!(filename.decl, "const char *");
-        assert_eq!(
-            filename.ty,
-            FieldType::Int {
-                size: 8,
-                signed: false,
-                pointer: true
-            }
-        );
+        assert_eq!(filename.ty, int(8, false, true));
         // Declared int, eight bytes wide: the size wins.
-        assert_eq!(
-            open.field("dfd").expect("dfd").ty,
-            FieldType::Int {
-                size: 8,
-                signed: false,
-                pointer: false
-            }
-        );
+        assert_eq!(open.field("dfd").expect("dfd").ty, int(8, false, false));
         let sys = data("sys_enter");
         assert_eq!(
             sys.field("args").expect("args").ty,
@@ -436,11 +420,7 @@ mod tests {
             ),
             (
                 "field:char *name;\toffset:8;\tsize:8;\tsigned:0;",
-                FieldType::Int {
-                    size: 8,
-                    signed: false,
-                    pointer: true,
-                },
+                int(8, false, true),
             ),
             (
                 "field:__u8 saddr[4];\toffset:8;\tsize:4;\tsigned:0;",

@@ -108,16 +108,8 @@ impl BenchmarkRun {
         self.launched = Some((Instant::now(), Rusage::children()));
         match self.bench.call(Call::Launch) {
             Ok(_) => true,
-            Err(CallError::Failed(e)) => {
-                let msg = format!("benchmark {}: launch: {e}", self.name);
-                eprintln!("error: {msg}");
-                if let Some(entry) = record.benchmark() {
-                    entry.error = Some(msg);
-                }
-                false
-            }
             Err(e) => {
-                self.call_failed(record, e);
+                self.failed(record, "launch: ", e);
                 false
             }
         }
@@ -159,18 +151,24 @@ impl BenchmarkRun {
                 true
             }
             Ok(_) => false,
-            Err(CallError::Failed(e)) => {
-                let msg = format!("benchmark {}: {e}", self.name);
-                eprintln!("error: {msg}");
-                if let Some(entry) = record.benchmark() {
-                    entry.error = Some(msg);
-                }
-                true
-            }
             Err(e) => {
-                self.call_failed(record, e);
+                self.failed(record, "", e);
                 true
             }
+        }
+    }
+
+    /// Records a failed call: one the benchmark refused (its message after
+    /// `what`) printed now and as the benchmark's error, a hung one as
+    /// [`Self::call_failed`] does.
+    fn failed(&self, record: &mut RunRecord, what: &str, e: CallError) {
+        let CallError::Failed(e) = e else {
+            return self.call_failed(record, e);
+        };
+        let msg = format!("benchmark {}: {what}{e}", self.name);
+        eprintln!("error: {msg}");
+        if let Some(entry) = record.benchmark() {
+            entry.error = Some(msg);
         }
     }
 

@@ -801,29 +801,13 @@ mod tests {
     }
 
     fn tick_sink(dir: &Path, name: &str, interval: Duration) -> IpcSink {
-        use kernmlops_plugin_api::{ColumnDecl, ColumnKind};
-        let decl = TableDecl {
-            name: name.into(),
-            description: "".into(),
-            record_size: 8,
-            columns: vec![ColumnDecl {
-                name: "ts_uptime_us".into(),
-                kind: ColumnKind::U64,
-                offset: 0,
-                size: 8,
-                unit: "us".into(),
-                description: "".into(),
-                labels: vec![].into(),
-            }]
-            .into(),
-        };
         let policy = FlushPolicy {
             interval,
             rows: u64::MAX,
         };
         IpcSink::create(
             &dir.join(format!("{name}.arrow")),
-            TableDecoder::new(&decl, "test"),
+            crate::sink::tests::tick_decoder(name),
             policy,
         )
         .expect("sink")

@@ -3,7 +3,7 @@
 //! length, whether energy is attributed, the most a zone of each scope can
 //! draw, and each source's settings.
 
-use std::{collections::BTreeMap, str::FromStr, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
 use kernmlops_plugin_api::PowerScope;
 use kernmlops_sys::duration::HumanDuration;
@@ -154,38 +154,7 @@ pub fn parse_interval(text: &str) -> Result<Duration, PowerConfigError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PowerInterval(HumanDuration);
 
-impl PowerInterval {
-    pub const fn get(self) -> Duration {
-        self.0.get()
-    }
-}
-
-impl FromStr for PowerInterval {
-    type Err = PowerConfigError;
-
-    fn from_str(s: &str) -> Result<Self, PowerConfigError> {
-        parse_interval(s).map(|d| Self(HumanDuration(d)))
-    }
-}
-
-impl std::fmt::Display for PowerInterval {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl Serialize for PowerInterval {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for PowerInterval {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
-}
+crate::config::duration_setting!(PowerInterval, PowerConfigError, parse_interval);
 
 /// Which sources a run records.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

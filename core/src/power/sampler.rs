@@ -380,25 +380,9 @@ impl Sampler {
                 continue;
             };
             let (parts, idle) = split_slot(energy, &cpu, activity.idle_us);
-            for (p, &uj) in activity.processes.iter().zip(&parts) {
-                AttributionRow {
-                    end_us,
-                    start_us,
-                    tgid: p.tgid,
-                    comm: &p.comm,
-                    cgroup_id: p.cgroup_id,
-                    cgroup: &p.cgroup,
-                    cpu_time_us: p.cpu_time_us,
-                    energy_uj: uj,
-                    scope_energy_uj: energy,
-                    scope: *scope,
-                    source,
-                    measured,
-                }
-                .write(&mut self.attribution_rows);
-                rows += 1;
-            }
-            AttributionRow {
+            // The idle row, written last; the processes' rows are it with
+            // their own figures.
+            let idle_row = AttributionRow {
                 end_us,
                 start_us,
                 tgid: 0,
@@ -411,8 +395,21 @@ impl Sampler {
                 scope: *scope,
                 source,
                 measured,
+            };
+            for (p, &uj) in activity.processes.iter().zip(&parts) {
+                AttributionRow {
+                    tgid: p.tgid,
+                    comm: &p.comm,
+                    cgroup_id: p.cgroup_id,
+                    cgroup: &p.cgroup,
+                    cpu_time_us: p.cpu_time_us,
+                    energy_uj: uj,
+                    ..idle_row
+                }
+                .write(&mut self.attribution_rows);
+                rows += 1;
             }
-            .write(&mut self.attribution_rows);
+            idle_row.write(&mut self.attribution_rows);
             rows += 1;
             let t = self.scopes.entry(scope.0).or_insert_with(|| ScopeTotals {
                 measured: true,

@@ -210,7 +210,15 @@ impl AttributionRow<'_> {
 mod tests {
     use super::*;
     use crate::decode::TableDecoder;
-    use arrow_array::cast::AsArray;
+    use arrow_array::{cast::AsArray, ArrayRef};
+
+    /// Decodes the one row `buf` holds of `table`, checking that it fills a
+    /// record exactly; the columns by name.
+    fn one_row(table: TableDecl, buf: &[u8]) -> impl Fn(&str) -> ArrayRef {
+        assert_eq!(buf.len(), table.record_size as usize);
+        let batch = TableDecoder::new(&table, "c").decode(buf).expect("decodes");
+        move |n| batch.column_by_name(n).expect(n).clone()
+    }
 
     #[test]
     fn tables_meet_the_spec_and_rows_fill_them_exactly() {
@@ -230,11 +238,7 @@ mod tests {
             measured: true,
         }
         .write(&mut buf);
-        assert_eq!(buf.len(), energy_table().record_size as usize);
-        let batch = TableDecoder::new(&energy_table(), "c")
-            .decode(&buf)
-            .expect("decodes");
-        let col = |n: &str| batch.column_by_name(n).expect(n).clone();
+        let col = one_row(energy_table(), &buf);
         assert_eq!(col("zone").as_string::<i32>().value(0), "package-0");
         assert_eq!(col("scope").as_string::<i32>().value(0), "package");
         assert_eq!(
@@ -261,11 +265,7 @@ mod tests {
             measured: false,
         }
         .write(&mut buf);
-        assert_eq!(buf.len(), attribution_table().record_size as usize);
-        let batch = TableDecoder::new(&attribution_table(), "c")
-            .decode(&buf)
-            .expect("decodes");
-        let col = |n: &str| batch.column_by_name(n).expect(n).clone();
+        let col = one_row(attribution_table(), &buf);
         assert_eq!(col("comm").as_string::<i32>().value(0), "stress-ng-cpu-wi");
         assert_eq!(col("scope").as_string::<i32>().value(0), "dram");
         assert_eq!(col("model").as_string::<i32>().value(0), "cpu_time");
