@@ -35,9 +35,12 @@ pub fn artifact_dir() -> PathBuf {
     target.join("release")
 }
 
-/// Builds the whole workspace (binary, every plugin, fixtures) in release
-/// mode once per test process: a no-op after `scripts/test`'s build. Set
-/// `KERNMLOPS_E2E_SKIP_BUILD=1` to use the artifacts as they are.
+/// Builds the workspace (binary, every plugin, fixtures) in release mode
+/// once per test process, as `scripts/test` builds it (without
+/// kernmlops-plugin-build as a library of its own, whose dependencies would
+/// change the features the plugins and the host are built with), so a
+/// no-op after its build. Set `KERNMLOPS_E2E_SKIP_BUILD=1` to use the
+/// artifacts as they are.
 pub fn ensure_built() {
     static BUILD: Once = Once::new();
     BUILD.call_once(|| {
@@ -46,7 +49,8 @@ pub fn ensure_built() {
         }
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(workspace_root())
-            .args(["build", "--release", "--quiet", "--workspace"]);
+            .args(["build", "--release", "--quiet", "--workspace"])
+            .args(["--exclude", "kernmlops-plugin-build"]);
         let out = cmd.output().expect("running cargo build");
         assert!(
             out.status.success(),

@@ -9,7 +9,11 @@ use std::{
 
 use kernmlops_e2e::*;
 
-/// Copies the workspace source (no build output, data, git or built .so).
+/// Copies the workspace source (no build output, data, git or built .so),
+/// each file with its modification time: cargo names a workspace crate's
+/// build by its path relative to the workspace, so in a shared target
+/// folder the copied crates are as fresh as the workspace's own and only
+/// the new crate compiles.
 fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("mkdir");
     for entry in std::fs::read_dir(from).expect("read_dir").flatten() {
@@ -24,24 +28,54 @@ fn copy_tree(from: &Path, to: &Path) {
             copy_tree(&path, &dest);
         } else {
             std::fs::copy(&path, &dest).expect("copy");
+            let modified = entry.metadata().and_then(|m| m.modified()).expect("mtime");
+            std::fs::File::options()
+                .write(true)
+                .open(&dest)
+                .and_then(|f| f.set_modified(modified))
+                .expect("keeping the mtime");
         }
     }
 }
 
 fn cargo(dir: &Path, target: &Path, args: &[&str]) {
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.env("CARGO_TARGET_DIR", target);
+    succeed(cmd, dir, "cargo", args);
+}
+
+/// Runs `cmd ARGS` in `dir`; a failure shows its output.
+fn succeed(mut cmd: Command, dir: &Path, what: &str, args: &[&str]) {
+    let out = cmd
         .current_dir(dir)
-        .env("CARGO_TARGET_DIR", target)
         .args(args)
         .output()
-        .expect("running cargo");
+        .unwrap_or_else(|e| panic!("running {what}: {e}"));
     assert!(
         out.status.success(),
-        "cargo {args:?} failed in {}:\n{}\n{}",
+        "{what} {args:?} failed in {}:\n{}\n{}",
         dir.display(),
         text(&out.stdout),
         text(&out.stderr)
     );
+}
+
+/// `cargo xtask ARGS` in the workspace copy `dir`, as cargo runs it there:
+/// the workspace's xtask binary (built in `target` now, a no-op after
+/// `scripts/test`'s `cargo xtask build-plugins`) with `CARGO_MANIFEST_DIR`
+/// naming the copy's xtask folder, which xtask takes as its workspace.
+/// Building the copy's own xtask would compile it and its dependencies in
+/// a target of their own: in a shared one, the copy's binary would be
+/// uplifted over the real one.
+fn xtask_in(dir: &Path, target: &Path, args: &[&str]) {
+    cargo(
+        &workspace_root(),
+        target,
+        &["build", "--quiet", "--package", "xtask"],
+    );
+    let mut xtask = Command::new(target.join("debug/xtask"));
+    xtask.env("CARGO_MANIFEST_DIR", dir.join("xtask"));
+    succeed(xtask, dir, "xtask", args);
 }
 
 #[test]
@@ -52,16 +86,10 @@ fn root_new_plugin_scaffold_builds_loads_and_collects() {
     ensure_built();
     let scratch = temp_dir("scaffold").join("workspace");
     copy_tree(&workspace_root(), &scratch);
-    // Share the build output so only the new crate and path crates compile.
+    // Share the build output so only the new crate compiles.
     let target: PathBuf = artifact_dir().parent().expect("target dir").to_owned();
 
-    // xtask builds in a target of its own: a shared one would get the
-    // scratch copy's xtask binary uplifted over the real one.
-    cargo(
-        &scratch,
-        &scratch.join("target"),
-        &["xtask", "new-plugin", "demo_probe"],
-    );
+    xtask_in(&scratch, &target, &["new-plugin", "demo_probe"]);
     for f in [
         "Cargo.toml",
         "build.rs",

@@ -49,6 +49,24 @@ impl Drop for Run {
 }
 
 impl Run {
+    /// Starts `cmd` in the workspace root, its output in `logs/stdout` and
+    /// `logs/stderr`.
+    fn start(mut cmd: Command, logs: &Path) -> Self {
+        let (stdout, stderr) = (logs.join("stdout"), logs.join("stderr"));
+        let child = cmd
+            .current_dir(workspace_root())
+            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("starting kernmlops run");
+        Self {
+            child,
+            stderr,
+            stdout,
+        }
+    }
+
     fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
@@ -121,21 +139,10 @@ fn run_case(case: &Case) {
     if matches!(case.end, End::Duration) {
         args.extend(["--duration", "4s"]);
     }
-    let (stdout, stderr) = (logs.join("stdout"), logs.join("stderr"));
     let began = Instant::now();
-    let child = Command::new(kernmlops_bin())
-        .args(&args)
-        .current_dir(workspace_root())
-        .stdout(std::fs::File::create(&stdout).expect("stdout file"))
-        .stderr(std::fs::File::create(&stderr).expect("stderr file"))
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("starting kernmlops run");
-    let mut run = Run {
-        child,
-        stderr,
-        stdout,
-    };
+    let mut cmd = Command::new(kernmlops_bin());
+    cmd.args(&args);
+    let mut run = Run::start(cmd, &logs);
     let deadline = began + case.bound;
     if matches!(case.end, End::Sigterm) {
         while !run.stderr().contains("collecting ") {
@@ -246,9 +253,13 @@ fn root_probes_hung_in_a_plugin_call_are_given_up_and_the_run_ends_on_time() {
             bound: LIMIT + Duration::from_secs(4) + LIMIT + SLACK,
         },
     ];
-    for case in &cases {
-        run_case(case);
-    }
+    // The cases share nothing (each its own plugin, output and log
+    // folders) and mostly wait on the limit, so they run side by side.
+    std::thread::scope(|scope| {
+        for case in &cases {
+            scope.spawn(move || run_case(case));
+        }
+    });
 }
 
 /// SIGTERM while a probe hangs: the run still ends with a finished
@@ -344,92 +355,91 @@ fn root_a_benchmark_hung_in_a_call_is_given_up_and_the_run_ends_on_time() {
             hangs_after: Duration::ZERO,
         },
     ];
-    for case in &cases {
-        let name = format!("hang-bench-{}", case.hang_in);
-        let output = temp_dir(&format!("{name}-out"));
-        let logs = temp_dir(&format!("{name}-logs"));
-        let config = logs.join("config.toml");
-        std::fs::write(
-            &config,
-            format!("[benchmarks.hangs]\nhang_in = \"{}\"\n", case.hang_in),
-        )
-        .expect("writing the configuration");
-        let duration = format!("{}s", case.duration_s);
-        let (stdout, stderr) = (logs.join("stdout"), logs.join("stderr"));
-        let began = Instant::now();
-        let child = Command::new(kernmlops_bin())
-            .args(["--config", config.to_str().expect("utf8"), "run"])
-            .args(["--plugin-dir", plugins.to_str().expect("utf8")])
-            .args(["--plugins", "quanta_runtime", "--benchmark", "hangs"])
-            .args(["--duration", &duration])
-            .args(["--output", output.to_str().expect("utf8")])
-            .current_dir(workspace_root())
-            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
-            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("starting kernmlops run");
-        let mut run = Run {
-            child,
-            stderr,
-            stdout,
-        };
-        let bound = case.hangs_after + LIMIT + SLACK;
-        let status = run.wait_until(began + bound);
-        let stderr = run.stderr();
-        eprintln!(
-            "{name}: ended in {:.1} s (bound {:.0} s), {status}\n{stderr}",
-            began.elapsed().as_secs_f64(),
-            bound.as_secs_f64()
-        );
-        assert_eq!(status.code(), Some(1), "{name}: exits 1:\n{stderr}");
-        let said = format!(
-            "benchmark hangs: hung: its {} call has not returned in",
-            case.hang_in
-        );
-        let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("hung: its")).collect();
-        assert!(
-            lines.len() == 1 && lines[0].starts_with(&format!("error: {said}")),
-            "{name}: one error line names the benchmark and its call:\n{stderr}"
-        );
-        assert!(
-            lines[0].contains("(limit collect.plugin_timeout = 5s)"),
-            "{name}: the line gives the limit: {}",
-            lines[0]
-        );
-        if !case.collection {
-            assert!(
-                std::fs::read_dir(&output).expect("output").next().is_none(),
-                "{name}: nothing was collected"
-            );
-            continue;
+    // Each case has its own output and log folders and mostly waits on
+    // the limit, so the cases run side by side.
+    std::thread::scope(|scope| {
+        for case in &cases {
+            scope.spawn(|| run_bench_case(&plugins, case));
         }
-        let dir = only_collection(&output);
-        let man = manifest(&dir);
-        assert_eq!(man["run_class"], "failed", "{name}: {man}");
-        let error = man["benchmark"]["error"].as_str().unwrap_or_default();
+    });
+}
+
+/// One case of the hung-benchmark test: runs it and checks its lines,
+/// exit and manifest.
+fn run_bench_case(plugins: &Path, case: &BenchCase) {
+    let name = format!("hang-bench-{}", case.hang_in);
+    let output = temp_dir(&format!("{name}-out"));
+    let logs = temp_dir(&format!("{name}-logs"));
+    let config = logs.join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[benchmarks.hangs]\nhang_in = \"{}\"\n", case.hang_in),
+    )
+    .expect("writing the configuration");
+    let duration = format!("{}s", case.duration_s);
+    let began = Instant::now();
+    let mut cmd = Command::new(kernmlops_bin());
+    cmd.args(["--config", config.to_str().expect("utf8"), "run"])
+        .args(["--plugin-dir", plugins.to_str().expect("utf8")])
+        .args(["--plugins", "quanta_runtime", "--benchmark", "hangs"])
+        .args(["--duration", &duration])
+        .args(["--output", output.to_str().expect("utf8")]);
+    let mut run = Run::start(cmd, &logs);
+    let bound = case.hangs_after + LIMIT + SLACK;
+    let status = run.wait_until(began + bound);
+    let stderr = run.stderr();
+    eprintln!(
+        "{name}: ended in {:.1} s (bound {:.0} s), {status}\n{stderr}",
+        began.elapsed().as_secs_f64(),
+        bound.as_secs_f64()
+    );
+    assert_eq!(status.code(), Some(1), "{name}: exits 1:\n{stderr}");
+    let said = format!(
+        "benchmark hangs: hung: its {} call has not returned in",
+        case.hang_in
+    );
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("hung: its")).collect();
+    assert!(
+        lines.len() == 1 && lines[0].starts_with(&format!("error: {said}")),
+        "{name}: one error line names the benchmark and its call:\n{stderr}"
+    );
+    assert!(
+        lines[0].contains("(limit collect.plugin_timeout = 5s)"),
+        "{name}: the line gives the limit: {}",
+        lines[0]
+    );
+    if !case.collection {
         assert!(
-            error.starts_with(&said),
-            "{name}: the benchmark entry names the call: {}",
-            man["benchmark"]
+            std::fs::read_dir(&output).expect("output").next().is_none(),
+            "{name}: nothing was collected"
         );
-        if case.hang_in == "setup" {
-            assert_eq!(man["status"], "failed", "{name}: no probe started: {man}");
-            continue;
-        }
-        assert_eq!(man["status"], "complete_with_errors", "{name}: {man}");
-        let errors = man["errors"].as_array().expect("errors");
-        assert_eq!(
-            errors.iter().filter(|e| e.as_str() == Some(error)).count(),
-            1,
-            "{name}: the run's errors name it once: {errors:?}"
-        );
-        let real = &man["tables"]["quanta_runtime"]["rows"];
-        assert!(
-            real.as_u64().is_some_and(|r| r > 0),
-            "{name}: the real probe collected: {man}"
-        );
+        return;
     }
+    let dir = only_collection(&output);
+    let man = manifest(&dir);
+    assert_eq!(man["run_class"], "failed", "{name}: {man}");
+    let error = man["benchmark"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with(&said),
+        "{name}: the benchmark entry names the call: {}",
+        man["benchmark"]
+    );
+    if case.hang_in == "setup" {
+        assert_eq!(man["status"], "failed", "{name}: no probe started: {man}");
+        return;
+    }
+    assert_eq!(man["status"], "complete_with_errors", "{name}: {man}");
+    let errors = man["errors"].as_array().expect("errors");
+    assert_eq!(
+        errors.iter().filter(|e| e.as_str() == Some(error)).count(),
+        1,
+        "{name}: the run's errors name it once: {errors:?}"
+    );
+    let real = &man["tables"]["quanta_runtime"]["rows"];
+    assert!(
+        real.as_u64().is_some_and(|r| r > 0),
+        "{name}: the real probe collected: {man}"
+    );
 }
 
 /// `kernmlops check` on probes that hang in start and in stop, beside a
