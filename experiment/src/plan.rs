@@ -500,7 +500,7 @@ mod tests {
         }
     }
 
-    fn plan_of(s: &Spec, repeats: u32, seed: u64, order: Order) -> Vec<PlannedRun> {
+    fn try_plan(s: &Spec, repeats: u32, seed: u64, order: Order) -> Result<Vec<PlannedRun>> {
         plan(&PlanInput {
             file: "exp.toml",
             variables: &s.variables,
@@ -510,7 +510,17 @@ mod tests {
             seed,
             order,
         })
-        .expect("plan")
+    }
+
+    fn plan_of(s: &Spec, repeats: u32, seed: u64, order: Order) -> Vec<PlannedRun> {
+        try_plan(s, repeats, seed, order).expect("plan")
+    }
+
+    /// The error of planning `s` once, sequentially, with seed 0.
+    fn plan_error(s: &Spec) -> String {
+        try_plan(s, 1, 0, Order::Sequential)
+            .expect_err("a plan error")
+            .to_string()
     }
 
     const SWEEP: &str = "[config.benchmarks.fio]\nruntime = \"2s\"\n\
@@ -655,17 +665,7 @@ mod tests {
             "[variables.a]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"4k\"]\n\
              [variables.b]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"8k\"]\n",
         );
-        let e = plan(&PlanInput {
-            file: "exp.toml",
-            variables: &s.variables,
-            base: &s.config,
-            identity: &identity(),
-            repeats: 1,
-            seed: 0,
-            order: Order::Sequential,
-        })
-        .expect_err("conflict")
-        .to_string();
+        let e = plan_error(&s);
         assert!(
             e.contains("exp.toml: variables.b: sets benchmarks.fio.bs, which variable a also sets"),
             "{e}"
@@ -681,17 +681,7 @@ mod tests {
         let s = spec(
             "[config.benchmarks]\nfio = 3\n[variables.a]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"4k\"]\n",
         );
-        let e = plan(&PlanInput {
-            file: "exp.toml",
-            variables: &s.variables,
-            base: &s.config,
-            identity: &identity(),
-            repeats: 1,
-            seed: 0,
-            order: Order::Sequential,
-        })
-        .expect_err("not a table")
-        .to_string();
+        let e = plan_error(&s);
         assert!(e.contains("benchmarks.fio is a value"), "{e}");
     }
 
