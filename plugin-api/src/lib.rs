@@ -195,6 +195,22 @@ pub struct ColumnDecl {
     pub labels: RVec<RString>,
 }
 
+impl ColumnDecl {
+    /// A column at `offset` of `size` bytes, without unit, description or
+    /// labels (set those with struct update syntax where needed).
+    pub fn new(name: &str, kind: ColumnKind, offset: u32, size: u32) -> Self {
+        Self {
+            name: name.into(),
+            kind,
+            offset,
+            size,
+            unit: RString::new(),
+            description: RString::new(),
+            labels: RVec::new(),
+        }
+    }
+}
+
 /// A table a probe produces: fixed-size little-endian records.
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, PartialEq)]

@@ -22,15 +22,7 @@ const RECORD: usize = 48;
 const DRAIN: usize = 65_536;
 
 fn decl() -> TableDecl {
-    let col = |name: &str, kind: ColumnKind, offset: u32, size: u32| ColumnDecl {
-        name: name.into(),
-        kind,
-        offset,
-        size,
-        unit: "".into(),
-        description: "".into(),
-        labels: Default::default(),
-    };
+    let col = ColumnDecl::new;
     TableDecl {
         name: "bench".into(),
         description: "48-byte benchmark records".into(),
