@@ -529,6 +529,30 @@ def _grid(src: _Sources, every: int, key: str | None, used: list[str]) -> pl.Dat
     return grid.sort(order).collect()
 
 
+def _concat_parts(parts: list[_Part], key: str | None) -> tuple[pl.LazyFrame, list[str], bool]:
+    """One table's parts as one frame, its column names and whether it has the
+    ``key`` column to group by."""
+    lf = pl.concat([p.frame for p in parts], how="diagonal_relaxed")
+    cols = lf.collect_schema().names()
+    return lf, cols, key is not None and key in cols
+
+
+def _windowed(lf: pl.LazyFrame, key: str | None, every: int) -> pl.LazyFrame:
+    """``lf`` with integer timestamps (and ``key``, if given) and each row's
+    ``window_start_us``."""
+    return lf.with_columns(
+        pl.col("ts_uptime_us").cast(pl.Int64),
+        *([pl.col(key).cast(pl.Int64)] if key is not None else []),
+    ).with_columns(((pl.col("ts_uptime_us") // every) * every).alias("window_start_us"))
+
+
+def _renamed_wide(wide: pl.DataFrame, renamed: dict[str, str], group: list[str]) -> pl.LazyFrame:
+    """A pivoted frame with its columns renamed: the ``group`` columns first,
+    then the others sorted by name."""
+    wide = wide.rename(renamed)
+    return wide.select(*group, *sorted(c for c in wide.columns if c not in group)).lazy()
+
+
 def _table_features(
     parts: list[_Part],
     every: int,
@@ -543,14 +567,9 @@ def _table_features(
     (running totals and gauges' values) and whether it is grouped by `key`."""
     info = parts[0].info
     name = info.name
-    lf = pl.concat([p.frame for p in parts], how="diagonal_relaxed")
-    cols = lf.collect_schema().names()
-    keyed = key is not None and key in cols
+    lf, cols, keyed = _concat_parts(parts, key)
     part_by = ["collection_id"] + ([key] if keyed else [])
-    lf = lf.with_columns(
-        pl.col("ts_uptime_us").cast(pl.Int64),
-        *([pl.col(key).cast(pl.Int64)] if keyed else []),
-    ).with_columns(((pl.col("ts_uptime_us") // every) * every).alias("window_start_us"))
+    lf = _windowed(lf, key if keyed else None, every)
     counter_table = _is_counter_table(info)
     gauge = _is_gauge_table(info)
     exprs: list[pl.Expr] = [pl.len().alias(f"{name}__count")]
@@ -660,13 +679,8 @@ def _pivoted_features(
     grouped by CPU."""
     info = parts[0].info
     name = info.name
-    lf = pl.concat([p.frame for p in parts], how="diagonal_relaxed")
-    cols = lf.collect_schema().names()
-    keyed = key is not None and key in cols
-    lf = lf.with_columns(
-        pl.col("ts_uptime_us").cast(pl.Int64),
-        *([pl.col(key).cast(pl.Int64)] if keyed else []),
-    ).with_columns(((pl.col("ts_uptime_us") // every) * every).alias("window_start_us"))
+    lf, cols, keyed = _concat_parts(parts, key)
+    lf = _windowed(lf, key if keyed else None, every)
     group = ["collection_id", "window_start_us"] + ([key] if keyed else [])
     zero: list[str] = []
     ffill: list[str] = []
@@ -720,8 +734,7 @@ def _pivoted_features(
             units[out] = unit
         descs[out] = f"{name} {ent}: {src_col}, {what}"
         (ffill if measure.endswith("last") else zero).append(out)
-    wide = wide.rename(renamed)
-    return wide.select(*group, *sorted(c for c in wide.columns if c not in group)).lazy(), zero, ffill, keyed
+    return _renamed_wide(wide, renamed, group), zero, ffill, keyed
 
 
 def _is_slot_table(info: TableInfo) -> bool:
@@ -742,9 +755,7 @@ def _slot_features(
     (``energy_attribution``, per process when grouped by tgid)."""
     info = parts[0].info
     name = info.name
-    lf = pl.concat([p.frame for p in parts], how="diagonal_relaxed")
-    cols = lf.collect_schema().names()
-    keyed = key is not None and key in cols
+    lf, cols, keyed = _concat_parts(parts, key)
     if "zone" in cols:
         entity = pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("zone")]).alias("__entity")
     else:
@@ -785,8 +796,7 @@ def _slot_features(
         else:
             descs[out] = f"{name} {ent}: true when a meter measured all of it, false when modelled"
             ffill.append(out)
-    wide = wide.rename(renamed)
-    return wide.select(*group, *sorted(c for c in wide.columns if c not in group)).lazy(), zero, ffill, keyed
+    return _renamed_wide(wide, renamed, group), zero, ffill, keyed
 
 
 def features(
