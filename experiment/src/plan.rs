@@ -562,13 +562,15 @@ mod tests {
         assert_ne!(runs[1].combo_id, runs[2].combo_id);
     }
 
+    /// Three variables, `paths` and `depth` only where earlier ones have
+    /// some values: 8 combinations.
+    const CONDITIONAL: &str = "[variables.variant]\nkey = \"benchmarks.fio.ioengine\"\nvalues = [\"psync\", \"multipath\", \"libaio\"]\n\
+         [variables.paths]\nkey = \"benchmarks.fio.numjobs\"\nrange = { start = 1, end = 4 }\nwhen = { variant = \"multipath\" }\n\
+         [variables.depth]\nkey = \"benchmarks.fio.size\"\nvalues = [\"1m\", \"2m\"]\nwhen = { variant = [\"libaio\", \"multipath\"], paths = [1, 4] }\n";
+
     #[test]
     fn conditional_variables_multiply_only_where_they_apply() {
-        let s = spec(
-            "[variables.variant]\nkey = \"benchmarks.fio.ioengine\"\nvalues = [\"psync\", \"multipath\", \"libaio\"]\n\
-             [variables.paths]\nkey = \"benchmarks.fio.numjobs\"\nrange = { start = 1, end = 4 }\nwhen = { variant = \"multipath\" }\n\
-             [variables.depth]\nkey = \"benchmarks.fio.size\"\nvalues = [\"1m\", \"2m\"]\nwhen = { variant = [\"libaio\", \"multipath\"], paths = [1, 4] }\n",
-        );
+        let s = spec(CONDITIONAL);
         let combos = combinations(&s.variables);
         // psync: 1; multipath: paths 1..4, depth only for paths 1 and 4
         // (2 + 1 + 1 + 2 = 6); libaio: paths does not apply, so depth's
@@ -688,11 +690,7 @@ mod tests {
     #[test]
     fn runs_are_counted_before_they_are_built() {
         // The count agrees with the combinations, conditions included.
-        let s = spec(
-            "[variables.variant]\nkey = \"benchmarks.fio.ioengine\"\nvalues = [\"psync\", \"multipath\", \"libaio\"]\n\
-             [variables.paths]\nkey = \"benchmarks.fio.numjobs\"\nrange = { start = 1, end = 4 }\nwhen = { variant = \"multipath\" }\n\
-             [variables.depth]\nkey = \"benchmarks.fio.size\"\nvalues = [\"1m\", \"2m\"]\nwhen = { variant = [\"libaio\", \"multipath\"], paths = [1, 4] }\n",
-        );
+        let s = spec(CONDITIONAL);
         assert_eq!(count_combinations(&s.variables, 100), Some(8));
         assert_eq!(count_combinations(&s.variables, 7), None);
         assert_eq!(check_size("exp.toml", &s.variables, 3, 24).ok(), Some(24));
