@@ -46,22 +46,40 @@ pub const TIMESTAMP_COLUMN: &str = "ts_uptime_us";
 pub const COLLECTION_ID_COLUMN: &str = "collection_id";
 
 /// Declares the named values of an integer-coded enumeration (a
-/// `#[repr(transparent)]` newtype of `u32`, declared beside it) and a private
-/// `known_name`: `NAME = value => "name"` for each.
+/// `#[repr(transparent)]` newtype of `u32`, declared beside it),
+/// `NAME = value => "name"` for each, and its `name`: `None` for a value
+/// this crate does not know, or with `else NAME` that value's name.
 macro_rules! named_values {
-    ($ty:ident { $($(#[doc = $doc:literal])* $konst:ident = $value:literal => $name:literal,)* }) => {
+    (
+        $ty:ident $(else $other:ident)? {
+            $($(#[doc = $doc:literal])* $konst:ident = $value:literal => $name:literal,)*
+        }
+    ) => {
         impl $ty {
             $(
                 $(#[doc = $doc])*
                 pub const $konst: Self = Self($value);
             )*
 
-            /// The name of a value this crate knows.
-            fn known_name(self) -> Option<&'static str> {
-                match self {
-                    $(Self::$konst => Some($name),)*
-                    _ => None,
-                }
+            named_values!(@name $($other)? { $($konst => $name,)* });
+        }
+    };
+    (@name { $($konst:ident => $name:literal,)* }) => {
+        /// Lowercase name, `None` for a value this crate does not know.
+        pub fn name(self) -> Option<&'static str> {
+            match self {
+                $(Self::$konst => Some($name),)*
+                _ => None,
+            }
+        }
+    };
+    (@name $other:ident { $($konst:ident => $name:literal,)* }) => {
+        /// Lowercase name, for messages and manifests (that of the fallback
+        /// value for one this crate does not know).
+        pub fn name(self) -> &'static str {
+            match self {
+                $(Self::$konst => $name,)*
+                _ => Self::$other.name(),
             }
         }
     };
@@ -77,7 +95,7 @@ macro_rules! named_values {
 pub struct ErrorKind(pub u32);
 
 named_values! {
-    ErrorKind {
+    ErrorKind else OTHER {
         /// Anything else.
         OTHER = 0 => "other",
         /// The plugin panicked; the component refuses further calls.
@@ -94,13 +112,6 @@ named_values! {
         IO = 6 => "io",
         /// The component has no such sub-component (probe, graph, benchmark).
         NOT_FOUND = 7 => "not_found",
-    }
-}
-
-impl ErrorKind {
-    /// Lowercase name, for messages and manifests.
-    pub fn name(self) -> &'static str {
-        self.known_name().unwrap_or("other")
     }
 }
 
@@ -143,16 +154,9 @@ pub struct ColumnKind(pub u32);
 
 named_values! {
     ColumnKind {
-        U8 = 1 => "u8",
-        U16 = 2 => "u16",
-        U32 = 3 => "u32",
-        U64 = 4 => "u64",
-        I8 = 5 => "i8",
-        I16 = 6 => "i16",
-        I32 = 7 => "i32",
-        I64 = 8 => "i64",
-        F32 = 9 => "f32",
-        F64 = 10 => "f64",
+        U8 = 1 => "u8", U16 = 2 => "u16", U32 = 3 => "u32", U64 = 4 => "u64",
+        I8 = 5 => "i8", I16 = 6 => "i16", I32 = 7 => "i32", I64 = 8 => "i64",
+        F32 = 9 => "f32", F64 = 10 => "f64",
         BOOL = 11 => "bool",
         /// Fixed-size byte buffer holding UTF-8 text, ended by the first NUL (or
         /// the buffer's end). Decoded to an Arrow `Utf8` column.
@@ -164,11 +168,6 @@ named_values! {
 }
 
 impl ColumnKind {
-    /// Human-readable name, `None` for a kind this crate does not know.
-    pub fn name(self) -> Option<&'static str> {
-        self.known_name()
-    }
-
     /// The byte size a column of this kind must have, `None` when the
     /// declaration chooses it (`STR`, `LABEL`) or the kind is unknown.
     pub fn fixed_size(self) -> Option<u32> {
@@ -313,12 +312,8 @@ pub struct PowerScope(pub u32);
 
 named_values! {
     PowerScope {
-        PACKAGE = 1 => "package",
-        CORE = 2 => "core",
-        UNCORE = 3 => "uncore",
-        DRAM = 4 => "dram",
-        PLATFORM = 5 => "platform",
-        DEVICE = 6 => "device",
+        PACKAGE = 1 => "package", CORE = 2 => "core", UNCORE = 3 => "uncore",
+        DRAM = 4 => "dram", PLATFORM = 5 => "platform", DEVICE = 6 => "device",
     }
 }
 
@@ -595,11 +590,6 @@ impl PowerScope {
         Self::PLATFORM,
         Self::DEVICE,
     ];
-
-    /// Lowercase name, `None` for a scope this crate does not know.
-    pub fn name(self) -> Option<&'static str> {
-        self.known_name()
-    }
 }
 
 /// One zone of a running power source: a counter or sensor, what it
