@@ -6,7 +6,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 import polars as pl
 
@@ -546,9 +546,27 @@ def _windowed(lf: pl.LazyFrame, key: str | None, every: int) -> pl.LazyFrame:
     ).with_columns(((pl.col("ts_uptime_us") // every) * every).alias("window_start_us"))
 
 
-def _renamed_wide(wide: pl.DataFrame, renamed: dict[str, str], group: list[str]) -> pl.LazyFrame:
-    """A pivoted frame with its columns renamed: the ``group`` columns first,
-    then the others sorted by name."""
+def _named_by_entity(
+    wide: pl.DataFrame,
+    group: list[str],
+    name: str,
+    single_measure: str | None,
+    note: Callable[[str, str, str], None],
+) -> pl.LazyFrame:
+    """A frame pivoted on entities with each measure column (``<measure>\\0<entity>``,
+    or the entity alone where ``single_measure`` is the only measure) renamed
+    ``<name>__<entity>__<measure>`` and passed to ``note(column, entity, measure)``:
+    the ``group`` columns first, then the others sorted by name."""
+    renamed = {}
+    for col in wide.columns:
+        if col in group:
+            continue
+        measure, _, ent = col.partition("\0")
+        if not ent and single_measure is not None:  # polars names the column by the entity alone
+            measure, ent = single_measure, col
+        out = f"{name}__{ent}__{measure}"
+        renamed[col] = out
+        note(out, ent, measure)
     wide = wide.rename(renamed)
     return wide.select(*group, *sorted(c for c in wide.columns if c not in group)).lazy()
 
@@ -716,15 +734,8 @@ def _pivoted_features(
     wide = agg.with_columns(pl.col(entity).cast(pl.String)).pivot(
         on=entity, index=group, values=list(measures), separator="\0"
     )
-    renamed = {}
-    for col in wide.columns:
-        if col in group:
-            continue
-        measure, _, ent = col.partition("\0")
-        if not ent:  # one measure only: polars names the column by the entity alone
-            measure, ent = next(iter(measures)), col
-        out = f"{name}__{ent}__{measure}"
-        renamed[col] = out
+
+    def note(out: str, ent: str, measure: str) -> None:
         src_col, what = measures[measure]
         try:
             unit = info.column(src_col).unit
@@ -734,7 +745,8 @@ def _pivoted_features(
             units[out] = unit
         descs[out] = f"{name} {ent}: {src_col}, {what}"
         (ffill if measure.endswith("last") else zero).append(out)
-    return _renamed_wide(wide, renamed, group), zero, ffill, keyed
+
+    return _named_by_entity(wide, group, name, next(iter(measures), None), note), zero, ffill, keyed
 
 
 def _is_slot_table(info: TableInfo) -> bool:
@@ -780,15 +792,10 @@ def _slot_features(
         pl.col("__part").sum().alias("energy_uj"), pl.col("measured").all().alias("measured")
     ).collect(engine="streaming")
     wide = agg.pivot(on="__entity", index=group, values=["energy_uj", "measured"], separator="\0")
-    renamed = {}
     zero: list[str] = []
     ffill: list[str] = []
-    for col in wide.columns:
-        if col in group:
-            continue
-        measure, _, ent = col.partition("\0")
-        out = f"{name}__{ent}__{measure}"
-        renamed[col] = out
+
+    def note(out: str, ent: str, measure: str) -> None:
         if measure == "energy_uj":
             units[out] = "uJ"
             descs[out] = f"{name} {ent}: energy in the window (slots split by overlap)"
@@ -796,7 +803,8 @@ def _slot_features(
         else:
             descs[out] = f"{name} {ent}: true when a meter measured all of it, false when modelled"
             ffill.append(out)
-    return _renamed_wide(wide, renamed, group), zero, ffill, keyed
+
+    return _named_by_entity(wide, group, name, None, note), zero, ffill, keyed
 
 
 def features(
