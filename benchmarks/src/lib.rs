@@ -10,6 +10,30 @@ pub fn workspace() -> PathBuf {
         .unwrap_or_default()
 }
 
+/// A benchmark's positional command-line arguments, each optional.
+pub struct Args(std::iter::Skip<std::env::Args>);
+
+impl Args {
+    /// The arguments this process was given, its name left out.
+    pub fn from_env() -> Self {
+        Self(std::env::args().skip(1))
+    }
+
+    /// The next argument as a `T`, or `default` where there is none left.
+    pub fn next_or<T>(&mut self, default: T) -> anyhow::Result<T>
+    where
+        T: std::str::FromStr,
+        T::Err: std::error::Error + Send + Sync + 'static,
+    {
+        Ok(self
+            .0
+            .next()
+            .map(|a| a.parse())
+            .transpose()?
+            .unwrap_or(default))
+    }
+}
+
 /// The release `kernmlops` binary that `cargo xtask build-plugins` builds,
 /// or how to get it.
 pub fn release_host() -> anyhow::Result<PathBuf> {

@@ -359,6 +359,36 @@ pub(crate) fn shown(cmd: &Command) -> String {
         .join(" ")
 }
 
+/// Appends `header` as a line to the log at `log` and sends `cmd`'s output
+/// there after it (input from /dev/null). `cmd` is also told to stop
+/// (SIGTERM: it finishes its manifest and stops its benchmark) when this
+/// process dies, so a killed experiment leaves no run going on unobserved.
+pub(crate) fn output_to_log(cmd: &mut Command, log: &Path, header: &str) -> Result<()> {
+    let mut out = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(ExperimentError::io(log))?;
+    writeln!(out, "{header}").map_err(ExperimentError::io(log))?;
+    let err = out.try_clone().map_err(ExperimentError::io(log))?;
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    let parent = std::process::id();
+    // SAFETY: between fork and exec only async-signal-safe calls: prctl,
+    // getppid and raise.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() as u32 != parent {
+                libc::raise(libc::SIGTERM);
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
 /// How long a run may take to stop by itself once the experiment was told
 /// to stop, before it is sent SIGTERM.
 const FORWARD_STOP_AFTER: Duration = Duration::from_secs(3);
@@ -377,38 +407,14 @@ fn launch(
     if let Some(parent) = log.parent() {
         std::fs::create_dir_all(parent).map_err(ExperimentError::io(parent))?;
     }
-    let mut out = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .map_err(ExperimentError::io(log))?;
     let mut cmd = run_command(ctx, probes, collection, config);
-    writeln!(
-        out,
+    let header = format!(
         "== {} on {}: {}",
         kernmlops_sys::clock::rfc3339(kernmlops_sys::clock::unix_us()),
         hostname(),
         shown(&cmd)
-    )
-    .map_err(ExperimentError::io(log))?;
-    let err = out.try_clone().map_err(ExperimentError::io(log))?;
-    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
-    let parent = std::process::id();
-    // SAFETY: between fork and exec only async-signal-safe calls: prctl,
-    // getppid and raise. The child is told to stop (SIGTERM: it finishes
-    // its manifest and stops its benchmark) when this process dies, so a
-    // killed experiment leaves no run going on unobserved.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() as u32 != parent {
-                libc::raise(libc::SIGTERM);
-            }
-            Ok(())
-        });
-    }
+    );
+    output_to_log(&mut cmd, log, &header)?;
     let mut child = cmd.spawn().map_err(|source| ExperimentError::Launch {
         program: ctx.exe.display().to_string(),
         source,

@@ -500,7 +500,7 @@ mod tests {
         }
     }
 
-    fn plan_of(s: &Spec, repeats: u32, seed: u64, order: Order) -> Vec<PlannedRun> {
+    fn try_plan(s: &Spec, repeats: u32, seed: u64, order: Order) -> Result<Vec<PlannedRun>> {
         plan(&PlanInput {
             file: "exp.toml",
             variables: &s.variables,
@@ -510,7 +510,17 @@ mod tests {
             seed,
             order,
         })
-        .expect("plan")
+    }
+
+    fn plan_of(s: &Spec, repeats: u32, seed: u64, order: Order) -> Vec<PlannedRun> {
+        try_plan(s, repeats, seed, order).expect("plan")
+    }
+
+    /// The error of planning `s` once, sequentially, with seed 0.
+    fn plan_error(s: &Spec) -> String {
+        try_plan(s, 1, 0, Order::Sequential)
+            .expect_err("a plan error")
+            .to_string()
     }
 
     const SWEEP: &str = "[config.benchmarks.fio]\nruntime = \"2s\"\n\
@@ -552,13 +562,15 @@ mod tests {
         assert_ne!(runs[1].combo_id, runs[2].combo_id);
     }
 
+    /// Three variables, `paths` and `depth` only where earlier ones have
+    /// some values: 8 combinations.
+    const CONDITIONAL: &str = "[variables.variant]\nkey = \"benchmarks.fio.ioengine\"\nvalues = [\"psync\", \"multipath\", \"libaio\"]\n\
+         [variables.paths]\nkey = \"benchmarks.fio.numjobs\"\nrange = { start = 1, end = 4 }\nwhen = { variant = \"multipath\" }\n\
+         [variables.depth]\nkey = \"benchmarks.fio.size\"\nvalues = [\"1m\", \"2m\"]\nwhen = { variant = [\"libaio\", \"multipath\"], paths = [1, 4] }\n";
+
     #[test]
     fn conditional_variables_multiply_only_where_they_apply() {
-        let s = spec(
-            "[variables.variant]\nkey = \"benchmarks.fio.ioengine\"\nvalues = [\"psync\", \"multipath\", \"libaio\"]\n\
-             [variables.paths]\nkey = \"benchmarks.fio.numjobs\"\nrange = { start = 1, end = 4 }\nwhen = { variant = \"multipath\" }\n\
-             [variables.depth]\nkey = \"benchmarks.fio.size\"\nvalues = [\"1m\", \"2m\"]\nwhen = { variant = [\"libaio\", \"multipath\"], paths = [1, 4] }\n",
-        );
+        let s = spec(CONDITIONAL);
         let combos = combinations(&s.variables);
         // psync: 1; multipath: paths 1..4, depth only for paths 1 and 4
         // (2 + 1 + 1 + 2 = 6); libaio: paths does not apply, so depth's
@@ -655,17 +667,7 @@ mod tests {
             "[variables.a]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"4k\"]\n\
              [variables.b]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"8k\"]\n",
         );
-        let e = plan(&PlanInput {
-            file: "exp.toml",
-            variables: &s.variables,
-            base: &s.config,
-            identity: &identity(),
-            repeats: 1,
-            seed: 0,
-            order: Order::Sequential,
-        })
-        .expect_err("conflict")
-        .to_string();
+        let e = plan_error(&s);
         assert!(
             e.contains("exp.toml: variables.b: sets benchmarks.fio.bs, which variable a also sets"),
             "{e}"
@@ -681,28 +683,14 @@ mod tests {
         let s = spec(
             "[config.benchmarks]\nfio = 3\n[variables.a]\nkey = \"benchmarks.fio.bs\"\nvalues = [\"4k\"]\n",
         );
-        let e = plan(&PlanInput {
-            file: "exp.toml",
-            variables: &s.variables,
-            base: &s.config,
-            identity: &identity(),
-            repeats: 1,
-            seed: 0,
-            order: Order::Sequential,
-        })
-        .expect_err("not a table")
-        .to_string();
+        let e = plan_error(&s);
         assert!(e.contains("benchmarks.fio is a value"), "{e}");
     }
 
     #[test]
     fn runs_are_counted_before_they_are_built() {
         // The count agrees with the combinations, conditions included.
-        let s = spec(
-            "[variables.variant]\nkey = \"benchmarks.fio.ioengine\"\nvalues = [\"psync\", \"multipath\", \"libaio\"]\n\
-             [variables.paths]\nkey = \"benchmarks.fio.numjobs\"\nrange = { start = 1, end = 4 }\nwhen = { variant = \"multipath\" }\n\
-             [variables.depth]\nkey = \"benchmarks.fio.size\"\nvalues = [\"1m\", \"2m\"]\nwhen = { variant = [\"libaio\", \"multipath\"], paths = [1, 4] }\n",
-        );
+        let s = spec(CONDITIONAL);
         assert_eq!(count_combinations(&s.variables, 100), Some(8));
         assert_eq!(count_combinations(&s.variables, 7), None);
         assert_eq!(check_size("exp.toml", &s.variables, 3, 24).ok(), Some(24));

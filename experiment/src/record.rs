@@ -41,21 +41,39 @@ pub struct ExpDir {
     pub root: PathBuf,
 }
 
+/// Declares an [`ExpDir`] method for each fixed file or folder at its root:
+/// `name => "file"` is `pub fn name(&self) -> PathBuf`.
+macro_rules! at_root {
+    ($($(#[doc = $doc:literal])* $name:ident => $file:literal,)*) => {
+        impl ExpDir {
+            $(
+                $(#[doc = $doc])*
+                pub fn $name(&self) -> PathBuf {
+                    self.root.join($file)
+                }
+            )*
+        }
+    };
+}
+
+at_root! {
+    record => "experiment.json",
+    experiment_file => "experiment.toml",
+    base_config => "config.toml",
+    runs => "runs",
+    partial => "partial",
+    locks => "locks",
+    results_parquet => "results.parquet",
+    results_arrow => "results.arrow",
+    graphs => "graphs",
+    warmup => "warmup",
+    /// Slurm submissions: `submit-<n>.{runs,sh,json}`.
+    slurm => "slurm",
+}
+
 impl ExpDir {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
-    }
-    pub fn record(&self) -> PathBuf {
-        self.root.join("experiment.json")
-    }
-    pub fn experiment_file(&self) -> PathBuf {
-        self.root.join("experiment.toml")
-    }
-    pub fn base_config(&self) -> PathBuf {
-        self.root.join("config.toml")
-    }
-    pub fn runs(&self) -> PathBuf {
-        self.root.join("runs")
     }
     pub fn run(&self, run_id: &str) -> PathBuf {
         self.runs().join(run_id)
@@ -65,12 +83,6 @@ impl ExpDir {
     }
     pub fn log(&self, run_id: &str) -> PathBuf {
         self.root.join("logs").join(format!("{run_id}.log"))
-    }
-    pub fn partial(&self) -> PathBuf {
-        self.root.join("partial")
-    }
-    pub fn locks(&self) -> PathBuf {
-        self.root.join("locks")
     }
     /// Held (flock) by whoever carries out the run.
     pub fn run_lock(&self, run_id: &str) -> PathBuf {
@@ -88,22 +100,6 @@ impl ExpDir {
     /// concurrent writers take turns.
     pub fn results_lock(&self) -> PathBuf {
         self.locks().join("results.lock")
-    }
-    pub fn results_parquet(&self) -> PathBuf {
-        self.root.join("results.parquet")
-    }
-    pub fn results_arrow(&self) -> PathBuf {
-        self.root.join("results.arrow")
-    }
-    pub fn graphs(&self) -> PathBuf {
-        self.root.join("graphs")
-    }
-    pub fn warmup(&self) -> PathBuf {
-        self.root.join("warmup")
-    }
-    /// Slurm submissions: `submit-<n>.{runs,sh,json}`.
-    pub fn slurm(&self) -> PathBuf {
-        self.root.join("slurm")
     }
 
     /// Creates the folder and its sub-folders.

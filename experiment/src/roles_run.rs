@@ -36,12 +36,11 @@
 //! with that reason, after every started role was stopped.
 
 use std::{
-    fs::OpenOptions,
-    io::{Read, Seek, SeekFrom, Write},
+    io::{Read, Seek, SeekFrom},
     net::{IpAddr, SocketAddr, TcpStream},
-    os::unix::process::{CommandExt, ExitStatusExt},
+    os::unix::process::ExitStatusExt,
     path::{Path, PathBuf},
-    process::{Child, Command, ExitStatus, Stdio},
+    process::{Child, Command, ExitStatus},
     sync::atomic::Ordering,
     time::{Duration, Instant},
 };
@@ -386,18 +385,20 @@ fn filtered_roles(
 /// Each of the job's first `n` nodes' boot id, by one job step with a
 /// task on each (`srun --label`: a line `I: ID` from the task on node I).
 fn boot_ids(n: usize) -> std::result::Result<Vec<String>, RolesError> {
-    let args: Vec<String> = [
-        "--disable-status".to_owned(),
-        format!("--nodes={n}"),
-        format!("--ntasks={n}"),
-        "--ntasks-per-node=1".to_owned(),
-        "--relative=0".to_owned(),
-        "--label".to_owned(),
-        "--job-name=kml-boot-id".to_owned(),
-        "cat".to_owned(),
-        BOOT_ID.to_owned(),
-    ]
-    .into();
+    let mut cat = Command::new("cat");
+    cat.arg(BOOT_ID);
+    let nodes = u32::try_from(n).unwrap_or(u32::MAX);
+    // Task i on the job's node i, each output line led by its task number.
+    let srun = crate::srun::step_with(
+        "kml-boot-id",
+        crate::srun::Span::Each(nodes),
+        &["--relative=0", "--label"],
+        &cat,
+    );
+    let args: Vec<String> = srun
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let out = super::slurm::tool("srun", &args, BOOT_ID_QUERY)
         .map_err(|e| RolesError::Slurm(Box::new(e)))?;
     let command = format!("srun cat {BOOT_ID} on {n} node(s)");
@@ -599,11 +600,6 @@ fn start(
     env: &[(String, String)],
     filtered: bool,
 ) -> Result<Child> {
-    let mut out = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .map_err(ExperimentError::io(log))?;
     let mut run = super::executor::collect_command(
         ctx,
         &role.benchmark,
@@ -615,36 +611,17 @@ fn start(
         run.arg("--cgroup-workload");
     }
     let mut cmd = placement.command(index, &role.name, run);
-    writeln!(
-        out,
+    let header = format!(
         "== role {} {} on {} (node {}): {}",
         role.name,
         kernmlops_sys::clock::rfc3339(kernmlops_sys::clock::unix_us()),
         hostname(),
         placement.node(index).name,
         super::executor::shown(&cmd)
-    )
-    .map_err(ExperimentError::io(log))?;
-    let err = out.try_clone().map_err(ExperimentError::io(log))?;
-    cmd.stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .envs(env.iter().map(|(k, v)| (k, v)))
+    );
+    super::executor::output_to_log(&mut cmd, log, &header)?;
+    cmd.envs(env.iter().map(|(k, v)| (k, v)))
         .env("KML_ROLE", &role.name);
-    let parent = std::process::id();
-    // SAFETY: between fork and exec only async-signal-safe calls (prctl,
-    // getppid, raise): the role is told to stop when this process dies.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() as u32 != parent {
-                libc::raise(libc::SIGTERM);
-            }
-            Ok(())
-        });
-    }
     cmd.spawn().map_err(|source| ExperimentError::Launch {
         program: ctx.exe.display().to_string(),
         source,

@@ -829,17 +829,25 @@ fn join(a: &str, b: &str) -> String {
     }
 }
 
+/// `program --noheader OPTIONS --jobs=JOBS --format=FORMAT`: a Slurm query
+/// (`squeue`, `sacct`) of these jobs' tasks, one line each.
+fn query_tasks(
+    program: &str,
+    options: &[&str],
+    jobs: &[String],
+    format: &str,
+) -> std::result::Result<ToolOutput, String> {
+    let mut args = vec!["--noheader".to_owned()];
+    args.extend(options.iter().map(|o| (*o).to_owned()));
+    args.push(format!("--jobs={}", jobs.join(",")));
+    args.push(format!("--format={format}"));
+    tool(program, &args, QUERY_TIMEOUT).map_err(|e| e.to_string())
+}
+
 /// The tasks `squeue` knows of these array jobs, in any state the
 /// controller still holds.
 fn squeue(jobs: &[String]) -> std::result::Result<HashMap<String, Task>, String> {
-    let args = vec![
-        "--noheader".to_owned(),
-        "--array".to_owned(),
-        "--states=all".to_owned(),
-        format!("--jobs={}", jobs.join(",")),
-        "--format=%i|%T|%N|%r".to_owned(),
-    ];
-    let out = tool("squeue", &args, QUERY_TIMEOUT).map_err(|e| e.to_string())?;
+    let out = query_tasks("squeue", &["--array", "--states=all"], jobs, "%i|%T|%N|%r")?;
     if !out.success {
         let text = out.error_text();
         // One job id the controller has forgotten is an error to squeue;
@@ -858,14 +866,12 @@ fn squeue(jobs: &[String]) -> std::result::Result<HashMap<String, Task>, String>
 
 /// The tasks of these array jobs in Slurm's accounting.
 fn sacct(jobs: &[String]) -> std::result::Result<HashMap<String, Task>, String> {
-    let args = vec![
-        "--noheader".to_owned(),
-        "--parsable2".to_owned(),
-        "--allocations".to_owned(),
-        format!("--jobs={}", jobs.join(",")),
-        "--format=JobID,State,NodeList,ExitCode".to_owned(),
-    ];
-    let out = tool("sacct", &args, QUERY_TIMEOUT).map_err(|e| e.to_string())?;
+    let out = query_tasks(
+        "sacct",
+        &["--parsable2", "--allocations"],
+        jobs,
+        "JobID,State,NodeList,ExitCode",
+    )?;
     if !out.success {
         return Err(format!("sacct: {}", out.error_text()));
     }

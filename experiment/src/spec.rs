@@ -1043,11 +1043,25 @@ fn probe_levels(form: Form, levels: Vec<Level>) -> Keyed<Vec<Level>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Spec> {
         Spec::parse("exp.toml", text)
+    }
+
+    /// Parses `head` followed by each case's body as `exp.toml` and checks
+    /// that it is refused with an error containing the case's needle (and,
+    /// with `one_line`, an error of one line).
+    pub(crate) fn assert_parse_errors(head: &str, cases: &[(&str, &str)], one_line: bool) {
+        for (body, needle) in cases {
+            let text = format!("{head}{body}");
+            let e = parse(&text).expect_err(&text).to_string();
+            assert!(e.contains(needle), "{body:?}: {e}");
+            if one_line {
+                assert!(!e.contains('\n'), "one line: {e}");
+            }
+        }
     }
 
     fn err(text: &str) -> String {
@@ -1135,18 +1149,19 @@ mod tests {
             i64::MAX
         ));
         assert!(e.contains("values: more than"), "{e}");
-        for (body, needle) in [
-            ("repeats = 10001\n", "repeats: 10001: at most 10000"),
-            ("warmup = 1001\n", "warmup: 1001: at most 1000"),
-            ("max_runs = 0\n", "max_runs: 0: must be at least 1"),
-            (
-                "max_runs = 10000001\n",
-                "max_runs: 10000001: at most 10000000",
-            ),
-        ] {
-            let e = err(&format!("{HEAD}{body}"));
-            assert!(e.contains(needle), "{body}: {e}");
-        }
+        assert_parse_errors(
+            HEAD,
+            &[
+                ("repeats = 10001\n", "repeats: 10001: at most 10000"),
+                ("warmup = 1001\n", "warmup: 1001: at most 1000"),
+                ("max_runs = 0\n", "max_runs: 0: must be at least 1"),
+                (
+                    "max_runs = 10000001\n",
+                    "max_runs: 10000001: at most 10000000",
+                ),
+            ],
+            false,
+        );
         assert_eq!(
             parse(&format!("{HEAD}max_runs = 5\n"))
                 .expect("valid")
@@ -1213,7 +1228,9 @@ mod tests {
 
     #[test]
     fn bad_input_names_the_file_and_key() {
-        for (body, needle) in [
+        assert_parse_errors(
+            "",
+            &[
             ("name = \"t\"\n", "missing field `benchmark`"),
             (
                 &format!("{HEAD}repeat = 2\n"),
@@ -1259,11 +1276,9 @@ mod tests {
                 &format!("{HEAD}[variables.bs]\nkey = \"benchmarks.fio.bs\"\nvalues = [1]\nbogus = 2\n"),
                 "unknown field `bogus`",
             ),
-        ] {
-            let e = err(body);
-            assert!(e.contains(needle), "{body:?}: {e}");
-            assert!(!e.contains('\n'), "one line: {e}");
-        }
+            ],
+            true,
+        );
     }
 
     #[test]
@@ -1333,7 +1348,9 @@ mod tests {
         .expect("valid");
         assert_eq!(s.variables[0].levels[1].column(), Json::from("heavy"));
         assert_eq!(s.variables[0].baseline(), None);
-        for (body, needle) in [
+        assert_parse_errors(
+            HEAD,
+            &[
             (
                 "[variables.probes]\nvalues = [\"quanta_runtime\"]\n",
                 "variables.probes.values: \"quanta_runtime\": each value is a list of probe names",
@@ -1358,38 +1375,37 @@ mod tests {
                 "probes = [\"a\"]\n[variables.probes]\nvalues = [[]]\n",
                 "exp.toml: probes: variable probes sweeps the probes: leave out the top-level probes list",
             ),
-        ] {
-            let e = err(&format!("{HEAD}{body}"));
-            assert!(e.contains(needle), "{body}: {e}");
-        }
+            ],
+            false,
+        );
     }
 
     #[test]
     fn a_device_section_is_checked() {
         let s = parse(&format!("{HEAD}[device]\nloop_size = \"64m\"\n")).expect("valid");
         assert_eq!(s.device.and_then(|d| d.loop_size), Some("64m".to_owned()));
-        for (body, needle) in [
-            (
-                "[device]\nloop_size = \"1k\"\n",
-                "exp.toml: device.loop_size: \"1k\": give a size",
-            ),
-            ("[device]\n", "exp.toml: device: give loop_size"),
-            (
-                "[device]\nname = \"sdb\"\n",
-                "device.directory: missing or not absolute",
-            ),
-            (
-                "[device]\nname = \"../sda\"\ndirectory = \"/mnt\"\n",
-                "device.name: \"../sda\"",
-            ),
-            (
-                "[device]\nloop_size = \"64m\"\nbogus = 1\n",
-                "unknown field `bogus`",
-            ),
-        ] {
-            let e = err(&format!("{HEAD}{body}"));
-            assert!(e.contains(needle), "{body}: {e}");
-            assert!(!e.contains('\n'), "{e}");
-        }
+        assert_parse_errors(
+            HEAD,
+            &[
+                (
+                    "[device]\nloop_size = \"1k\"\n",
+                    "exp.toml: device.loop_size: \"1k\": give a size",
+                ),
+                ("[device]\n", "exp.toml: device: give loop_size"),
+                (
+                    "[device]\nname = \"sdb\"\n",
+                    "device.directory: missing or not absolute",
+                ),
+                (
+                    "[device]\nname = \"../sda\"\ndirectory = \"/mnt\"\n",
+                    "device.name: \"../sda\"",
+                ),
+                (
+                    "[device]\nloop_size = \"64m\"\nbogus = 1\n",
+                    "unknown field `bogus`",
+                ),
+            ],
+            true,
+        );
     }
 }

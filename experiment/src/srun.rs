@@ -25,6 +25,12 @@ pub enum Span {
 /// environment additions and working folder) as a step named `name` of
 /// the current job, on the nodes `span` says.
 pub fn step(name: &str, span: Span, cmd: &Command) -> Command {
+    step_with(name, span, &[], cmd)
+}
+
+/// [`step`] with further srun `options` (`--label`), given after the
+/// span's.
+pub fn step_with(name: &str, span: Span, options: &[&str], cmd: &Command) -> Command {
     let mut srun = Command::new("srun");
     srun.arg("--disable-status");
     match span {
@@ -39,7 +45,8 @@ pub fn step(name: &str, span: Span, cmd: &Command) -> Command {
             "--ntasks-per-node=1".to_owned(),
         ]),
     };
-    srun.args([format!("--job-name={name}"), "--export=ALL".to_owned()])
+    srun.args(options)
+        .args([format!("--job-name={name}"), "--export=ALL".to_owned()])
         .arg(cmd.get_program())
         .args(cmd.get_args());
     // What the caller set on the command is carried over: srun passes its

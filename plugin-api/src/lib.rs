@@ -45,6 +45,46 @@ pub const TIMESTAMP_COLUMN: &str = "ts_uptime_us";
 /// Name of the column the host adds to every table.
 pub const COLLECTION_ID_COLUMN: &str = "collection_id";
 
+/// Declares the named values of an integer-coded enumeration (a
+/// `#[repr(transparent)]` newtype of `u32`, declared beside it),
+/// `NAME = value => "name"` for each, and its `name`: `None` for a value
+/// this crate does not know, or with `else NAME` that value's name.
+macro_rules! named_values {
+    (
+        $ty:ident $(else $other:ident)? {
+            $($(#[doc = $doc:literal])* $konst:ident = $value:literal => $name:literal,)*
+        }
+    ) => {
+        impl $ty {
+            $(
+                $(#[doc = $doc])*
+                pub const $konst: Self = Self($value);
+            )*
+
+            named_values!(@name $($other)? { $($konst => $name,)* });
+        }
+    };
+    (@name { $($konst:ident => $name:literal,)* }) => {
+        /// Lowercase name, `None` for a value this crate does not know.
+        pub fn name(self) -> Option<&'static str> {
+            match self {
+                $(Self::$konst => Some($name),)*
+                _ => None,
+            }
+        }
+    };
+    (@name $other:ident { $($konst:ident => $name:literal,)* }) => {
+        /// Lowercase name, for messages and manifests (that of the fallback
+        /// value for one this crate does not know).
+        pub fn name(self) -> &'static str {
+            match self {
+                $(Self::$konst => $name,)*
+                _ => Self::$other.name(),
+            }
+        }
+    };
+}
+
 /// What kind of failure a [`PluginError`] reports, so the host can act on
 /// it without matching message text.
 ///
@@ -54,36 +94,24 @@ pub const COLLECTION_ID_COLUMN: &str = "collection_id";
 #[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ErrorKind(pub u32);
 
-impl ErrorKind {
-    /// Anything else.
-    pub const OTHER: Self = Self(0);
-    /// The plugin panicked; the component refuses further calls.
-    pub const PANIC: Self = Self(1);
-    /// The user's settings for the component are wrong.
-    pub const CONFIG: Self = Self(2);
-    /// The caller lacks a privilege (root, CAP_BPF, CAP_PERFMON).
-    pub const PERMISSION: Self = Self(3);
-    /// This machine or kernel lacks what the component needs.
-    pub const UNSUPPORTED: Self = Self(4);
-    /// The kernel's BPF verifier rejected a program.
-    pub const VERIFIER: Self = Self(5);
-    /// Reading or writing a file or device failed.
-    pub const IO: Self = Self(6);
-    /// The component has no such sub-component (probe, graph, benchmark).
-    pub const NOT_FOUND: Self = Self(7);
-
-    /// Lowercase name, for messages and manifests.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::PANIC => "panic",
-            Self::CONFIG => "config",
-            Self::PERMISSION => "permission",
-            Self::UNSUPPORTED => "unsupported",
-            Self::VERIFIER => "verifier",
-            Self::IO => "io",
-            Self::NOT_FOUND => "not_found",
-            _ => "other",
-        }
+named_values! {
+    ErrorKind else OTHER {
+        /// Anything else.
+        OTHER = 0 => "other",
+        /// The plugin panicked; the component refuses further calls.
+        PANIC = 1 => "panic",
+        /// The user's settings for the component are wrong.
+        CONFIG = 2 => "config",
+        /// The caller lacks a privilege (root, CAP_BPF, CAP_PERFMON).
+        PERMISSION = 3 => "permission",
+        /// This machine or kernel lacks what the component needs.
+        UNSUPPORTED = 4 => "unsupported",
+        /// The kernel's BPF verifier rejected a program.
+        VERIFIER = 5 => "verifier",
+        /// Reading or writing a file or device failed.
+        IO = 6 => "io",
+        /// The component has no such sub-component (probe, graph, benchmark).
+        NOT_FOUND = 7 => "not_found",
     }
 }
 
@@ -124,45 +152,22 @@ pub type PluginResult<T> = RResult<T, PluginError>;
 #[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ColumnKind(pub u32);
 
-impl ColumnKind {
-    pub const U8: Self = Self(1);
-    pub const U16: Self = Self(2);
-    pub const U32: Self = Self(3);
-    pub const U64: Self = Self(4);
-    pub const I8: Self = Self(5);
-    pub const I16: Self = Self(6);
-    pub const I32: Self = Self(7);
-    pub const I64: Self = Self(8);
-    pub const F32: Self = Self(9);
-    pub const F64: Self = Self(10);
-    pub const BOOL: Self = Self(11);
-    /// Fixed-size byte buffer holding UTF-8 text, ended by the first NUL (or
-    /// the buffer's end). Decoded to an Arrow `Utf8` column.
-    pub const STR: Self = Self(12);
-    /// An unsigned integer of `size` bytes (1, 2 or 4) mapped through the
-    /// column's `labels` (value `i` is `labels[i]`). Decoded to `Utf8`.
-    pub const LABEL: Self = Self(13);
-
-    /// Human-readable name, `None` for a kind this crate does not know.
-    pub fn name(self) -> Option<&'static str> {
-        Some(match self {
-            Self::U8 => "u8",
-            Self::U16 => "u16",
-            Self::U32 => "u32",
-            Self::U64 => "u64",
-            Self::I8 => "i8",
-            Self::I16 => "i16",
-            Self::I32 => "i32",
-            Self::I64 => "i64",
-            Self::F32 => "f32",
-            Self::F64 => "f64",
-            Self::BOOL => "bool",
-            Self::STR => "str",
-            Self::LABEL => "label",
-            _ => return None,
-        })
+named_values! {
+    ColumnKind {
+        U8 = 1 => "u8", U16 = 2 => "u16", U32 = 3 => "u32", U64 = 4 => "u64",
+        I8 = 5 => "i8", I16 = 6 => "i16", I32 = 7 => "i32", I64 = 8 => "i64",
+        F32 = 9 => "f32", F64 = 10 => "f64",
+        BOOL = 11 => "bool",
+        /// Fixed-size byte buffer holding UTF-8 text, ended by the first NUL (or
+        /// the buffer's end). Decoded to an Arrow `Utf8` column.
+        STR = 12 => "str",
+        /// An unsigned integer of `size` bytes (1, 2 or 4) mapped through the
+        /// column's `labels` (value `i` is `labels[i]`). Decoded to `Utf8`.
+        LABEL = 13 => "label",
     }
+}
 
+impl ColumnKind {
     /// The byte size a column of this kind must have, `None` when the
     /// declaration chooses it (`STR`, `LABEL`) or the kind is unknown.
     pub fn fixed_size(self) -> Option<u32> {
@@ -193,6 +198,22 @@ pub struct ColumnDecl {
     pub description: RString,
     /// Labels for [`ColumnKind::LABEL`] columns, empty otherwise.
     pub labels: RVec<RString>,
+}
+
+impl ColumnDecl {
+    /// A column at `offset` of `size` bytes, without unit, description or
+    /// labels (set those with struct update syntax where needed).
+    pub fn new(name: &str, kind: ColumnKind, offset: u32, size: u32) -> Self {
+        Self {
+            name: name.into(),
+            kind,
+            offset,
+            size,
+            unit: RString::new(),
+            description: RString::new(),
+            labels: RVec::new(),
+        }
+    }
 }
 
 /// A table a probe produces: fixed-size little-endian records.
@@ -289,13 +310,11 @@ pub struct BenchmarkDecl {
 #[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PowerScope(pub u32);
 
-impl PowerScope {
-    pub const PACKAGE: Self = Self(1);
-    pub const CORE: Self = Self(2);
-    pub const UNCORE: Self = Self(3);
-    pub const DRAM: Self = Self(4);
-    pub const PLATFORM: Self = Self(5);
-    pub const DEVICE: Self = Self(6);
+named_values! {
+    PowerScope {
+        PACKAGE = 1 => "package", CORE = 2 => "core", UNCORE = 3 => "uncore",
+        DRAM = 4 => "dram", PLATFORM = 5 => "platform", DEVICE = 6 => "device",
+    }
 }
 
 /// A power or energy source (RAPL, hwmon, a vendor's interface): its name,
@@ -571,19 +590,6 @@ impl PowerScope {
         Self::PLATFORM,
         Self::DEVICE,
     ];
-
-    /// Lowercase name, `None` for a scope this crate does not know.
-    pub fn name(self) -> Option<&'static str> {
-        Some(match self {
-            Self::PACKAGE => "package",
-            Self::CORE => "core",
-            Self::UNCORE => "uncore",
-            Self::DRAM => "dram",
-            Self::PLATFORM => "platform",
-            Self::DEVICE => "device",
-            _ => return None,
-        })
-    }
 }
 
 /// One zone of a running power source: a counter or sensor, what it

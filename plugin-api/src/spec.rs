@@ -293,18 +293,14 @@ mod tests {
     use abi_stable::std_types::RVec;
 
     fn col(name: &str, kind: ColumnKind, offset: u32, size: u32) -> ColumnDecl {
+        let labels = if kind == ColumnKind::LABEL {
+            vec!["a".into()].into()
+        } else {
+            RVec::new()
+        };
         ColumnDecl {
-            name: name.into(),
-            kind,
-            offset,
-            size,
-            unit: "".into(),
-            description: "".into(),
-            labels: if kind == ColumnKind::LABEL {
-                vec!["a".into()].into()
-            } else {
-                RVec::new()
-            },
+            labels,
+            ..ColumnDecl::new(name, kind, offset, size)
         }
     }
 

@@ -14,7 +14,8 @@ use abi_stable::{
 use kernmlops_plugin_api::{
     Batch, Benchmark, BenchmarkBox, BenchmarkDecl, BenchmarkStatus, Benchmark_TO, BpfProgramStats,
     ErrorKind, Graph, GraphBox, GraphDecl, GraphInput, Graph_TO, PluginError, PluginInfo,
-    PluginResult, Probe, ProbeBox, Probe_TO, StartArgs, TableDecl, DATA_CONTRACT_VERSION,
+    PluginResult, Probe, ProbeBox, ProbeDecl, Probe_TO, StartArgs, TableDecl,
+    DATA_CONTRACT_VERSION,
 };
 
 use crate::{settings, BenchmarkImpl, GraphImpl, ProbeImpl};
@@ -69,6 +70,40 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> crate::Result<T>) -> PluginResult<
     }
 }
 
+/// Whether a component panicked: its state may be half-updated, so it
+/// refuses further calls.
+#[derive(Debug, Default)]
+struct Poison {
+    panicked: bool,
+}
+
+impl Poison {
+    /// Runs `f` as [`guarded`] does, refused with `refusal` (an error of
+    /// kind panic) once the component panicked.
+    fn guard<T>(
+        &mut self,
+        what: &str,
+        refusal: impl FnOnce() -> String,
+        f: impl FnOnce() -> crate::Result<T>,
+    ) -> PluginResult<T> {
+        if self.panicked {
+            return RResult::RErr(PluginError::new(ErrorKind::PANIC, refusal()));
+        }
+        self.run(what, f)
+    }
+
+    /// Runs `f` as [`guarded`] does, even after a panic, noting a new one.
+    fn run<T>(&mut self, what: &str, f: impl FnOnce() -> crate::Result<T>) -> PluginResult<T> {
+        let r = guarded(what, f);
+        if let RResult::RErr(e) = &r {
+            if e.kind == ErrorKind::PANIC {
+                self.panicked = true;
+            }
+        }
+        r
+    }
+}
+
 pub fn info(name: &str, version: &str, description: &str) -> PluginInfo {
     PluginInfo {
         name: name.into(),
@@ -87,6 +122,31 @@ pub fn not_found<T>(what: &str, name: &str) -> PluginResult<T> {
         ErrorKind::NOT_FOUND,
         format!("this plugin has no {what} named {name}"),
     ))
+}
+
+/// What creates a component of one kind from the host's arguments.
+pub type Create<B> = fn(&StartArgs) -> PluginResult<B>;
+/// What returns a component's default settings as TOML.
+pub type Defaults = fn() -> PluginResult<RString>;
+/// What checks settings for a component given as JSON.
+pub type Check = fn(&str) -> PluginResult<()>;
+
+/// The entry of the component named `name`, or an error of kind not found
+/// naming `what` it is.
+pub fn lookup<F: Copy>(what: &str, entries: &[(&str, F)], name: &str) -> PluginResult<F> {
+    match entries.iter().find(|(n, _)| *n == name) {
+        Some((_, f)) => RResult::ROk(*f),
+        None => not_found(what, name),
+    }
+}
+
+/// The defaults of `S` as TOML ([`settings::defaults_toml`]).
+pub fn settings_defaults<S: settings::Settings>() -> PluginResult<RString> {
+    RResult::ROk(settings::defaults_toml::<S>().into())
+}
+
+pub fn probe_decl<P: ProbeImpl>() -> ProbeDecl {
+    P::decl()
 }
 
 /// `[probes.<name>]`, the section a probe's settings errors name.
@@ -122,7 +182,7 @@ pub fn new_probe<P: ProbeImpl>(args: &StartArgs) -> PluginResult<ProbeBox> {
         Probe_TO::from_value(
             Guarded {
                 inner: p,
-                poisoned: false,
+                poison: Poison::default(),
                 batches: Vec::new(),
             },
             TD_Opaque,
@@ -134,7 +194,7 @@ pub fn new_probe<P: ProbeImpl>(args: &StartArgs) -> PluginResult<ProbeBox> {
 /// state may be half-updated.
 struct Guarded<P> {
     inner: P,
-    poisoned: bool,
+    poison: Poison,
     /// Scratch space to expose the host's batches as a slice.
     batches: Vec<Batch>,
 }
@@ -145,20 +205,12 @@ impl<P: ProbeImpl> Guarded<P> {
         what: &str,
         f: impl FnOnce(&mut P) -> crate::Result<T>,
     ) -> PluginResult<T> {
-        if self.poisoned {
-            return RResult::RErr(PluginError::new(
-                ErrorKind::PANIC,
-                format!("{what}: the probe panicked earlier and is stopped"),
-            ));
-        }
         let inner = &mut self.inner;
-        let r = guarded(what, || f(inner));
-        if let RResult::RErr(e) = &r {
-            if e.kind == ErrorKind::PANIC {
-                self.poisoned = true;
-            }
-        }
-        r
+        self.poison.guard(
+            what,
+            || format!("{what}: the probe panicked earlier and is stopped"),
+            || f(inner),
+        )
     }
 }
 
@@ -214,7 +266,7 @@ pub fn new_benchmark<B: BenchmarkImpl>(args: &StartArgs) -> PluginResult<Benchma
         Benchmark_TO::from_value(
             GuardedBenchmark {
                 inner: b,
-                poisoned: false,
+                poison: Poison::default(),
             },
             TD_Opaque,
         )
@@ -225,7 +277,7 @@ pub fn new_benchmark<B: BenchmarkImpl>(args: &StartArgs) -> PluginResult<Benchma
 /// `kill`, which is still tried so nothing stays running.
 struct GuardedBenchmark<B> {
     inner: B,
-    poisoned: bool,
+    poison: Poison,
 }
 
 impl<B: BenchmarkImpl> GuardedBenchmark<B> {
@@ -234,20 +286,15 @@ impl<B: BenchmarkImpl> GuardedBenchmark<B> {
         what: &str,
         f: impl FnOnce(&mut B) -> crate::Result<T>,
     ) -> PluginResult<T> {
-        if self.poisoned && what != "killing" {
-            return RResult::RErr(PluginError::new(
-                ErrorKind::PANIC,
-                format!("{what}: the benchmark panicked earlier"),
-            ));
-        }
         let inner = &mut self.inner;
-        let r = guarded(what, || f(inner));
-        if let RResult::RErr(e) = &r {
-            if e.kind == ErrorKind::PANIC {
-                self.poisoned = true;
-            }
+        if what == "killing" {
+            return self.poison.run(what, || f(inner));
         }
-        r
+        self.poison.guard(
+            what,
+            || format!("{what}: the benchmark panicked earlier"),
+            || f(inner),
+        )
     }
 }
 
@@ -383,7 +430,7 @@ pub fn new_power_source<S: crate::power::PowerSourceImpl>(
             last: vec![0; zones.len()],
             zones,
             inner: source,
-            poisoned: false,
+            poison: Poison::default(),
             scratch: Vec::new(),
         })
     })
@@ -400,7 +447,7 @@ struct GuardedPower<S> {
     failed: Vec<Option<String>>,
     /// Per zone: the last energy returned.
     last: Vec<u64>,
-    poisoned: bool,
+    poison: Poison,
     scratch: Vec<crate::power::ZoneReading>,
 }
 
@@ -413,20 +460,17 @@ impl<S: crate::power::PowerSourceImpl> kernmlops_plugin_api::PowerSource for Gua
         &mut self,
         readings: &mut RVec<kernmlops_plugin_api::PowerReading>,
     ) -> PluginResult<()> {
-        if self.poisoned {
-            return RResult::RErr(PluginError::new(
-                ErrorKind::PANIC,
-                "reading: the power source panicked earlier and is stopped",
-            ));
-        }
         let now = kernmlops_sys::clock::uptime_us();
         let (inner, scratch) = (&mut self.inner, &mut self.scratch);
-        scratch.clear();
-        let r = guarded("reading", || inner.read(now, scratch));
+        let r = self.poison.guard(
+            "reading",
+            || "reading: the power source panicked earlier and is stopped".to_owned(),
+            || {
+                scratch.clear();
+                inner.read(now, scratch)
+            },
+        );
         if let RResult::RErr(e) = r {
-            if e.kind == ErrorKind::PANIC {
-                self.poisoned = true;
-            }
             return RResult::RErr(e);
         }
         if self.scratch.len() != self.zones.len() {

@@ -226,8 +226,9 @@ pub trait GraphImpl: Sized + Send + 'static {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::guard::{
-        benchmark_decl, check_benchmark_config, check_probe_config, graph_decl, info, list,
-        new_benchmark, new_graph, new_probe, not_found,
+        benchmark_decl, check_benchmark_config, check_probe_config, graph_decl, info, list, lookup,
+        new_benchmark, new_graph, new_probe, not_found, probe_decl, settings_defaults, Check,
+        Create, Defaults,
     };
     pub use crate::guard::{check_power_source_config, new_power_source, power_source_decl};
     pub use abi_stable;
@@ -303,129 +304,58 @@ macro_rules! export_plugin {
                 p::info(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"), $desc)
             }
 
-            extern "C" fn probes() -> p::PluginResult<p::RVec<p::ProbeDecl>> {
-                p::list(|| vec![$($(<$probe as $crate::ProbeImpl>::decl()),*)?])
+            $crate::__export_components! {
+                probes, new_probe, "probe", ProbeDecl, ProbeBox, ProbeImpl, probe_decl,
+                [$($($probe),*)?]
             }
-
-            extern "C" fn new_probe(
-                name: p::RStr<'_>,
-                args: &p::StartArgs,
-            ) -> p::PluginResult<p::ProbeBox> {
-                $($(
-                    if name.as_str() == <$probe as $crate::ProbeImpl>::NAME {
-                        return p::new_probe::<$probe>(args);
-                    }
-                )*)?
-                let _ = args;
-                p::not_found("probe", name.as_str())
+            $crate::__export_components! {
+                graphs, new_graph, "graph", GraphDecl, GraphBox, GraphImpl, graph_decl,
+                [$($($graph),*)?]
             }
-
-            extern "C" fn graphs() -> p::PluginResult<p::RVec<p::GraphDecl>> {
-                p::list(|| vec![$($(p::graph_decl::<$graph>()),*)?])
+            $crate::__export_components! {
+                benchmarks, new_benchmark, "benchmark", BenchmarkDecl, BenchmarkBox,
+                BenchmarkImpl, benchmark_decl, [$($($bench),*)?]
             }
-
-            extern "C" fn new_graph(
-                name: p::RStr<'_>,
-                args: &p::StartArgs,
-            ) -> p::PluginResult<p::GraphBox> {
-                $($(
-                    if name.as_str() == <$graph as $crate::GraphImpl>::NAME {
-                        return p::new_graph::<$graph>(args);
-                    }
-                )*)?
-                let _ = args;
-                p::not_found("graph", name.as_str())
-            }
-
-            extern "C" fn benchmarks() -> p::PluginResult<p::RVec<p::BenchmarkDecl>> {
-                p::list(|| vec![$($(p::benchmark_decl::<$bench>()),*)?])
-            }
-
-            extern "C" fn new_benchmark(
-                name: p::RStr<'_>,
-                args: &p::StartArgs,
-            ) -> p::PluginResult<p::BenchmarkBox> {
-                $($(
-                    if name.as_str() == <$bench as $crate::BenchmarkImpl>::NAME {
-                        return p::new_benchmark::<$bench>(args);
-                    }
-                )*)?
-                let _ = args;
-                p::not_found("benchmark", name.as_str())
-            }
-
-            extern "C" fn power_sources() -> p::PluginResult<p::RVec<p::PowerSourceDecl>> {
-                p::list(|| vec![$($(p::power_source_decl::<$power>()),*)?])
-            }
-
-            extern "C" fn new_power_source(
-                name: p::RStr<'_>,
-                args: &p::StartArgs,
-            ) -> p::PluginResult<p::PowerSourceBox> {
-                $($(
-                    if name.as_str() == <$power as $crate::PowerSourceImpl>::NAME {
-                        return p::new_power_source::<$power>(args);
-                    }
-                )*)?
-                let _ = args;
-                p::not_found("power source", name.as_str())
+            $crate::__export_components! {
+                power_sources, new_power_source, "power source", PowerSourceDecl,
+                PowerSourceBox, PowerSourceImpl, power_source_decl, [$($($power),*)?]
             }
 
             extern "C" fn probe_config(name: p::RStr<'_>) -> p::PluginResult<p::RString> {
-                $($(
-                    if name.as_str() == <$probe as $crate::ProbeImpl>::NAME {
-                        return p::PluginResult::ROk(
-                            $crate::settings::defaults_toml::<
-                                <$probe as $crate::ProbeImpl>::Settings,
-                            >()
-                            .into(),
-                        );
-                    }
-                )*)?
-                $($(
-                    if name.as_str() == <$bench as $crate::BenchmarkImpl>::NAME {
-                        return p::PluginResult::ROk(
-                            $crate::settings::defaults_toml::<
-                                <$bench as $crate::BenchmarkImpl>::Settings,
-                            >()
-                            .into(),
-                        );
-                    }
-                )*)?
-                $($(
-                    if name.as_str() == <$power as $crate::PowerSourceImpl>::NAME {
-                        return p::PluginResult::ROk(
-                            $crate::settings::defaults_toml::<
-                                <$power as $crate::PowerSourceImpl>::Settings,
-                            >()
-                            .into(),
-                        );
-                    }
-                )*)?
-                p::not_found("component", name.as_str())
+                let entries: &[(&str, p::Defaults)] = &[
+                    $($((
+                        <$probe as $crate::ProbeImpl>::NAME,
+                        p::settings_defaults::<<$probe as $crate::ProbeImpl>::Settings>,
+                    ),)*)?
+                    $($((
+                        <$bench as $crate::BenchmarkImpl>::NAME,
+                        p::settings_defaults::<<$bench as $crate::BenchmarkImpl>::Settings>,
+                    ),)*)?
+                    $($((
+                        <$power as $crate::PowerSourceImpl>::NAME,
+                        p::settings_defaults::<<$power as $crate::PowerSourceImpl>::Settings>,
+                    ),)*)?
+                ];
+                p::lookup("component", entries, name.as_str()).and_then(|defaults| defaults())
             }
 
             extern "C" fn check_config(
                 name: p::RStr<'_>,
                 config_json: p::RStr<'_>,
             ) -> p::PluginResult<()> {
-                $($(
-                    if name.as_str() == <$probe as $crate::ProbeImpl>::NAME {
-                        return p::check_probe_config::<$probe>(config_json.as_str());
-                    }
-                )*)?
-                $($(
-                    if name.as_str() == <$bench as $crate::BenchmarkImpl>::NAME {
-                        return p::check_benchmark_config::<$bench>(config_json.as_str());
-                    }
-                )*)?
-                $($(
-                    if name.as_str() == <$power as $crate::PowerSourceImpl>::NAME {
-                        return p::check_power_source_config::<$power>(config_json.as_str());
-                    }
-                )*)?
-                let _ = config_json;
-                p::not_found("component", name.as_str())
+                let entries: &[(&str, p::Check)] = &[
+                    $($((<$probe as $crate::ProbeImpl>::NAME, p::check_probe_config::<$probe>),)*)?
+                    $($((
+                        <$bench as $crate::BenchmarkImpl>::NAME,
+                        p::check_benchmark_config::<$bench>,
+                    ),)*)?
+                    $($((
+                        <$power as $crate::PowerSourceImpl>::NAME,
+                        p::check_power_source_config::<$power>,
+                    ),)*)?
+                ];
+                p::lookup("component", entries, name.as_str())
+                    .and_then(|check| check(config_json.as_str()))
             }
 
             // What abi_stable's `#[export_root_module]` expands to, written
@@ -471,6 +401,32 @@ macro_rules! export_plugin {
                 }
                 .leak_into_prefix()
             }
+        }
+    };
+}
+
+/// One kind of component in [`export_plugin!`]: the root module's function
+/// listing their declarations and the one creating one by name.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_components {
+    (
+        $list:ident, $new:ident, $what:literal, $decl:ident, $boxed:ident, $impl:ident,
+        $decl_of:ident, [$($t:ty),*]
+    ) => {
+        extern "C" fn $list() -> $crate::__private::PluginResult<
+            $crate::__private::RVec<$crate::__private::$decl>,
+        > {
+            $crate::__private::list(|| vec![$($crate::__private::$decl_of::<$t>()),*])
+        }
+
+        extern "C" fn $new(
+            name: $crate::__private::RStr<'_>,
+            args: &$crate::__private::StartArgs,
+        ) -> $crate::__private::PluginResult<$crate::__private::$boxed> {
+            let entries: &[(&str, $crate::__private::Create<$crate::__private::$boxed>)] =
+                &[$((<$t as $crate::$impl>::NAME, $crate::__private::$new::<$t>)),*];
+            $crate::__private::lookup($what, entries, name.as_str()).and_then(|create| create(args))
         }
     };
 }

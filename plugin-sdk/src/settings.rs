@@ -125,12 +125,13 @@ macro_rules! settings {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __settings_with_serde {
+    // One expansion for both forms below; `[...]` holds the flattened
+    // field, if any.
     (
-        $serde:literal,
-        $(#[$meta:meta])*
-        $vis:vis struct $name:ident {
-            #[flatten]
-            $flvis:vis $flat:ident : $flty:ty,
+        @expand $serde:literal,
+        [$(#[$meta:meta])*] $vis:vis $name:ident
+        [$($flvis:vis $flat:ident : $flty:ty)?]
+        {
             $(
                 $(#[doc = $doc:literal])*
                 $fvis:vis $field:ident : $fty:ty = $default:expr
@@ -142,8 +143,10 @@ macro_rules! __settings_with_serde {
         #[derive(Debug, Clone, PartialEq, $crate::__private::serde::Serialize, $crate::__private::serde::Deserialize)]
         #[serde(deny_unknown_fields, default, crate = $serde)]
         $vis struct $name {
-            #[serde(flatten)]
-            $flvis $flat: $flty,
+            $(
+                #[serde(flatten)]
+                $flvis $flat: $flty,
+            )?
             $(
                 $(#[doc = $doc])*
                 $fvis $field: $fty,
@@ -153,7 +156,7 @@ macro_rules! __settings_with_serde {
         impl ::core::default::Default for $name {
             fn default() -> Self {
                 Self {
-                    $flat: ::core::default::Default::default(),
+                    $($flat: ::core::default::Default::default(),)?
                     $($field: $default,)*
                 }
             }
@@ -164,14 +167,16 @@ macro_rules! __settings_with_serde {
                 static DOCS: ::std::sync::OnceLock<::std::vec::Vec<(&'static str, &'static str)>> =
                     ::std::sync::OnceLock::new();
                 DOCS.get_or_init(|| {
-                    let mut docs = <$flty as $crate::settings::Settings>::docs().to_vec();
+                    #[allow(unused_mut)]
+                    let mut docs = ::std::vec::Vec::new();
+                    $(docs.extend_from_slice(<$flty as $crate::settings::Settings>::docs());)?
                     docs.extend_from_slice(&[$((stringify!($field), concat!($($doc, "\n"),*))),*]);
                     docs
                 })
             }
 
             fn validate(&self) -> ::core::result::Result<(), ::std::string::String> {
-                $crate::settings::Settings::validate(&self.$flat)?;
+                $($crate::settings::Settings::validate(&self.$flat)?;)?
                 $(
                     let $s = self;
                     let rules: ::core::result::Result<(), ::std::string::String> = $body;
@@ -185,42 +190,24 @@ macro_rules! __settings_with_serde {
         $serde:literal,
         $(#[$meta:meta])*
         $vis:vis struct $name:ident {
-            $(
-                $(#[doc = $doc:literal])*
-                $fvis:vis $field:ident : $fty:ty = $default:expr
-            ),* $(,)?
+            #[flatten]
+            $flvis:vis $flat:ident : $flty:ty,
+            $($fields:tt)*
         }
-        $(validate($s:ident) $body:block)?
+        $($rules:tt)*
     ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, PartialEq, $crate::__private::serde::Serialize, $crate::__private::serde::Deserialize)]
-        #[serde(deny_unknown_fields, default, crate = $serde)]
-        $vis struct $name {
-            $(
-                $(#[doc = $doc])*
-                $fvis $field: $fty,
-            )*
+        $crate::__settings_with_serde! {
+            @expand $serde, [$(#[$meta])*] $vis $name [$flvis $flat : $flty] { $($fields)* } $($rules)*
         }
-
-        impl ::core::default::Default for $name {
-            fn default() -> Self {
-                Self {
-                    $($field: $default,)*
-                }
-            }
-        }
-
-        impl $crate::settings::Settings for $name {
-            fn docs() -> &'static [(&'static str, &'static str)] {
-                &[$((stringify!($field), concat!($($doc, "\n"),*))),*]
-            }
-
-            $(
-                fn validate(&self) -> ::core::result::Result<(), ::std::string::String> {
-                    let $s = self;
-                    $body
-                }
-            )?
+    };
+    (
+        $serde:literal,
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident { $($fields:tt)* }
+        $($rules:tt)*
+    ) => {
+        $crate::__settings_with_serde! {
+            @expand $serde, [$(#[$meta])*] $vis $name [] { $($fields)* } $($rules)*
         }
     };
 }

@@ -51,13 +51,9 @@ impl TableBuilder {
         description: &str,
     ) -> Self {
         self.decl.columns.push(ColumnDecl {
-            name: name.into(),
-            kind,
-            offset: u32::try_from(offset).unwrap_or(u32::MAX),
-            size: u32::try_from(size).unwrap_or(u32::MAX),
             unit: unit.into(),
             description: description.into(),
-            labels: RVec::new(),
+            ..placed(name, kind, offset, size)
         });
         self
     }
@@ -73,13 +69,9 @@ impl TableBuilder {
         description: &str,
     ) -> Self {
         self.decl.columns.push(ColumnDecl {
-            name: name.into(),
-            kind: ColumnKind::LABEL,
-            offset: u32::try_from(offset).unwrap_or(u32::MAX),
-            size: u32::try_from(size).unwrap_or(u32::MAX),
-            unit: "".into(),
             description: description.into(),
             labels: labels.iter().map(|l| (*l).into()).collect(),
+            ..placed(name, ColumnKind::LABEL, offset, size)
         });
         self
     }
@@ -87,6 +79,13 @@ impl TableBuilder {
     pub fn build(self) -> TableDecl {
         self.decl
     }
+}
+
+/// A column named `name` at `offset` of `size` bytes; an offset or size past
+/// `u32` becomes `u32::MAX`, which validation refuses.
+fn placed(name: &str, kind: ColumnKind, offset: usize, size: usize) -> ColumnDecl {
+    let to_u32 = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+    ColumnDecl::new(name, kind, to_u32(offset), to_u32(size))
 }
 
 /// A field type a column can hold, and the kind it is declared as.

@@ -6,7 +6,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 import polars as pl
 
@@ -529,6 +529,48 @@ def _grid(src: _Sources, every: int, key: str | None, used: list[str]) -> pl.Dat
     return grid.sort(order).collect()
 
 
+def _concat_parts(parts: list[_Part], key: str | None) -> tuple[pl.LazyFrame, list[str], bool]:
+    """One table's parts as one frame, its column names and whether it has the
+    ``key`` column to group by."""
+    lf = pl.concat([p.frame for p in parts], how="diagonal_relaxed")
+    cols = lf.collect_schema().names()
+    return lf, cols, key is not None and key in cols
+
+
+def _windowed(lf: pl.LazyFrame, key: str | None, every: int) -> pl.LazyFrame:
+    """``lf`` with integer timestamps (and ``key``, if given) and each row's
+    ``window_start_us``."""
+    return lf.with_columns(
+        pl.col("ts_uptime_us").cast(pl.Int64),
+        *([pl.col(key).cast(pl.Int64)] if key is not None else []),
+    ).with_columns(((pl.col("ts_uptime_us") // every) * every).alias("window_start_us"))
+
+
+def _named_by_entity(
+    wide: pl.DataFrame,
+    group: list[str],
+    name: str,
+    single_measure: str | None,
+    note: Callable[[str, str, str], None],
+) -> pl.LazyFrame:
+    """A frame pivoted on entities with each measure column (``<measure>\\0<entity>``,
+    or the entity alone where ``single_measure`` is the only measure) renamed
+    ``<name>__<entity>__<measure>`` and passed to ``note(column, entity, measure)``:
+    the ``group`` columns first, then the others sorted by name."""
+    renamed = {}
+    for col in wide.columns:
+        if col in group:
+            continue
+        measure, _, ent = col.partition("\0")
+        if not ent and single_measure is not None:  # polars names the column by the entity alone
+            measure, ent = single_measure, col
+        out = f"{name}__{ent}__{measure}"
+        renamed[col] = out
+        note(out, ent, measure)
+    wide = wide.rename(renamed)
+    return wide.select(*group, *sorted(c for c in wide.columns if c not in group)).lazy()
+
+
 def _table_features(
     parts: list[_Part],
     every: int,
@@ -543,14 +585,9 @@ def _table_features(
     (running totals and gauges' values) and whether it is grouped by `key`."""
     info = parts[0].info
     name = info.name
-    lf = pl.concat([p.frame for p in parts], how="diagonal_relaxed")
-    cols = lf.collect_schema().names()
-    keyed = key is not None and key in cols
+    lf, cols, keyed = _concat_parts(parts, key)
     part_by = ["collection_id"] + ([key] if keyed else [])
-    lf = lf.with_columns(
-        pl.col("ts_uptime_us").cast(pl.Int64),
-        *([pl.col(key).cast(pl.Int64)] if keyed else []),
-    ).with_columns(((pl.col("ts_uptime_us") // every) * every).alias("window_start_us"))
+    lf = _windowed(lf, key if keyed else None, every)
     counter_table = _is_counter_table(info)
     gauge = _is_gauge_table(info)
     exprs: list[pl.Expr] = [pl.len().alias(f"{name}__count")]
@@ -660,13 +697,8 @@ def _pivoted_features(
     grouped by CPU."""
     info = parts[0].info
     name = info.name
-    lf = pl.concat([p.frame for p in parts], how="diagonal_relaxed")
-    cols = lf.collect_schema().names()
-    keyed = key is not None and key in cols
-    lf = lf.with_columns(
-        pl.col("ts_uptime_us").cast(pl.Int64),
-        *([pl.col(key).cast(pl.Int64)] if keyed else []),
-    ).with_columns(((pl.col("ts_uptime_us") // every) * every).alias("window_start_us"))
+    lf, cols, keyed = _concat_parts(parts, key)
+    lf = _windowed(lf, key if keyed else None, every)
     group = ["collection_id", "window_start_us"] + ([key] if keyed else [])
     zero: list[str] = []
     ffill: list[str] = []
@@ -702,15 +734,8 @@ def _pivoted_features(
     wide = agg.with_columns(pl.col(entity).cast(pl.String)).pivot(
         on=entity, index=group, values=list(measures), separator="\0"
     )
-    renamed = {}
-    for col in wide.columns:
-        if col in group:
-            continue
-        measure, _, ent = col.partition("\0")
-        if not ent:  # one measure only: polars names the column by the entity alone
-            measure, ent = next(iter(measures)), col
-        out = f"{name}__{ent}__{measure}"
-        renamed[col] = out
+
+    def note(out: str, ent: str, measure: str) -> None:
         src_col, what = measures[measure]
         try:
             unit = info.column(src_col).unit
@@ -720,8 +745,8 @@ def _pivoted_features(
             units[out] = unit
         descs[out] = f"{name} {ent}: {src_col}, {what}"
         (ffill if measure.endswith("last") else zero).append(out)
-    wide = wide.rename(renamed)
-    return wide.select(*group, *sorted(c for c in wide.columns if c not in group)).lazy(), zero, ffill, keyed
+
+    return _named_by_entity(wide, group, name, next(iter(measures), None), note), zero, ffill, keyed
 
 
 def _is_slot_table(info: TableInfo) -> bool:
@@ -742,9 +767,7 @@ def _slot_features(
     (``energy_attribution``, per process when grouped by tgid)."""
     info = parts[0].info
     name = info.name
-    lf = pl.concat([p.frame for p in parts], how="diagonal_relaxed")
-    cols = lf.collect_schema().names()
-    keyed = key is not None and key in cols
+    lf, cols, keyed = _concat_parts(parts, key)
     if "zone" in cols:
         entity = pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("zone")]).alias("__entity")
     else:
@@ -769,15 +792,10 @@ def _slot_features(
         pl.col("__part").sum().alias("energy_uj"), pl.col("measured").all().alias("measured")
     ).collect(engine="streaming")
     wide = agg.pivot(on="__entity", index=group, values=["energy_uj", "measured"], separator="\0")
-    renamed = {}
     zero: list[str] = []
     ffill: list[str] = []
-    for col in wide.columns:
-        if col in group:
-            continue
-        measure, _, ent = col.partition("\0")
-        out = f"{name}__{ent}__{measure}"
-        renamed[col] = out
+
+    def note(out: str, ent: str, measure: str) -> None:
         if measure == "energy_uj":
             units[out] = "uJ"
             descs[out] = f"{name} {ent}: energy in the window (slots split by overlap)"
@@ -785,8 +803,8 @@ def _slot_features(
         else:
             descs[out] = f"{name} {ent}: true when a meter measured all of it, false when modelled"
             ffill.append(out)
-    wide = wide.rename(renamed)
-    return wide.select(*group, *sorted(c for c in wide.columns if c not in group)).lazy(), zero, ffill, keyed
+
+    return _named_by_entity(wide, group, name, None, note), zero, ffill, keyed
 
 
 def features(

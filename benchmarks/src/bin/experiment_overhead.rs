@@ -24,7 +24,7 @@ use std::{
 };
 
 use anyhow::{bail, Result};
-use kernmlops_benchmarks::{median, release_host, run_checked, workspace};
+use kernmlops_benchmarks::{median, release_host, run_checked, workspace, Args};
 
 /// Runs in the sweep.
 const RUNS: usize = 20;
@@ -150,12 +150,9 @@ fn knobs_cost(bin: &Path, plugins: &Path, work: &Path, script: &Path) -> Result<
 }
 
 fn main() -> Result<()> {
-    let mut args = std::env::args().skip(1);
-    let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(3);
-    let plugins = args
-        .next()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("plugins"));
+    let mut args = Args::from_env();
+    let rounds: usize = args.next_or(3)?;
+    let plugins: PathBuf = args.next_or(workspace().join("plugins"))?;
     let bin = release_host()?;
     let work = std::env::temp_dir().join(format!("kml-experiment-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;

@@ -14,7 +14,7 @@ use kernmlops::{
     decode::TableDecoder,
     sink::{FlushPolicy, IpcSink},
 };
-use kernmlops_benchmarks::{cpu_seconds, median};
+use kernmlops_benchmarks::{cpu_seconds, median, Args};
 use kernmlops_plugin_api::{ColumnDecl, ColumnKind, TableDecl};
 
 const RECORD: usize = 48;
@@ -22,15 +22,7 @@ const RECORD: usize = 48;
 const DRAIN: usize = 65_536;
 
 fn decl() -> TableDecl {
-    let col = |name: &str, kind: ColumnKind, offset: u32, size: u32| ColumnDecl {
-        name: name.into(),
-        kind,
-        offset,
-        size,
-        unit: "".into(),
-        description: "".into(),
-        labels: Default::default(),
-    };
+    let col = ColumnDecl::new;
     TableDecl {
         name: "bench".into(),
         description: "48-byte benchmark records".into(),
@@ -50,23 +42,10 @@ fn decl() -> TableDecl {
 }
 
 fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
-    let records: usize = args
-        .next()
-        .map(|a| a.parse())
-        .transpose()
-        .context("RECORDS")?
-        .unwrap_or(20_000_000);
-    let dir = args
-        .next()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/shm"));
-    let reps: usize = args
-        .next()
-        .map(|a| a.parse())
-        .transpose()
-        .context("REPS")?
-        .unwrap_or(5);
+    let mut args = Args::from_env();
+    let records: usize = args.next_or(20_000_000).context("RECORDS")?;
+    let dir: PathBuf = args.next_or("/dev/shm".into())?;
+    let reps: usize = args.next_or(5).context("REPS")?;
     // As the host does at start-up.
     kernmlops::tune_allocator();
     let decl = decl();

@@ -12,7 +12,7 @@
 use std::{path::Path, process::Command, time::Instant};
 
 use anyhow::Result;
-use kernmlops_benchmarks::{median, release_host, sched_pipe, workspace, Collecting};
+use kernmlops_benchmarks::{median, release_host, sched_pipe, workspace, Args, Collecting};
 
 /// User + system CPU time of this process's reaped children, in seconds.
 fn children_cpu_s() -> f64 {
@@ -97,14 +97,10 @@ fn bench_alone(loops: u32) -> Result<f64> {
 }
 
 fn main() -> Result<()> {
-    let mut args = std::env::args().skip(1);
-    let seconds: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(30);
-    let runs: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(3);
-    let loops: u32 = args
-        .next()
-        .map(|a| a.parse())
-        .transpose()?
-        .unwrap_or(300_000);
+    let mut args = Args::from_env();
+    let seconds: u64 = args.next_or(30)?;
+    let runs: usize = args.next_or(3)?;
+    let loops: u32 = args.next_or(300_000)?;
     let bin = release_host()?;
     let plugins = workspace().join("plugins");
     let out = std::env::temp_dir().join(format!("kml-power-overhead-{}", std::process::id()));

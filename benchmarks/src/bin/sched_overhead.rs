@@ -15,7 +15,7 @@
 use std::{path::Path, process::Command, time::Instant};
 
 use anyhow::{bail, Context, Result};
-use kernmlops_benchmarks::{median, release_host, sched_pipe, workspace, Collecting};
+use kernmlops_benchmarks::{median, release_host, sched_pipe, workspace, Args, Collecting};
 
 /// Runs the benchmark once and returns its wall time in seconds.
 fn bench(loops: u32, pinned: bool) -> Result<f64> {
@@ -112,13 +112,9 @@ fn floor_plugins(out: &Path) -> Result<std::path::PathBuf> {
 }
 
 fn main() -> Result<()> {
-    let mut args = std::env::args().skip(1);
-    let runs: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
-    let loops: u32 = args
-        .next()
-        .map(|a| a.parse())
-        .transpose()?
-        .unwrap_or(200_000);
+    let mut args = Args::from_env();
+    let runs: usize = args.next_or(5)?;
+    let loops: u32 = args.next_or(200_000)?;
     let bin = release_host()?;
     let plugins = workspace().join("plugins");
     let out = std::env::temp_dir().join(format!("kml-overhead-{}", std::process::id()));
