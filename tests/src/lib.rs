@@ -60,6 +60,24 @@ pub fn ensure_built() {
     });
 }
 
+/// A `Command` for the Python interpreter itself (`sys.executable`), not
+/// `python3` as `PATH` finds it: a version manager's shim there runs a
+/// shell script with children of its own before the interpreter, and a
+/// test that places a worker in a cgroup, or counts its rows, must see one
+/// process.
+pub fn python3() -> Command {
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let exe = EXE.get_or_init(|| {
+        let out = Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("running python3");
+        assert!(out.status.success(), "python3: {}", text(&out.stderr));
+        PathBuf::from(text(&out.stdout).trim())
+    });
+    Command::new(exe)
+}
+
 pub fn kernmlops_bin() -> PathBuf {
     ensure_built();
     artifact_dir().join("kernmlops")

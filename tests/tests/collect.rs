@@ -724,7 +724,7 @@ fn root_filters_keep_only_the_chosen_process() {
             .expect("spawning a switching workload"),
     );
     let target = KillOnDrop(
-        Command::new("python3")
+        python3()
             .args(["-c", "import time\nwhile True: time.sleep(0.002)"])
             .spawn()
             .expect("spawning the target"),

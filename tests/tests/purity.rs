@@ -104,7 +104,7 @@ fn root_cgroup_filter_follows_descendants_unless_exact() {
     // it leaves the CPU about a thousand times a second. (A busy loop on an
     // idle machine may keep its CPU for the whole second and give no row.)
     let worker = KillOnDrop(
-        Command::new("python3")
+        python3()
             .args(["-c", "import time\nwhile True: time.sleep(0.001)"])
             .stdout(Stdio::null())
             .spawn()

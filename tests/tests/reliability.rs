@@ -256,7 +256,7 @@ impl Sleeper {
         use std::os::unix::process::CommandExt;
         let procs = std::ffi::CString::new(format!("{}/cgroup.procs", cg.dir.display()))
             .expect("path without NUL");
-        let mut cmd = Command::new("python3");
+        let mut cmd = python3();
         cmd.args([
             "-c",
             &format!(
