@@ -893,9 +893,13 @@ fn sigkill_during(bench: &str, settings: &str, ready: &str, temp_base: &str, kil
         unsafe { libc::kill(host as i32, libc::SIGKILL) };
         // Its locks go with it; until a kernmlops starts, nothing undoes
         // the run (any kernmlops start would, so this runs one at once).
+        // A zombie leader's other threads may still be exiting, holding
+        // the open files (and the run's lock) they share: wait for them too.
         assert!(wait_for(Duration::from_secs(5), || {
-            std::fs::read_to_string(format!("/proc/{host}/stat"))
-                .map_or(true, |st| st.contains(") Z "))
+            let zombie = std::fs::read_to_string(format!("/proc/{host}/stat"))
+                .map_or(true, |st| st.contains(") Z "));
+            let threads = std::fs::read_dir(format!("/proc/{host}/task")).map_or(0, |d| d.count());
+            zombie && threads <= 1
         }));
         let pending = left.remaining(&thp_before);
         let out = kernmlops(&["repair", s(&dir)]);

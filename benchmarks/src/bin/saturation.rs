@@ -456,6 +456,10 @@ fn collect(
     if let Ok(mut undo) = UNDO.lock() {
         undo.1 = Some(dir.path().to_owned());
     }
+    // Dirty pages left by earlier work would all be over the lowered
+    // limit: written back first, so the run measures its own load only.
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
     let _limits = DirtyLimits::lower(knobs.dirty_kib)?;
     let load = start_load(dir.path(), cpus, knobs, bin, seconds)?;
     // Let the writer reach the dirty limit and the hogs spread out.
